@@ -1,0 +1,380 @@
+"""Window geometry: every pooling argument normalised to one canonical form.
+
+Pure Python and NumPy, no Numba. Everything downstream sees
+
+* per-dim tuples for kernel, stride and dilation,
+* padding as ``((before, after), ...)`` with one pair per spatial dim,
+* a :class:`WindowPlan`: small int tables that tell a kernel, for each output
+  position along each axis, where its window starts and which of its taps fall
+  inside the real input.
+
+Kernels always see three spatial axes. Inputs with one or two spatial dims get
+leading axes of size 1 (a window of one tap), so one kernel serves 1-d, 2-d
+and 3-d pooling.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+KERNEL_AXES = 3  # spatial axes every kernel works on
+
+
+def ceildiv(a: int, b: int) -> int:
+    """Ceiling of a / b for integers, b > 0."""
+    return -(-a // b)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def per_dim(value, ndim: int, name: str, minimum: int = 1) -> tuple[int, ...]:
+    """An int or a sequence of ``ndim`` ints, each at least ``minimum``, as a tuple."""
+    if _is_int(value):
+        values = (int(value),) * ndim
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        if not all(_is_int(v) for v in value):
+            raise TypeError(f"{name} must be an int or a sequence of ints, got {value!r}")
+        values = tuple(int(v) for v in value)
+        if len(values) != ndim:
+            raise ValueError(
+                f"{name} has {len(values)} values {values} but the input has {ndim} "
+                f"spatial dim(s); give one int, or one per spatial dim"
+            )
+    else:
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {value!r}")
+    if any(v < minimum for v in values):
+        raise ValueError(f"{name} must be >= {minimum} in every spatial dim, got {values}")
+    return values
+
+
+def sequence_length(value) -> int | None:
+    """How many spatial dims a per-dim argument speaks for (None for an int or a string)."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return len(value)
+    return None
+
+
+def resolve_padding(
+    padding,
+    in_spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    dilation: tuple[int, ...],
+) -> tuple[tuple[int, int], ...]:
+    """Padding in its canonical form, one ``(before, after)`` pair per spatial dim.
+
+    Accepted forms: an int; one int per dim (symmetric); one ``(before, after)`` pair
+    per dim (asymmetric, like ONNX ``pads``); ``"valid"`` (no padding); ``"same"``
+    (output length ``ceil(L / stride)``, an odd total puts the extra element at the
+    end, like ONNX ``SAME_UPPER``).
+    """
+    ndim = len(in_spatial)
+    if isinstance(padding, str):
+        mode = padding.lower()
+        if mode == "valid":
+            return ((0, 0),) * ndim
+        if mode == "same":
+            pairs = []
+            for length, k, s, d in zip(in_spatial, kernel, stride, dilation, strict=True):
+                total = max((ceildiv(length, s) - 1) * s + d * (k - 1) + 1 - length, 0)
+                pairs.append((total // 2, total - total // 2))
+            return tuple(pairs)
+        raise ValueError(f'padding must be "valid", "same", an int or per-dim values, got {padding!r}')
+    if _is_int(padding):
+        pairs = ((int(padding), int(padding)),) * ndim
+    elif isinstance(padding, Sequence):
+        if len(padding) != ndim:
+            raise ValueError(
+                f"padding has {len(padding)} entries {tuple(padding)!r} but the input has {ndim} "
+                f"spatial dim(s); give one int, one int per dim, or one (before, after) pair per dim"
+            )
+        pairs = []
+        for entry in padding:
+            if _is_int(entry):
+                pairs.append((int(entry), int(entry)))
+            elif (
+                isinstance(entry, Sequence)
+                and not isinstance(entry, str)
+                and len(entry) == 2
+                and all(_is_int(v) for v in entry)
+            ):
+                pairs.append((int(entry[0]), int(entry[1])))
+            else:
+                raise TypeError(
+                    f"padding entries must be ints or (before, after) pairs of ints, got {entry!r}"
+                )
+        pairs = tuple(pairs)
+    else:
+        raise TypeError(
+            f'padding must be an int, per-dim ints, (before, after) pairs, "valid" or "same", '
+            f"got {padding!r}"
+        )
+    if any(v < 0 for pair in pairs for v in pair):
+        raise ValueError(f"padding must be >= 0, got {pairs}")
+    return pairs
+
+
+def output_length(
+    length: int, kernel: int, stride: int, dilation: int, before: int, after: int,
+    ceil_mode: bool, axis: int = 0,
+) -> int:
+    """Number of windows along one axis.
+
+    ``floor((L + before + after - dilation*(kernel-1) - 1) / stride) + 1``, or ceil with
+    ``ceil_mode``. With ``ceil_mode`` a last window that would start inside the end
+    padding is dropped (the PyTorch and ONNX rule; Dumoulin & Visin, arXiv 1603.07285).
+    """
+    span = dilation * (kernel - 1) + 1
+    room = length + before + after - span
+    if room < 0:
+        raise ValueError(
+            f"the window (dilated size {span}) is larger than the padded input "
+            f"(size {length} + {before} + {after}) in spatial dim {axis}; the output would be empty"
+        )
+    count = (ceildiv(room, stride) if ceil_mode else room // stride) + 1
+    if ceil_mode and (count - 1) * stride >= length + before:
+        count -= 1
+    return count
+
+
+class AxisWindows:
+    """The windows along one axis, as int64 arrays indexed by output position.
+
+    ``start[o]``: input coordinate of tap 0 (negative inside the front padding).
+    Tap ``j`` reads coordinate ``start[o] + j * dilation``. ``first[o]``/``end[o]``:
+    the taps ``[first, end)`` that fall inside the input. ``padded[o]``: the taps that
+    fall inside the padded input (count_include_pad's divisor). ``extent``: the tap
+    count used to number positions inside a window.
+    """
+
+    def __init__(self, length, start, first, end, padded, dilation, extent):
+        self.length = int(length)
+        self.start, self.first, self.end, self.padded = (
+            _frozen(a) for a in (start, first, end, padded)
+        )
+        self.dilation = int(dilation)
+        self.extent = int(extent)
+
+    @property
+    def count(self) -> int:
+        return len(self.start)
+
+    @functools.cached_property
+    def cover(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which (output, tap) pairs read each input coordinate, in CSR form.
+
+        Returns ``(ptr, out, tap)``: coordinate ``i`` is read by ``out[ptr[i]:ptr[i+1]]``
+        at taps ``tap[ptr[i]:ptr[i+1]]``, outputs in increasing order. Backward kernels
+        gather through it, so each input is written once and the sum over overlapping
+        windows has a fixed order (deterministic at any thread count).
+        """
+        taps_per_out = self.end - self.first
+        outs = np.repeat(np.arange(self.count, dtype=np.int64), taps_per_out)
+        offsets = np.arange(len(outs), dtype=np.int64) - np.repeat(
+            np.cumsum(taps_per_out) - taps_per_out, taps_per_out
+        )
+        taps = np.repeat(self.first, taps_per_out) + offsets
+        coords = self.start[outs] + taps * self.dilation
+        order = np.argsort(coords, kind="stable")  # stable: outputs stay increasing
+        ptr = np.zeros(self.length + 1, dtype=np.int64)
+        np.cumsum(np.bincount(coords, minlength=self.length), out=ptr[1:])
+        return _frozen(ptr), _frozen(outs[order]), _frozen(taps[order])
+
+
+def _frozen(array) -> np.ndarray:
+    array = np.ascontiguousarray(array, dtype=np.int64)
+    array.flags.writeable = False
+    return array
+
+
+@functools.lru_cache(maxsize=512)
+def sliding_axis(
+    length: int, kernel: int, stride: int, dilation: int, before: int, after: int,
+    ceil_mode: bool, axis: int = 0,
+) -> AxisWindows:
+    """Windows of a strided, dilated, padded pooling along one axis (validated)."""
+    count = output_length(length, kernel, stride, dilation, before, after, ceil_mode, axis)
+    start = np.arange(count, dtype=np.int64) * stride - before
+    # taps j with 0 <= start + j*dilation < length
+    first = np.maximum(0, -(start // dilation))  # ceil(-start / dilation), start < 0
+    end = np.minimum(kernel, (length - 1 - start) // dilation + 1)
+    empty = np.flatnonzero(first >= end)
+    if len(empty):
+        raise ValueError(
+            f"padding ({before}, {after}) is too large in spatial dim {axis}: window "
+            f"{int(empty[0])} of {count} holds only padding (kernel {kernel}, stride {stride}, "
+            f"dilation {dilation}, input length {length}); every window must hold at least "
+            f"one input element"
+        )
+    padded = np.minimum(kernel, (length + after - 1 - start) // dilation + 1)
+    return AxisWindows(length, start, first, end, padded, dilation, kernel)
+
+
+@functools.lru_cache(maxsize=512)
+def adaptive_axis(length: int, count: int) -> AxisWindows:
+    """PyTorch's adaptive bins: ``[floor(o*L/out), ceil((o+1)*L/out))``."""
+    outs = np.arange(count, dtype=np.int64)
+    start = outs * length // count
+    stop = -((-(outs + 1) * length) // count)
+    size = stop - start
+    return AxisWindows(length, start, np.zeros(count), size, size, 1, int(size.max()))
+
+
+@dataclass(frozen=True, eq=False)
+class WindowPlan:
+    """Everything a kernel needs about the windows, for exactly three axes.
+
+    ``table[axis]`` rows: 0 ``start``, 1 ``first``, 2 ``end`` (see :class:`AxisWindows`),
+    padded with zeros to the longest axis.
+    """
+
+    axes: tuple[AxisWindows, ...]  # the real spatial axes, 1 to 3
+
+    @property
+    def kernel_axes(self) -> tuple[AxisWindows, ...]:
+        # a leading axis of length 1 with a one-tap window changes nothing
+        unit = sliding_axis(1, 1, 1, 1, 0, 0, False)
+        return (unit,) * (KERNEL_AXES - len(self.axes)) + self.axes
+
+    @property
+    def out_spatial(self) -> tuple[int, ...]:
+        return tuple(a.count for a in self.axes)
+
+    @property
+    def in_spatial(self) -> tuple[int, ...]:
+        return tuple(a.length for a in self.axes)
+
+    @property
+    def window_size(self) -> int:
+        """Number of tap positions in one window (padding included)."""
+        return math.prod(a.extent for a in self.axes)
+
+    @functools.cached_property
+    def table(self) -> np.ndarray:
+        axes = self.kernel_axes
+        table = np.zeros((KERNEL_AXES, 3, max(a.count for a in axes)), dtype=np.int64)
+        for i, a in enumerate(axes):
+            table[i, 0, : a.count] = a.start
+            table[i, 1, : a.count] = a.first
+            table[i, 2, : a.count] = a.end
+        return _frozen(table)
+
+    @functools.cached_property
+    def dilation(self) -> np.ndarray:
+        return _frozen([a.dilation for a in self.kernel_axes])
+
+    @functools.cached_property
+    def extent(self) -> np.ndarray:
+        return _frozen([a.extent for a in self.kernel_axes])
+
+    @functools.cached_property
+    def cover(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The axes' :attr:`AxisWindows.cover` tables, stacked and zero-padded."""
+        covers = [a.cover for a in self.kernel_axes]
+        ptr = np.zeros((KERNEL_AXES, max(len(c[0]) for c in covers)), dtype=np.int64)
+        out = np.zeros((KERNEL_AXES, max(len(c[1]) for c in covers)), dtype=np.int64)
+        tap = np.zeros_like(out)
+        for i, (p, o, t) in enumerate(covers):
+            ptr[i, : len(p)] = p
+            out[i, : len(o)] = o
+            tap[i, : len(t)] = t
+        return _frozen(ptr), _frozen(out), _frozen(tap)
+
+    def divisor_table(self, mode: str, override: int | None, dtype) -> np.ndarray:
+        """Per-axis factors whose product over the three axes is each window's divisor.
+
+        ``mode`` is ``"padded"`` (count_include_pad) or ``"real"`` (only input elements).
+        With ``override`` the first axis carries the constant and the others carry 1.
+        """
+        axes = self.kernel_axes
+        factors = np.ones((KERNEL_AXES, max(a.count for a in axes)), dtype=dtype)
+        if override is not None:
+            factors[0, :] = override
+            return factors
+        for i, a in enumerate(axes):
+            factors[i, : a.count] = a.padded if mode == "padded" else a.end - a.first
+        return factors
+
+
+def position_dtype(window_size: int) -> np.dtype:
+    """Smallest unsigned integer type that numbers every tap of a window."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if window_size <= np.iinfo(dtype).max + 1:
+            return np.dtype(dtype)
+    return np.dtype(np.uint64)
+
+
+@functools.lru_cache(maxsize=512)
+def sliding_plan(
+    in_spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    dilation: tuple[int, ...],
+    padding: tuple[tuple[int, int], ...],
+    ceil_mode: bool,
+) -> WindowPlan:
+    """The plan of a strided, dilated, padded pooling (all arguments canonical)."""
+    axes = tuple(
+        sliding_axis(length, k, s, d, lo, hi, bool(ceil_mode), axis)
+        for axis, (length, k, s, d, (lo, hi)) in enumerate(
+            zip(in_spatial, kernel, stride, dilation, padding, strict=True)
+        )
+    )
+    return WindowPlan(axes)
+
+
+@functools.lru_cache(maxsize=512)
+def adaptive_plan(in_spatial: tuple[int, ...], out_spatial: tuple[int, ...]) -> WindowPlan:
+    """The plan of an adaptive pooling (PyTorch's bins)."""
+    return WindowPlan(
+        tuple(adaptive_axis(L, o) for L, o in zip(in_spatial, out_spatial, strict=True))
+    )
+
+
+def unpool_output_spatial(
+    in_spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[tuple[int, int], ...],
+    output_size,
+) -> tuple[int, ...]:
+    """Spatial size of max_unpool's output, PyTorch's rule.
+
+    Default ``(L - 1) * stride - before - after + kernel``; an explicit size (spatial
+    dims, or the full shape) must lie strictly between default - stride and
+    default + stride, the sizes whose pooling gives back ``L``.
+    """
+    default = tuple(
+        (length - 1) * s - lo - hi + k
+        for length, k, s, (lo, hi) in zip(in_spatial, kernel, stride, padding, strict=True)
+    )
+    if output_size is None:
+        sizes = default
+    else:
+        try:
+            sizes = tuple(int(v) for v in output_size)
+        except TypeError:
+            raise TypeError(f"output_size must be a sequence of ints, got {output_size!r}") from None
+        if len(sizes) == len(default) + 2 or len(sizes) == len(default) + 1:
+            sizes = sizes[-len(default):]
+        if len(sizes) != len(default):
+            raise ValueError(
+                f"output_size {tuple(output_size)} must give {len(default)} spatial sizes "
+                f"(or the full shape)"
+            )
+        for axis, (size, d, s) in enumerate(zip(sizes, default, stride, strict=True)):
+            if not d - s < size < d + s:
+                raise ValueError(
+                    f"output_size {sizes} is not possible in spatial dim {axis}: it must lie "
+                    f"strictly between {d - s} and {d + s}"
+                )
+    if any(v < 1 for v in sizes):
+        raise ValueError(f"the unpooled size {sizes} must be >= 1 in every spatial dim")
+    return sizes

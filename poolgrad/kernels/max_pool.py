@@ -1,0 +1,162 @@
+"""Max pooling: forward keeps the winning tap of each window; backward routes to it."""
+
+import numpy as np
+from numba import prange
+
+from . import parallel_kernel
+
+
+@parallel_kernel
+def max_pool_forward(x, table, dilation, extent, y, pos):
+    """``y[n, c, o]`` = max over the real taps of window ``o``; ``pos`` = its tap number.
+
+    Taps are numbered row-major over ``extent`` (three ints). The first maximum in that
+    order wins, so ``pos`` is PyTorch's argmax. A NaN beats everything and the first NaN
+    wins. Padding is never read, so it never wins.
+    """
+    n_batch, n_chan = x.shape[0], x.shape[1]
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
+    ext_h, ext_w = extent[1], extent[2]
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        oh = row % out_h
+        rest = row // out_h
+        od = rest % out_d
+        rest //= out_d
+        c = rest % n_chan
+        n = rest // n_chan
+        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        for ow in range(out_w):
+            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+            best = x[n, c, start_d + first_d * dil_d, start_h + first_h * dil_h,
+                     start_w + first_w * dil_w]
+            best_tap = (first_d * ext_h + first_h) * ext_w + first_w
+            for jd in range(first_d, end_d):
+                xd = start_d + jd * dil_d
+                for jh in range(first_h, end_h):
+                    xh = start_h + jh * dil_h
+                    tap_dh = (jd * ext_h + jh) * ext_w
+                    for jw in range(first_w, end_w):
+                        v = x[n, c, xd, xh, start_w + jw * dil_w]
+                        # larger, or a NaN; once best is NaN nothing replaces it
+                        if best == best and not v <= best:
+                            best = v
+                            best_tap = tap_dh + jw
+            y[n, c, od, oh, ow] = best
+            pos[n, c, od, oh, ow] = best_tap
+
+
+@parallel_kernel
+def max_pool_backward(dy, pos, cover_ptr, cover_out, cover_tap, extent, dx):
+    """``dx[i]`` = sum of ``dy[o]`` over the windows ``o`` whose winning tap reads ``i``.
+
+    Gathers per input element through the cover tables, visiting windows in increasing
+    output order: the same additions, in the same order, as a serial scatter.
+    """
+    n_batch, n_chan, in_d, in_h, in_w = dx.shape
+    ext_h, ext_w = extent[1], extent[2]
+    zero = np.zeros(1, dx.dtype)[0]
+    for row in prange(n_batch * n_chan * in_d * in_h):
+        ih = row % in_h
+        rest = row // in_h
+        i_d = rest % in_d
+        rest //= in_d
+        c = rest % n_chan
+        n = rest // n_chan
+        for iw in range(in_w):
+            total = zero
+            for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+                od = cover_out[0, a]
+                tap_d = cover_tap[0, a]
+                for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                    oh = cover_out[1, b]
+                    tap_dh = (tap_d * ext_h + cover_tap[1, b]) * ext_w
+                    for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
+                        ow = cover_out[2, e]
+                        if pos[n, c, od, oh, ow] == tap_dh + cover_tap[2, e]:
+                            total += dy[n, c, od, oh, ow]
+            dx[n, c, i_d, ih, iw] = total
+
+
+@parallel_kernel
+def max_pool_tie_count(x, table, dilation, y, ties):
+    """``ties[o]``: how many real taps of window ``o`` equal its maximum (1 for NaN)."""
+    n_batch, n_chan = x.shape[0], x.shape[1]
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        oh = row % out_h
+        rest = row // out_h
+        od = rest % out_d
+        rest //= out_d
+        c = rest % n_chan
+        n = rest // n_chan
+        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        for ow in range(out_w):
+            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+            best = y[n, c, od, oh, ow]
+            count = 0
+            for jd in range(first_d, end_d):
+                xd = start_d + jd * dil_d
+                for jh in range(first_h, end_h):
+                    xh = start_h + jh * dil_h
+                    for jw in range(first_w, end_w):
+                        if x[n, c, xd, xh, start_w + jw * dil_w] == best:
+                            count += 1
+            ties[n, c, od, oh, ow] = max(count, 1)
+
+
+@parallel_kernel
+def max_pool_backward_split(x, y, dy, ties, pos, cover_ptr, cover_out, cover_tap, extent, dx):
+    """Like :func:`max_pool_backward`, but every tap equal to the maximum gets an equal
+    share ``dy[o] / ties[o]``. A NaN window routes to its winning tap alone."""
+    n_batch, n_chan, in_d, in_h, in_w = dx.shape
+    ext_h, ext_w = extent[1], extent[2]
+    zero = np.zeros(1, dx.dtype)[0]
+    for row in prange(n_batch * n_chan * in_d * in_h):
+        ih = row % in_h
+        rest = row // in_h
+        i_d = rest % in_d
+        rest //= in_d
+        c = rest % n_chan
+        n = rest // n_chan
+        for iw in range(in_w):
+            value = x[n, c, i_d, ih, iw]
+            total = zero
+            for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+                od = cover_out[0, a]
+                tap_d = cover_tap[0, a]
+                for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                    oh = cover_out[1, b]
+                    tap_dh = (tap_d * ext_h + cover_tap[1, b]) * ext_w
+                    for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
+                        ow = cover_out[2, e]
+                        if (value == y[n, c, od, oh, ow]
+                                or pos[n, c, od, oh, ow] == tap_dh + cover_tap[2, e]):
+                            total += dy[n, c, od, oh, ow] / ties[n, c, od, oh, ow]
+            dx[n, c, i_d, ih, iw] = total
+
+
+@parallel_kernel
+def window_positions_to_indices(pos, table, dilation, extent, in_h, in_w, indices):
+    """PyTorch's indices: the flat position of each winner inside its (n, c) input plane."""
+    n_batch, n_chan, out_d, out_h, out_w = pos.shape
+    ext_h, ext_w = extent[1], extent[2]
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        oh = row % out_h
+        rest = row // out_h
+        od = rest % out_d
+        rest //= out_d
+        c = rest % n_chan
+        n = rest // n_chan
+        for ow in range(out_w):
+            tap = np.int64(pos[n, c, od, oh, ow])
+            jw = tap % ext_w
+            jh = (tap // ext_w) % ext_h
+            jd = tap // (ext_w * ext_h)
+            xd = table[0, 0, od] + jd * dilation[0]
+            xh = table[1, 0, oh] + jh * dilation[1]
+            xw = table[2, 0, ow] + jw * dilation[2]
+            indices[n, c, od, oh, ow] = (xd * in_h + xh) * in_w + xw

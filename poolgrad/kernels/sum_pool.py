@@ -1,0 +1,145 @@
+"""Average and Lp pooling: sums over the real taps of each window.
+
+Average: ``y = sum(x) / divisor``; its gradient spreads ``dy / divisor`` evenly.
+Lp (ONNX LpPool): ``y = sum(|x|^p) ** (1/p)``; ``dy/dx = sign(x) * (|x| / y)^(p-1)``.
+The divisor is ``divisor[0, od] * divisor[1, oh] * divisor[2, ow]`` (see
+:meth:`poolgrad.geometry.WindowPlan.divisor_table`), in the compute dtype.
+"""
+
+import numpy as np
+from numba import prange
+
+from . import parallel_kernel
+
+
+@parallel_kernel
+def avg_pool_forward(x, table, dilation, divisor, y):
+    n_batch, n_chan = x.shape[0], x.shape[1]
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
+    zero = np.zeros(1, y.dtype)[0]
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        oh = row % out_h
+        rest = row // out_h
+        od = rest % out_d
+        rest //= out_d
+        c = rest % n_chan
+        n = rest // n_chan
+        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        for ow in range(out_w):
+            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+            total = zero
+            for jd in range(first_d, end_d):
+                xd = start_d + jd * dil_d
+                for jh in range(first_h, end_h):
+                    xh = start_h + jh * dil_h
+                    for jw in range(first_w, end_w):
+                        total += x[n, c, xd, xh, start_w + jw * dil_w]
+            y[n, c, od, oh, ow] = total / (divisor[0, od] * divisor[1, oh] * divisor[2, ow])
+
+
+@parallel_kernel
+def avg_pool_backward(dy, divisor, cover_ptr, cover_out, dx):
+    """``dx[i]`` = sum of ``dy[o] / divisor[o]`` over the windows that read ``i``."""
+    n_batch, n_chan, in_d, in_h, in_w = dx.shape
+    zero = np.zeros(1, dx.dtype)[0]
+    for row in prange(n_batch * n_chan * in_d * in_h):
+        ih = row % in_h
+        rest = row // in_h
+        i_d = rest % in_d
+        rest //= in_d
+        c = rest % n_chan
+        n = rest // n_chan
+        for iw in range(in_w):
+            total = zero
+            for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+                od = cover_out[0, a]
+                for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                    oh = cover_out[1, b]
+                    for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
+                        ow = cover_out[2, e]
+                        total += dy[n, c, od, oh, ow] / (
+                            divisor[0, od] * divisor[1, oh] * divisor[2, ow])
+            dx[n, c, i_d, ih, iw] = total
+
+
+@parallel_kernel
+def lp_pool_forward(x, table, dilation, p, y):
+    """``y = (sum over real taps of |x|^p) ** (1/p)``; padding adds 0."""
+    n_batch, n_chan = x.shape[0], x.shape[1]
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
+    zero = np.zeros(1, y.dtype)[0]
+    inverse_p = 1 / p
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        oh = row % out_h
+        rest = row // out_h
+        od = rest % out_d
+        rest //= out_d
+        c = rest % n_chan
+        n = rest // n_chan
+        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        for ow in range(out_w):
+            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+            total = zero
+            for jd in range(first_d, end_d):
+                xd = start_d + jd * dil_d
+                for jh in range(first_h, end_h):
+                    xh = start_h + jh * dil_h
+                    for jw in range(first_w, end_w):
+                        v = abs(x[n, c, xd, xh, start_w + jw * dil_w])
+                        if p == 2:
+                            total += v * v
+                        elif p == 1:
+                            total += v
+                        else:
+                            total += v ** p
+            if p == 2:
+                y[n, c, od, oh, ow] = np.sqrt(total)
+            elif p == 1:
+                y[n, c, od, oh, ow] = total
+            else:
+                y[n, c, od, oh, ow] = total ** inverse_p
+
+
+@parallel_kernel
+def lp_pool_backward(x, y, dy, p, cover_ptr, cover_out, dx):
+    """``dx[i]`` = sum over windows ``o`` reading ``i`` of
+    ``dy[o] * sign(x[i]) * (|x[i]| / y[o])^(p-1)``; a window with ``y = 0`` sends 0
+    (the subgradient at 0)."""
+    n_batch, n_chan, in_d, in_h, in_w = dx.shape
+    zero = np.zeros(1, dx.dtype)[0]
+    one = np.ones(1, dx.dtype)[0]
+    for row in prange(n_batch * n_chan * in_d * in_h):
+        ih = row % in_h
+        rest = row // in_h
+        i_d = rest % in_d
+        rest //= in_d
+        c = rest % n_chan
+        n = rest // n_chan
+        for iw in range(in_w):
+            value = x[n, c, i_d, ih, iw]
+            total = zero
+            if value != 0:
+                magnitude = abs(value)
+                sign = 1 if value > 0 else -1
+                for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+                    od = cover_out[0, a]
+                    for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                        oh = cover_out[1, b]
+                        for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
+                            ow = cover_out[2, e]
+                            norm = y[n, c, od, oh, ow]
+                            if norm != 0:
+                                if p == 2:
+                                    share = magnitude / norm
+                                elif p == 1:
+                                    share = one
+                                else:
+                                    share = (magnitude / norm) ** (p - 1)
+                                total += dy[n, c, od, oh, ow] * share
+                if sign < 0:
+                    total = -total
+            dx[n, c, i_d, ih, iw] = total

@@ -1,0 +1,610 @@
+"""Public pooling operators on NumPy arrays, and :func:`vjp` for their gradients.
+
+Every operator takes ``x`` shaped ``(N, C, *spatial)`` with 1, 2 or 3 spatial dims,
+or unbatched ``(C, *spatial)``. How many spatial dims there are comes from the
+per-dim arguments: a sequence (``kernel_size=(3, 3)``) names them; when every such
+argument is a single int the input is taken as batched, ``x.ndim - 2`` spatial dims.
+So an unbatched input needs at least one per-dim tuple.
+
+Each public operator validates, plans the windows (:mod:`poolgrad.geometry`), runs
+a private Numba kernel (:mod:`poolgrad.kernels`) and reshapes the result. Gradients
+come only from :func:`vjp`, which returns the output and a :class:`Pullback`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import geometry
+from .kernels import max_pool as max_kernels
+from .kernels import sum_pool as sum_kernels
+from .kernels import unpool as unpool_kernels
+
+__all__ = [
+    "Pullback",
+    "adaptive_avg_pool",
+    "adaptive_max_pool",
+    "avg_pool",
+    "global_avg_pool",
+    "global_lp_pool",
+    "global_max_pool",
+    "lp_pool",
+    "max_pool",
+    "max_unpool",
+    "vjp",
+]
+
+TIE_RULES = ("first", "split")
+
+# float16 is stored as float16 but computed (and accumulated) in float32
+_COMPUTE_DTYPE = {
+    np.dtype(np.float16): np.dtype(np.float32),
+    np.dtype(np.float32): np.dtype(np.float32),
+    np.dtype(np.float64): np.dtype(np.float64),
+}
+
+
+# --------------------------------------------------------------------------------------
+# Input handling
+
+
+def _check_array(x, name: str, floating: bool) -> np.ndarray:
+    """``x`` as an ndarray (never a copy of an ndarray) of a supported dtype."""
+    if not isinstance(x, np.ndarray):
+        try:
+            x = np.asarray(x)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}") from error
+    allowed = "float16, float32 or float64"
+    if floating:
+        if x.dtype not in _COMPUTE_DTYPE:
+            raise TypeError(f"{name} must have dtype {allowed}, got {x.dtype}")
+    elif x.dtype not in _COMPUTE_DTYPE and x.dtype.kind not in "iu":
+        raise TypeError(f"{name} must have dtype {allowed} or an integer dtype, got {x.dtype}")
+    return x
+
+
+def _spatial_dims(x: np.ndarray, name: str, **per_dim_args) -> int:
+    """Number of spatial dims: from the per-dim sequences given, else ``x.ndim - 2``."""
+    lengths = {k: n for k, v in per_dim_args.items() if (n := geometry.sequence_length(v)) is not None}
+    if len(set(lengths.values())) > 1:
+        described = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+        raise ValueError(f"per-dim arguments disagree on the number of spatial dims: {described}")
+    ndim = next(iter(lengths.values())) if lengths else x.ndim - 2
+    if ndim not in (1, 2, 3):
+        source = "the per-dim arguments give" if lengths else f"{name}.ndim - 2 gives"
+        raise ValueError(
+            f"poolgrad pools 1, 2 or 3 spatial dims, but {source} {ndim} "
+            f"({name} has shape {x.shape}); {name} must be (N, C, *spatial) or (C, *spatial)"
+        )
+    if x.ndim not in (ndim + 1, ndim + 2):
+        raise ValueError(
+            f"{name} has shape {x.shape} ({x.ndim} dims) but {ndim} spatial dim(s) need "
+            f"{ndim + 2} dims (N, C, *spatial) or {ndim + 1} dims (C, *spatial)"
+        )
+    if any(s < 1 for s in x.shape[-ndim:]):
+        raise ValueError(f"{name} has an empty spatial dim: shape {x.shape}")
+    return ndim
+
+
+class _Layout:
+    """Moves between the user's shape and the kernels' 5-d ``(N, C, D, H, W)`` views."""
+
+    def __init__(self, shape: tuple[int, ...], ndim: int):
+        self.batched = len(shape) == ndim + 2
+        self.ndim = ndim
+        self.lead = shape[: len(shape) - ndim]  # (N, C) or (C,)
+        self.spatial = shape[len(shape) - ndim:]
+
+    def to_kernel(self, a: np.ndarray) -> np.ndarray:
+        """A 5-d view of ``a`` (shaped ``lead + spatial-like``); never a copy."""
+        view = a if self.batched else a[None]
+        return view[(slice(None), slice(None)) + (None,) * (geometry.KERNEL_AXES - self.ndim)]
+
+    def kernel_shape(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        lead = self.lead if self.batched else (1,) + self.lead
+        return lead + (1,) * (geometry.KERNEL_AXES - self.ndim) + tuple(spatial)
+
+    def user_shape(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        return self.lead + tuple(spatial)
+
+
+def _compute_view(x: np.ndarray, layout: _Layout) -> np.ndarray:
+    """The kernel view of ``x`` in its compute dtype (float16 becomes float32)."""
+    view = layout.to_kernel(x)
+    compute = _COMPUTE_DTYPE.get(x.dtype, x.dtype)
+    return view if compute == x.dtype else view.astype(compute)
+
+
+class Pullback:
+    """The vector-Jacobian product of one operator call: ``dx = pullback(dy)``.
+
+    ``dy`` must have the output's shape; ``dx`` has the input's shape and dtype. A
+    pullback is pure: it may be called any number of times. ``saved`` holds the arrays
+    it keeps (for max pooling with ``ties="first"``, only the winning tap of each
+    window, in the smallest unsigned type that numbers the window's taps).
+    """
+
+    def __init__(self, op: str, backward, y_shape, x_shape, x_dtype, saved: dict):
+        self.op = op
+        self._backward = backward
+        self.y_shape = tuple(y_shape)
+        self.x_shape = tuple(x_shape)
+        self.x_dtype = np.dtype(x_dtype)
+        self.saved = saved
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(a.nbytes for a in self.saved.values())
+
+    @property
+    def state_bytes_per_output(self) -> float:
+        """Bytes this pullback keeps per output element (PyTorch's max pool keeps 8)."""
+        return self.saved_bytes / max(math.prod(self.y_shape), 1)
+
+    def __call__(self, dy) -> np.ndarray:
+        dy = _check_array(dy, "dy", floating=False)
+        if dy.shape != self.y_shape:
+            raise ValueError(
+                f"{self.op} pullback: dy has shape {dy.shape} but the output has shape "
+                f"{self.y_shape}"
+            )
+        compute = _COMPUTE_DTYPE[self.x_dtype]
+        dx = self._backward(np.asarray(dy, dtype=compute))
+        return dx.astype(self.x_dtype, copy=False).reshape(self.x_shape)
+
+    def __repr__(self):
+        return (f"Pullback({self.op}, x{self.x_shape} <- dy{self.y_shape}, "
+                f"saves {self.saved_bytes} bytes)")
+
+
+def _gradient_input(x: np.ndarray, op: str) -> None:
+    if x.dtype not in _COMPUTE_DTYPE:
+        raise TypeError(f"vjp({op}): gradients need a floating-point x, got {x.dtype}")
+
+
+# --------------------------------------------------------------------------------------
+# Shared engines: one for window maxima, one for window sums (avg), one for Lp
+
+
+def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
+    if ties not in TIE_RULES:
+        raise ValueError(f"ties must be one of {TIE_RULES}, got {ties!r}")
+    if want_pullback:
+        _gradient_input(x, op)
+    xk = _compute_view(x, layout)
+    out_shape = layout.kernel_shape(plan.out_spatial)
+    yk = np.empty(out_shape, dtype=xk.dtype)
+    pos = np.empty(out_shape, dtype=geometry.position_dtype(plan.window_size))
+    max_kernels.max_pool_forward(xk, plan.table, plan.dilation, plan.extent, yk, pos)
+    y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
+    if return_indices:
+        indices = np.empty(out_shape, dtype=np.int64)
+        in_h, in_w = plan.kernel_axes[1].length, plan.kernel_axes[2].length
+        max_kernels.window_positions_to_indices(
+            pos, plan.table, plan.dilation, plan.extent, in_h, in_w, indices)
+        y = (y, indices.reshape(y.shape))
+    if not want_pullback:
+        return y, None
+    ptr, outs, taps = plan.cover
+    dx_shape = layout.kernel_shape(plan.in_spatial)
+    if ties == "first":
+        def backward(dy):
+            dx = np.empty(dx_shape, dtype=dy.dtype)
+            max_kernels.max_pool_backward(layout.to_kernel(dy), pos, ptr, outs, taps,
+                                          plan.extent, dx)
+            return dx
+        saved = {"window_positions": pos}
+    else:
+        tie_count = np.empty(out_shape, dtype=xk.dtype)
+        max_kernels.max_pool_tie_count(xk, plan.table, plan.dilation, yk, tie_count)
+
+        def backward(dy):
+            dx = np.empty(dx_shape, dtype=dy.dtype)
+            max_kernels.max_pool_backward_split(xk, yk, layout.to_kernel(dy), tie_count, pos,
+                                                ptr, outs, taps, plan.extent, dx)
+            return dx
+        saved = {"x": xk, "y": yk, "tie_count": tie_count, "window_positions": pos}
+    y_shape = y[0].shape if return_indices else y.shape
+    return y, Pullback(op, backward, y_shape, x.shape, x.dtype, saved)
+
+
+def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, op):
+    xk = _compute_view(x, layout)
+    divisor = plan.divisor_table(divisor_mode, divisor_override, xk.dtype)
+    yk = np.empty(layout.kernel_shape(plan.out_spatial), dtype=xk.dtype)
+    sum_kernels.avg_pool_forward(xk, plan.table, plan.dilation, divisor, yk)
+    y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
+    if not want_pullback:
+        return y, None
+    ptr, outs, _ = plan.cover
+    dx_shape = layout.kernel_shape(plan.in_spatial)
+
+    def backward(dy):
+        dx = np.empty(dx_shape, dtype=dy.dtype)
+        sum_kernels.avg_pool_backward(layout.to_kernel(dy), divisor, ptr, outs, dx)
+        return dx
+    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {})
+
+
+def _check_p(p) -> float:
+    if not isinstance(p, numbers.Real) or isinstance(p, bool):
+        raise TypeError(f"p must be a real number, got {p!r}")
+    if not (math.isfinite(p) and p > 0):
+        raise ValueError(f"p must be a finite number > 0, got {p!r}")
+    return float(p)
+
+
+def _lp_engine(x, layout, plan, p, want_pullback, op):
+    xk = _compute_view(x, layout)
+    p_typed = xk.dtype.type(p)
+    yk = np.empty(layout.kernel_shape(plan.out_spatial), dtype=xk.dtype)
+    sum_kernels.lp_pool_forward(xk, plan.table, plan.dilation, p_typed, yk)
+    y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
+    if not want_pullback:
+        return y, None
+    ptr, outs, _ = plan.cover
+    dx_shape = layout.kernel_shape(plan.in_spatial)
+
+    def backward(dy):
+        dx = np.empty(dx_shape, dtype=dy.dtype)
+        sum_kernels.lp_pool_backward(xk, yk, layout.to_kernel(dy), p_typed, ptr, outs, dx)
+        return dx
+    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {"x": xk, "y": yk})
+
+
+def _sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim):
+    kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
+    stride = kernel if stride is None else geometry.per_dim(stride, ndim, "stride")
+    dilation = geometry.per_dim(dilation, ndim, "dilation")
+    spatial = x.shape[-ndim:]
+    pads = geometry.resolve_padding(padding, spatial, kernel, stride, dilation)
+    return geometry.sliding_plan(spatial, kernel, stride, dilation, pads, bool(ceil_mode))
+
+
+def _adaptive_plan(x, output_size, ndim):
+    if output_size is None or geometry.sequence_length(output_size) is None:
+        sizes = (output_size,) * ndim
+    else:
+        sizes = tuple(output_size)
+    spatial = x.shape[-ndim:]
+    # None keeps the input size (as in PyTorch)
+    sizes = tuple(length if s is None else s for s, length in zip(sizes, spatial, strict=True))
+    sizes = geometry.per_dim(sizes, ndim, "output_size")
+    return geometry.adaptive_plan(spatial, sizes)
+
+
+def _global_dims(x, spatial_dims) -> int:
+    if spatial_dims is None:
+        return _spatial_dims(x, "x")
+    if not isinstance(spatial_dims, int) or spatial_dims not in (1, 2, 3):
+        raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims!r}")
+    return _spatial_dims(x, "x", spatial_dims=(0,) * spatial_dims)
+
+
+# --------------------------------------------------------------------------------------
+# Operators. Each private ``_op(..., want_pullback)`` returns ``(y, pullback or None)``;
+# the public operator returns ``y`` and :func:`vjp` returns both.
+
+
+def _max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+              return_indices=False, ties="first", *, want_pullback=False):
+    x = _check_array(x, "x", floating=False)
+    ndim = _spatial_dims(x, "x", kernel_size=kernel_size, stride=stride, padding=padding,
+                         dilation=dilation)
+    plan = _sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
+    return _max_engine(x, _Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
+                       "max_pool")
+
+
+def max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+             return_indices=False, ties="first"):
+    r"""Max pooling over 1, 2 or 3 spatial dims.
+
+    .. math::
+        y[n, c, o] = \max_{j \in \text{window}(o)} x[n, c, o \cdot s - p_{\text{before}}
+        + j \cdot d]
+
+    Padding is never a candidate (it acts as -inf), so every output is an input
+    element. NaN propagates: a window holding NaN outputs NaN and routes its gradient
+    to its first NaN. Integer dtypes work in the forward.
+
+    Args:
+        x: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16/32/64 or integer.
+        kernel_size: int, or one int per spatial dim.
+        stride: int or per dim; defaults to ``kernel_size``.
+        padding: int; one int per dim; one ``(before, after)`` pair per dim; ``"valid"``;
+            or ``"same"`` (output ``ceil(L / stride)``, odd totals pad one more at the
+            end, ONNX SAME_UPPER). Any padding is allowed while every window holds at
+            least one input element (ONNX's rule; PyTorch caps padding at kernel/2).
+        dilation: int or per dim, the step between taps.
+        ceil_mode: round the output length up. Windows that would start in the end
+            padding are dropped.
+        return_indices: also return PyTorch-style int64 indices, the flat position of
+            each winner in its ``(n, c)`` input plane (what :func:`max_unpool` takes).
+        ties: which tied maxima get the gradient. ``"first"``: the first in row-major
+            window order (PyTorch, Caffe, ONNX). ``"split"``: each gets an equal share.
+
+    Shape:
+        ``L_out = floor((L + before + after - dilation * (kernel - 1) - 1) / stride) + 1``
+        (ceil with ``ceil_mode``), per spatial dim.
+
+    Returns:
+        ``y`` with x's dtype, or ``(y, indices)`` with ``return_indices``.
+
+    Example:
+        >>> x = np.array([[[[1.0, 3.0], [2.0, 0.5]]]])
+        >>> max_pool(x, 2)
+        array([[[[3.]]]])
+    """
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
+                     ties)[0]
+
+
+def _avg_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+              count_include_pad=True, divisor_override=None, *, want_pullback=False):
+    x = _check_array(x, "x", floating=True)
+    ndim = _spatial_dims(x, "x", kernel_size=kernel_size, stride=stride, padding=padding,
+                         dilation=dilation)
+    plan = _sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
+    if divisor_override is not None:
+        if not geometry._is_int(divisor_override) or divisor_override < 1:
+            raise ValueError(f"divisor_override must be None or an int >= 1, got "
+                             f"{divisor_override!r}")
+        divisor_override = int(divisor_override)
+    mode = "padded" if count_include_pad else "real"
+    return _avg_engine(x, _Layout(x.shape, ndim), plan, mode, divisor_override, want_pullback,
+                       "avg_pool")
+
+
+def avg_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+             count_include_pad=True, divisor_override=None):
+    r"""Average pooling over 1, 2 or 3 spatial dims.
+
+    ``y[o] = sum(x over the window's input elements) / divisor``. The divisor is, in
+    order of precedence: ``divisor_override``; with ``count_include_pad`` the number of
+    taps inside the padded input; otherwise the number of taps inside the input.
+    With ``ceil_mode``, taps beyond the padded input never count (PyTorch's rule).
+    The gradient spreads ``dy / divisor`` evenly over the window's input elements.
+
+    Args:
+        x: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16/32/64.
+        kernel_size, stride, padding, dilation, ceil_mode: as in :func:`max_pool`.
+            (PyTorch's avg_pool has no dilation; ONNX AveragePool does.)
+        count_include_pad: count padding taps in the divisor (PyTorch's default).
+        divisor_override: a fixed divisor, an int >= 1.
+
+    Shape:
+        As :func:`max_pool`.
+
+    Example:
+        >>> avg_pool(np.arange(16.0).reshape(1, 1, 4, 4), 2)
+        array([[[[ 2.5,  4.5],
+                 [10.5, 12.5]]]])
+    """
+    return _avg_pool(x, kernel_size, stride, padding, dilation, ceil_mode, count_include_pad,
+                     divisor_override)[0]
+
+
+def _lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *,
+             want_pullback=False):
+    x = _check_array(x, "x", floating=True)
+    p = _check_p(p)
+    ndim = _spatial_dims(x, "x", kernel_size=kernel_size, stride=stride, padding=padding,
+                         dilation=dilation)
+    plan = _sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
+    return _lp_engine(x, _Layout(x.shape, ndim), plan, p, want_pullback, "lp_pool")
+
+
+def lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    r"""Power-average (Lp) pooling, the ONNX LpPool definition.
+
+    .. math:: y[o] = \Big(\sum_{j \in \text{window}(o)} |x_j|^p\Big)^{1/p}
+
+    Padding contributes 0. The gradient is ``dy * sign(x) * (|x| / y)^(p-1)``, and 0
+    where ``y = 0`` (a valid subgradient).
+
+    Unlike ONNX, PyTorch's ``lp_pool`` takes no absolute value (it computes
+    ``sum(x^p)^(1/p)``, which is NaN or sign-flipped for negative inputs with odd or
+    fractional ``p``); the two agree on non-negative inputs. PyTorch's version also has
+    no padding or dilation.
+
+    Args:
+        x: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16/32/64.
+        p: the norm's order, a finite number > 0 (ONNX uses integers, default 2).
+        kernel_size, stride, padding, dilation, ceil_mode: as in :func:`max_pool`.
+
+    Example:
+        >>> lp_pool(np.array([[[3.0, -4.0]]]), 2, 2)
+        array([[[5.]]])
+    """
+    return _lp_pool(x, p, kernel_size, stride, padding, dilation, ceil_mode)[0]
+
+
+def _global_max_pool(x, ties="first", *, spatial_dims=None, want_pullback=False):
+    x = _check_array(x, "x", floating=False)
+    ndim = _global_dims(x, spatial_dims)
+    plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
+    return _max_engine(x, _Layout(x.shape, ndim), plan, False, ties, want_pullback,
+                       "global_max_pool")
+
+
+def global_max_pool(x, ties="first", *, spatial_dims=None):
+    """Max over all spatial positions: ``(N, C, *spatial) -> (N, C, 1, ..., 1)``.
+
+    ``spatial_dims`` (1-3) says how many trailing dims are spatial; by default
+    ``x.ndim - 2`` (a batched input). Give it for an unbatched ``(C, *spatial)`` input.
+    ``ties`` as in :func:`max_pool`.
+    """
+    return _global_max_pool(x, ties, spatial_dims=spatial_dims)[0]
+
+
+def _global_avg_pool(x, *, spatial_dims=None, want_pullback=False):
+    x = _check_array(x, "x", floating=True)
+    ndim = _global_dims(x, spatial_dims)
+    plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
+    return _avg_engine(x, _Layout(x.shape, ndim), plan, "real", None, want_pullback,
+                       "global_avg_pool")
+
+
+def global_avg_pool(x, *, spatial_dims=None):
+    """Mean over all spatial positions: ``(N, C, *spatial) -> (N, C, 1, ..., 1)``.
+
+    ``spatial_dims`` as in :func:`global_max_pool`.
+    """
+    return _global_avg_pool(x, spatial_dims=spatial_dims)[0]
+
+
+def _global_lp_pool(x, p, *, spatial_dims=None, want_pullback=False):
+    x = _check_array(x, "x", floating=True)
+    p = _check_p(p)
+    ndim = _global_dims(x, spatial_dims)
+    plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
+    return _lp_engine(x, _Layout(x.shape, ndim), plan, p, want_pullback, "global_lp_pool")
+
+
+def global_lp_pool(x, p, *, spatial_dims=None):
+    """``(sum of |x|^p over all spatial positions)^(1/p)``, ONNX GlobalLpPool.
+
+    ``spatial_dims`` as in :func:`global_max_pool`; ``p`` as in :func:`lp_pool`.
+    """
+    return _global_lp_pool(x, p, spatial_dims=spatial_dims)[0]
+
+
+def _adaptive_max_pool(x, output_size, return_indices=False, ties="first", *,
+                       want_pullback=False):
+    x = _check_array(x, "x", floating=False)
+    ndim = _spatial_dims(x, "x", output_size=output_size)
+    plan = _adaptive_plan(x, output_size, ndim)
+    return _max_engine(x, _Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
+                       "adaptive_max_pool")
+
+
+def adaptive_max_pool(x, output_size, return_indices=False, ties="first"):
+    """Max pooling to a fixed output size, with PyTorch's bins.
+
+    Output position ``o`` of an axis of length ``L`` pools
+    ``[floor(o * L / out), ceil((o + 1) * L / out))``; bins may overlap, and ``out`` may
+    exceed ``L``.
+
+    Args:
+        x: ``(N, C, *spatial)`` or ``(C, *spatial)``.
+        output_size: an int, or one per spatial dim (``None`` keeps that dim's size).
+        return_indices, ties: as in :func:`max_pool`.
+    """
+    return _adaptive_max_pool(x, output_size, return_indices, ties)[0]
+
+
+def _adaptive_avg_pool(x, output_size, *, want_pullback=False):
+    x = _check_array(x, "x", floating=True)
+    ndim = _spatial_dims(x, "x", output_size=output_size)
+    plan = _adaptive_plan(x, output_size, ndim)
+    return _avg_engine(x, _Layout(x.shape, ndim), plan, "real", None, want_pullback,
+                       "adaptive_avg_pool")
+
+
+def adaptive_avg_pool(x, output_size):
+    """Average pooling to a fixed output size, with the bins of :func:`adaptive_max_pool`."""
+    return _adaptive_avg_pool(x, output_size)[0]
+
+
+def _max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=None, *,
+                want_pullback=False):
+    y = _check_array(y, "y", floating=False)
+    ndim = _spatial_dims(y, "y", kernel_size=kernel_size, stride=stride, padding=padding)
+    layout = _Layout(y.shape, ndim)
+    kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
+    stride = kernel if stride is None else geometry.per_dim(stride, ndim, "stride")
+    if isinstance(padding, str):
+        raise ValueError("max_unpool takes numeric padding (int, per-dim ints or pairs), "
+                         f"got {padding!r}; give output_size to undo a 'same' pooling")
+    pads = geometry.resolve_padding(padding, layout.spatial, kernel, stride, (1,) * ndim)
+    out_spatial = geometry.unpool_output_spatial(layout.spatial, kernel, stride, pads,
+                                                 output_size)
+    if not isinstance(indices, np.ndarray):
+        indices = np.asarray(indices)
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"indices must be an integer array (int64, as max_pool returns), "
+                        f"got {indices.dtype}")
+    if indices.shape != y.shape:
+        raise ValueError(f"indices has shape {indices.shape} but y has shape {y.shape}; "
+                         f"they must match")
+    plane = math.prod(out_spatial)
+    if indices.size and (indices.min() < 0 or indices.max() >= plane):
+        raise ValueError(
+            f"indices must lie in [0, {plane}) for an unpooled plane of {out_spatial}, got "
+            f"values from {indices.min()} to {indices.max()}")
+    lead = layout.kernel_shape(())[:2]
+    flat_y = _compute_view(y, layout).reshape(lead + (-1,))
+    flat_indices = layout.to_kernel(indices).reshape(lead + (-1,)).astype(np.int64, copy=False)
+    out = np.zeros(lead + (plane,), dtype=flat_y.dtype)
+    written = np.empty(flat_y.shape, dtype=np.uint8)
+    unpool_kernels.max_unpool_forward(flat_y, flat_indices, out, written)
+    result = out.astype(y.dtype, copy=False).reshape(layout.user_shape(out_spatial))
+    if not want_pullback:
+        return result, None
+    _gradient_input(y, "max_unpool")
+
+    def backward(dout):
+        dy = np.empty(flat_y.shape, dtype=dout.dtype)
+        flat_dout = np.ascontiguousarray(dout).reshape(lead + (plane,))
+        unpool_kernels.max_unpool_backward(flat_dout, flat_indices, written, dy)
+        return dy
+    saved = {"indices": flat_indices, "written": written}
+    return result, Pullback("max_unpool", backward, result.shape, y.shape, y.dtype, saved)
+
+
+def max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of :func:`max_pool`: each value goes back to its index.
+
+    ``out`` is zero except ``out[n, c, indices[n, c, k]] = y[n, c, k]`` (flat positions in
+    each ``(n, c)`` plane, as ``max_pool(..., return_indices=True)`` returns). Where
+    overlapping windows chose the same input, several entries name one place: the last
+    in row-major order is written and receives that place's gradient.
+
+    Args:
+        y: pooled values ``(N, C, *spatial)`` or ``(C, *spatial)``.
+        indices: integer array shaped like ``y``, each in ``[0, prod(unpooled spatial))``.
+        kernel_size, stride, padding: the pooling's (numeric padding only).
+        output_size: the unpooled spatial size (or full shape). Default
+            ``(L - 1) * stride - before - after + kernel``; any size whose pooling gives
+            back ``L`` (strictly within ``default +- stride``) is allowed, as in PyTorch.
+    """
+    return _max_unpool(y, indices, kernel_size, stride, padding, output_size)[0]
+
+
+_VJP_RULES = {
+    max_pool: _max_pool,
+    avg_pool: _avg_pool,
+    lp_pool: _lp_pool,
+    global_max_pool: _global_max_pool,
+    global_avg_pool: _global_avg_pool,
+    global_lp_pool: _global_lp_pool,
+    adaptive_max_pool: _adaptive_max_pool,
+    adaptive_avg_pool: _adaptive_avg_pool,
+    max_unpool: _max_unpool,
+}
+
+
+def vjp(op, x, *args, **kwargs):
+    """Run ``op(x, *args, **kwargs)`` and return ``(y, pullback)``.
+
+    ``pullback(dy)`` is the exact vector-Jacobian product: it returns ``dx`` with x's
+    shape and dtype, for ``dy`` with the output's shape, and may be called more than
+    once. With ``return_indices=True``, ``y`` is ``(values, indices)`` and ``dy`` is the
+    gradient of the values. For :func:`max_unpool`, ``x`` is the pooled values ``y``.
+
+    Example:
+        >>> y, pullback = vjp(max_pool, np.array([[[[1.0, 3.0], [2.0, 0.5]]]]), 2)
+        >>> pullback(np.full_like(y, 2.5))
+        array([[[[0. , 2.5],
+                 [0. , 0. ]]]])
+    """
+    rule = _VJP_RULES.get(op)
+    if rule is None:
+        names = ", ".join(f.__name__ for f in _VJP_RULES)
+        raise TypeError(f"vjp needs one of poolgrad's operators ({names}), got {op!r}")
+    return rule(x, *args, want_pullback=True, **kwargs)
