@@ -133,14 +133,15 @@ def output_length(
     """
     span = dilation * (kernel - 1) + 1
     room = length + before + after - span
-    if room < 0:
-        raise ValueError(
-            f"the window (dilated size {span}) is larger than the padded input "
-            f"(size {length} + {before} + {after}) in spatial dim {axis}; the output would be empty"
-        )
     count = (ceildiv(room, stride) if ceil_mode else room // stride) + 1
     if ceil_mode and (count - 1) * stride >= length + before:
         count -= 1
+    if count < 1:
+        raise ValueError(
+            f"the output would be empty in spatial dim {axis}: the window (kernel {kernel}, "
+            f"dilation {dilation}, so {span} wide) does not fit the padded input "
+            f"({length} + padding {before} + {after})"
+        )
     return count
 
 
