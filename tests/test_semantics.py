@@ -1,0 +1,254 @@
+"""Worked examples from the pooling literature and the documented semantics, by hand."""
+
+import numba
+import numpy as np
+import pytest
+
+import poolgrad as pg
+
+
+def grid(rows):
+    """A (1, 1, H, W) float64 array from nested lists."""
+    return np.array(rows, dtype=np.float64)[None, None]
+
+
+# ---------------------------------------------------------------- worked examples
+
+
+def test_single_window_max_and_avg():
+    x = grid([[1, 3], [2, 0.5]])
+    y, pullback = pg.vjp(pg.max_pool, x, 2)
+    assert y.item() == 3
+    np.testing.assert_array_equal(pullback(np.full_like(y, 2.5)), grid([[0, 2.5], [0, 0]]))
+    y, pullback = pg.vjp(pg.avg_pool, x, 2)
+    assert y.item() == pytest.approx(1.625)
+    np.testing.assert_array_equal(pullback(np.full_like(y, 2.0)), grid([[0.5, 0.5], [0.5, 0.5]]))
+
+
+def test_four_by_four_into_four_windows():
+    x = grid([[1, 1, 2, 4],
+              [5, 6, 7, 8],
+              [3, 2, 1, 0],
+              [1, 2, 3, 4]])
+    dy = grid([[1, 2], [3, 4]])
+    y, pullback = pg.vjp(pg.max_pool, x, 2)
+    np.testing.assert_array_equal(y, grid([[6, 8], [3, 4]]))
+    np.testing.assert_array_equal(pullback(dy), grid([[0, 0, 0, 0],
+                                                      [0, 1, 0, 2],
+                                                      [3, 0, 0, 0],
+                                                      [0, 0, 0, 4]]))
+    y, pullback = pg.vjp(pg.avg_pool, x, 2)
+    np.testing.assert_array_equal(y, grid([[3.25, 5.25], [2, 2]]))
+    np.testing.assert_array_equal(pullback(dy), grid([[0.25, 0.25, 0.5, 0.5],
+                                                      [0.25, 0.25, 0.5, 0.5],
+                                                      [0.75, 0.75, 1, 1],
+                                                      [0.75, 0.75, 1, 1]]))
+
+
+def test_overlapping_three_by_three_stride_two_adds_up():
+    # 5x5 input, four 3x3 windows at stride 2; they share row 2 and column 2.
+    x = np.arange(25.0).reshape(5, 5) / 100
+    x[2, 2] = 9.0  # the centre is the maximum of all four windows
+    y, pullback = pg.vjp(pg.max_pool, x[None, None], 3, 2)
+    np.testing.assert_array_equal(y, np.full((1, 1, 2, 2), 9.0))
+    dx = pullback(np.array([[[[1.0, 2.0], [3.0, 4.0]]]]))[0, 0]
+    assert dx[2, 2] == 1 + 2 + 3 + 4
+    assert np.count_nonzero(dx) == 1
+    # average: each window spreads dy/9; the shared positions collect 2 or 4 shares
+    _, pullback = pg.vjp(pg.avg_pool, x[None, None], 3, 2)
+    dx = pullback(np.ones((1, 1, 2, 2)))[0, 0]
+    coverage = np.array([[1, 1, 2, 1, 1]] * 2 + [[2, 2, 4, 2, 2]] + [[1, 1, 2, 1, 1]] * 2)
+    np.testing.assert_allclose(dx, coverage / 9)
+
+
+def test_batch_routes_every_example_on_its_own():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((100, 1, 4, 4))
+    dy = rng.standard_normal((100, 1, 2, 2))
+    y, pullback = pg.vjp(pg.max_pool, x, 2)
+    dx = pullback(dy)
+    for n in range(100):
+        _, alone = pg.vjp(pg.max_pool, x[n:n + 1], 2)
+        np.testing.assert_array_equal(dx[n:n + 1], alone(dy[n:n + 1]))
+    receives = dx != 0
+    # each example: one position per 2x2 window, a quarter of the input
+    assert (receives.reshape(100, -1).sum(axis=1) == 4).all()
+    # the batch as a whole reaches (nearly) every position
+    reached = receives.any(axis=0).mean()
+    assert reached == 1.0
+    winners = np.unique(receives.reshape(100, -1), axis=0)
+    assert len(winners) > 50  # the examples pick different maxima
+
+
+# ---------------------------------------------------------------- ties and NaN
+
+
+def test_split_ties_by_hand():
+    x = grid([[2, 2, 1, 0],
+              [1, 2, 3, 3],
+              [0, 0, 5, 1],
+              [0, 0, 1, 1]])
+    dy = grid([[6, 4], [3, 8]])
+    _, first = pg.vjp(pg.max_pool, x, 2)
+    _, split = pg.vjp(pg.max_pool, x, 2, ties="split")
+    np.testing.assert_array_equal(first(dy), grid([[6, 0, 0, 0],
+                                                   [0, 0, 4, 0],
+                                                   [3, 0, 8, 0],
+                                                   [0, 0, 0, 0]]))
+    np.testing.assert_array_equal(split(dy), grid([[2, 2, 0, 0],
+                                                   [0, 2, 2, 2],
+                                                   [0.75, 0.75, 8, 0],
+                                                   [0.75, 0.75, 0, 0]]))
+
+
+def test_split_ties_add_up_over_overlapping_windows():
+    x = np.zeros((1, 1, 3))  # windows [0, 1] and [1, 2], everything tied
+    _, split = pg.vjp(pg.max_pool, x, 2, 1, ties="split")
+    np.testing.assert_array_equal(split(np.array([[[2.0, 4.0]]])), [[[1.0, 3.0, 2.0]]])
+
+
+def test_padding_never_wins():
+    x = np.full((1, 1, 3), -np.inf)
+    y, indices = pg.max_pool(x, 3, 1, padding=1, return_indices=True)
+    np.testing.assert_array_equal(y, x)
+    np.testing.assert_array_equal(indices, [[[0, 0, 1]]])
+    x = np.full((1, 1, 2), -5.0)
+    y, pullback = pg.vjp(pg.max_pool, x, 3, 2, padding=2)
+    np.testing.assert_array_equal(y, [[[-5.0, -5.0]]])
+    # windows [-2, -1, 0] and [0, 1, 2]: both pick input 0 (the first of the tied -5s)
+    np.testing.assert_array_equal(pullback(np.ones((1, 1, 2))), [[[2.0, 0.0]]])
+
+
+@pytest.mark.parametrize("ties", ["first", "split"])
+def test_nan_propagates_and_takes_the_gradient(ties):
+    x = grid([[1, np.nan, 7, 2], [3, np.nan, 0, 1]])
+    (y, indices), pullback = pg.vjp(pg.max_pool, x, 2, return_indices=True, ties=ties)
+    assert np.isnan(y[0, 0, 0, 0]) and y[0, 0, 0, 1] == 7
+    # the first NaN in row-major order wins (PyTorch's CPU kernel takes the last one)
+    assert indices[0, 0, 0, 0] == 1
+    np.testing.assert_array_equal(pullback(grid([[1, 1]])), grid([[0, 1, 1, 0], [0, 0, 0, 0]]))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint32])
+def test_integer_max_pool_forward(dtype):
+    info = np.iinfo(dtype)
+    x = np.array([[[info.min, info.max, 3, info.min]]], dtype=dtype)
+    y, indices = pg.max_pool(x, 2, return_indices=True)
+    assert y.dtype == dtype
+    np.testing.assert_array_equal(y, np.array([[[info.max, 3]]], dtype=dtype))
+    np.testing.assert_array_equal(indices, [[[1, 2]]])
+    assert pg.max_pool(np.full((1, 1, 3), info.min, dtype), 2, 1, padding=1).min() == info.min
+
+
+# ---------------------------------------------------------------- geometry rules
+
+
+def test_ceil_mode_drops_a_window_starting_in_the_end_padding():
+    x = np.arange(5.0)[None, None]
+    # floor: (5 + 2 - 2) // 2 + 1 = 3; ceil would give 4, but window 3 starts at
+    # 3 * 2 - 1 = 5, inside the end padding, so it is dropped
+    assert pg.max_pool(x, 2, 2, padding=1).shape[-1] == 3
+    assert pg.max_pool(x, 2, 2, padding=1, ceil_mode=True).shape[-1] == 3
+    # without padding the ceil window starts at 4, inside the input, and is kept
+    np.testing.assert_array_equal(pg.max_pool(x, 2, 2, ceil_mode=True), [[[1.0, 3.0, 4.0]]])
+
+
+def test_avg_ceil_mode_counts_only_the_padded_input():
+    x = np.ones((1, 1, 5))
+    # windows [0,1] [2,3] [4,(5)]: position 5 lies beyond the input (no padding) and
+    # never counts, even with count_include_pad
+    np.testing.assert_array_equal(pg.avg_pool(x, 2, ceil_mode=True), [[[1.0, 1.0, 1.0]]])
+    # with padding 1: windows [-1,0] [1,2] [3,4]; the padded position counts
+    np.testing.assert_array_equal(pg.avg_pool(x, 2, padding=1), [[[0.5, 1.0, 1.0]]])
+    np.testing.assert_array_equal(pg.avg_pool(x, 2, padding=1, count_include_pad=False),
+                                  [[[1.0, 1.0, 1.0]]])
+    np.testing.assert_array_equal(pg.avg_pool(x, 2, padding=1, divisor_override=4),
+                                  [[[0.25, 0.5, 0.5]]])
+
+
+def test_padding_larger_than_half_the_kernel_is_allowed_like_onnx():
+    x = np.arange(4.0)[None, None]
+    y = pg.max_pool(x, 2, 1, padding=((1, 1),))
+    np.testing.assert_array_equal(y, [[[0, 1, 2, 3, 3]]])
+    np.testing.assert_array_equal(pg.avg_pool(x, 3, 1, padding=((2, 0),)),
+                                  [[[0, 1 / 3, 1, 2]]])
+
+
+def test_unbatched_input_keeps_its_shape():
+    x = np.random.default_rng(1).standard_normal((3, 6, 6))
+    y, pullback = pg.vjp(pg.max_pool, x, (2, 2))
+    assert y.shape == (3, 3, 3)
+    np.testing.assert_array_equal(y, pg.max_pool(x[None], 2)[0])
+    assert pullback(np.ones_like(y)).shape == x.shape
+    assert pg.global_avg_pool(x, spatial_dims=2).shape == (3, 1, 1)
+
+
+# ---------------------------------------------------------------- state, dtypes, purity
+
+
+@pytest.mark.parametrize("kernel, dtype", [(2, np.uint8), (16, np.uint8), (17, np.uint16),
+                                           ((16, 16, 1), np.uint8), ((20, 20, 1), np.uint16)])
+def test_max_pool_keeps_one_small_unsigned_position_per_output(kernel, dtype):
+    x = np.random.default_rng(0).standard_normal((2, 3, 20, 20, 4)).astype(np.float32)
+    kernel3 = kernel if isinstance(kernel, tuple) else (kernel, kernel, 1)
+    y, pullback = pg.vjp(pg.max_pool, x, kernel3)
+    assert list(pullback.saved) == ["window_positions"]
+    assert pullback.saved["window_positions"].dtype == dtype
+    assert pullback.state_bytes_per_output == np.dtype(dtype).itemsize
+
+
+def test_pullback_is_pure_and_repeatable():
+    x = np.random.default_rng(2).standard_normal((2, 2, 7, 7)).astype(np.float32)
+    x_copy = x.copy()
+    for op, args in [(pg.max_pool, (3, 2)), (pg.avg_pool, (3, 2)), (pg.lp_pool, (2.0, 3, 2))]:
+        y, pullback = pg.vjp(op, x, *args)
+        dy = np.ones_like(y)
+        first, second = pullback(dy), pullback(dy)
+        np.testing.assert_array_equal(first, second)
+        assert first.dtype == x.dtype and first.shape == x.shape
+        assert (dy == 1).all()
+    np.testing.assert_array_equal(x, x_copy)
+
+
+def test_float16_in_float16_out():
+    x = np.random.default_rng(3).standard_normal((2, 2, 6, 6)).astype(np.float16)
+    for op, args in [(pg.max_pool, (2,)), (pg.avg_pool, (3, 1, 1)), (pg.lp_pool, (2, 2))]:
+        y, pullback = pg.vjp(op, x, *args)
+        assert y.dtype == np.float16
+        assert pullback(np.ones_like(y)).dtype == np.float16
+    # the float16 result is the float32 computation rounded once
+    np.testing.assert_array_equal(pg.avg_pool(x, 3, 1, 1),
+                                  pg.avg_pool(x.astype(np.float32), 3, 1, 1).astype(np.float16))
+
+
+# ---------------------------------------------------------------- determinism
+
+
+DETERMINISM_CASES = [
+    (pg.max_pool, (3,), dict(stride=1, padding=1)),
+    (pg.max_pool, (3,), dict(stride=1, padding=1, ties="split")),
+    (pg.avg_pool, (3,), dict(stride=1, padding=1)),
+    (pg.lp_pool, (2.0, 3), dict(stride=1)),
+    (pg.adaptive_avg_pool, ((7, 5),), {}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(DETERMINISM_CASES)))
+def test_backward_bits_do_not_depend_on_thread_count(case):
+    op, args, kwargs = DETERMINISM_CASES[case]
+    rng = np.random.default_rng(case)
+    # rounded values give ties for the split rule; heavy window overlap everywhere
+    x = np.round(rng.standard_normal((4, 8, 33, 29)), 1).astype(np.float32)
+    y, pullback = pg.vjp(op, x, *args, **kwargs)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    before = numba.get_num_threads()
+    results = []
+    try:
+        for threads in (1, numba.config.NUMBA_NUM_THREADS, 1):
+            numba.set_num_threads(threads)
+            results.append(pullback(dy))
+            results.append(pullback(dy))
+    finally:
+        numba.set_num_threads(before)
+    for other in results[1:]:
+        assert other.tobytes() == results[0].tobytes()
