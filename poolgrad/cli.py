@@ -1,0 +1,85 @@
+"""The ``poolgrad`` command.
+
+``poolgrad demo``: max-pool a random batch and print where each example's gradient goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from . import ops
+
+
+def _format_grid(values: np.ndarray, width: int = 6) -> str:
+    def cell(v):
+        if v == 0:
+            return ".".rjust(width)
+        return f"{v:{width}.2f}" if not float(v).is_integer() else f"{int(v):{width}d}"
+    return "\n".join("  " + "".join(cell(v) for v in row) for row in values)
+
+
+def demo(batch: int, size: int, kernel: int, stride: int | None, seed: int) -> str:
+    """Pool a random batch (N, 1, size, size) and describe the routing of dy = 1."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, 1, size, size))
+    y, pullback = ops.vjp(ops.max_pool, x, kernel, stride)
+    dx = pullback(np.ones_like(y))
+    per_example = [ops.vjp(ops.max_pool, x[n:n + 1], kernel, stride)[1] for n in range(batch)]
+    alone = np.concatenate([pb(np.ones_like(y[:1])) for pb in per_example])
+    receives = dx[:, 0] != 0
+    lines = [
+        f"max_pool of a batch of {batch} random {size}x{size} inputs, kernel {kernel}, "
+        f"stride {stride or kernel}: output {y.shape[2]}x{y.shape[3]} per example",
+        f"upstream gradient dy = 1 everywhere; the pullback keeps "
+        f"{pullback.state_bytes_per_output:g} byte per output (PyTorch keeps 8)",
+        "",
+        "example 0, input:",
+        _format_grid(np.round(x[0, 0], 2)),
+        "example 0, gradient routed back (only each window's maximum receives it):",
+        _format_grid(dx[0, 0]),
+        "",
+        f"how many of the {batch} examples send gradient to each input position:",
+        _format_grid(receives.sum(axis=0)),
+        f"each example reaches {receives.reshape(batch, -1).sum(axis=1).mean():.1f} of "
+        f"{size * size} positions; the batch as a whole reaches {receives.any(axis=0).sum()}",
+        "batch gradient == each example's gradient computed alone: "
+        f"{np.array_equal(dx, alone)}",
+    ]
+    return "\n".join(lines)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="poolgrad", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("demo", help="show where a max-pool layer routes a batch's gradient")
+    p.add_argument("--batch", type=_positive, default=100, help="examples in the batch")
+    p.add_argument("--size", type=_positive, default=6, help="input height and width")
+    p.add_argument("--kernel", type=_positive, default=2, help="window size")
+    p.add_argument("--stride", type=_positive, default=None, help="default: the kernel")
+    p.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            print(demo(args.batch, args.size, args.kernel, args.stride, args.seed))
+    except (ValueError, TypeError) as error:
+        print(f"poolgrad {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

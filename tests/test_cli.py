@@ -1,0 +1,30 @@
+"""The ``poolgrad`` command: the demo runs, and bad arguments give one line and exit 2."""
+
+import subprocess
+import sys
+
+import pytest
+
+from poolgrad import cli
+
+
+def test_demo_reports_the_routing(capsys):
+    assert cli.main(["demo", "--batch", "20", "--size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "batch of 20 random 4x4 inputs" in out
+    assert "each example reaches 4.0 of 16 positions" in out
+    assert "batch gradient == each example's gradient computed alone: True" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["demo", "--size", "1", "--kernel", "3"], "output would be empty"),
+    (["demo", "--batch", "0"], "--batch: must be an integer >= 1"),
+    (["demo", "--kernel", "x"], "--kernel"),
+    (["nonsense"], "invalid choice"),
+])
+def test_bad_arguments_exit_non_zero_with_one_line(args, message):
+    run = subprocess.run([sys.executable, "-m", "poolgrad.cli", *args],
+                         capture_output=True, text=True)
+    assert run.returncode == 2
+    assert "Traceback" not in run.stderr
+    assert message in run.stderr.strip().splitlines()[-1]
