@@ -195,6 +195,14 @@ def _frozen(array) -> np.ndarray:
     return array
 
 
+def _raise_padding_only(before, after, kernel, stride, dilation, length, axis, window, count):
+    raise ValueError(
+        f"padding ({before}, {after}) is too large in spatial dim {axis}: window {window} of "
+        f"{count} holds only padding (kernel {kernel}, stride {stride}, dilation {dilation}, "
+        f"input length {length}); every window must hold at least one input element"
+    )
+
+
 @functools.lru_cache(maxsize=512)
 def sliding_axis(
     length: int, kernel: int, stride: int, dilation: int, before: int, after: int,
@@ -202,18 +210,21 @@ def sliding_axis(
 ) -> AxisWindows:
     """Windows of a strided, dilated, padded pooling along one axis (validated)."""
     count = output_length(length, kernel, stride, dilation, before, after, ceil_mode, axis)
-    start = np.arange(count, dtype=np.int64) * stride - before
+    span = dilation * (kernel - 1) + 1
+    if before >= span or (count - 1) * stride - before >= length:
+        # the first or the last window lies wholly in the padding; checked here so that
+        # absurd paddings never reach the per-window tables below
+        _raise_padding_only(before, after, kernel, stride, dilation, length, axis,
+                            0 if before >= span else count - 1, count)
+    # (a stride beyond the padded input leaves one window: never multiply by it)
+    start = np.arange(count, dtype=np.int64) * (stride if count > 1 else 0) - before
     # taps j with 0 <= start + j*dilation < length
     first = np.maximum(0, -(start // dilation))  # ceil(-start / dilation), start < 0
     end = np.minimum(kernel, (length - 1 - start) // dilation + 1)
     empty = np.flatnonzero(first >= end)
     if len(empty):
-        raise ValueError(
-            f"padding ({before}, {after}) is too large in spatial dim {axis}: window "
-            f"{int(empty[0])} of {count} holds only padding (kernel {kernel}, stride {stride}, "
-            f"dilation {dilation}, input length {length}); every window must hold at least "
-            f"one input element"
-        )
+        _raise_padding_only(before, after, kernel, stride, dilation, length, axis,
+                            int(empty[0]), count)
     padded = np.minimum(kernel, (length + after - 1 - start) // dilation + 1)
     return AxisWindows(length, start, first, end, padded, dilation, kernel)
 
@@ -359,10 +370,12 @@ def unpool_output_spatial(
     if output_size is None:
         sizes = default
     else:
-        try:
-            sizes = tuple(int(v) for v in output_size)
-        except TypeError:
-            raise TypeError(f"output_size must be a sequence of ints, got {output_size!r}") from None
+        if isinstance(output_size, np.ndarray):
+            output_size = output_size.tolist()
+        if (isinstance(output_size, str) or not isinstance(output_size, Sequence)
+                or not all(_is_int(v) for v in output_size)):
+            raise TypeError(f"output_size must be a sequence of ints, got {output_size!r}")
+        sizes = tuple(int(v) for v in output_size)
         if len(sizes) == len(default) + 2 or len(sizes) == len(default) + 1:
             sizes = sizes[-len(default):]
         if len(sizes) != len(default):

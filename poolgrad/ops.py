@@ -58,6 +58,8 @@ def _check_array(x, name: str, floating: bool) -> np.ndarray:
             x = np.asarray(x)
         except (TypeError, ValueError) as error:
             raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}") from error
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))  # kernels read native byte order only
     allowed = "float16, float32 or float64"
     if floating:
         if x.dtype not in _COMPUTE_DTYPE:
@@ -75,14 +77,22 @@ def _spatial_dims(x: np.ndarray, name: str, **per_dim_args) -> int:
         raise ValueError(f"per-dim arguments disagree on the number of spatial dims: {described}")
     ndim = next(iter(lengths.values())) if lengths else x.ndim - 2
     if ndim not in (1, 2, 3):
-        source = "the per-dim arguments give" if lengths else f"{name}.ndim - 2 gives"
+        if lengths:
+            source = f"{next(iter(lengths))} has {ndim} per-dim values, so"
+        else:
+            source = f"{name}.ndim - 2 gives"
         raise ValueError(
-            f"poolgrad pools 1, 2 or 3 spatial dims, but {source} {ndim} "
+            f"poolgrad pools 1, 2 or 3 spatial dims, but {source} {ndim} spatial dims "
             f"({name} has shape {x.shape}); {name} must be (N, C, *spatial) or (C, *spatial)"
         )
     if x.ndim not in (ndim + 1, ndim + 2):
+        if lengths:
+            source, count = next(iter(lengths.items()))
+            reason = f"{source} has {count} per-dim values, so {ndim} spatial dim(s), which need"
+        else:
+            reason = f"{ndim} spatial dim(s) need"
         raise ValueError(
-            f"{name} has shape {x.shape} ({x.ndim} dims) but {ndim} spatial dim(s) need "
+            f"{name} has shape {x.shape} ({x.ndim} dims) but {reason} "
             f"{ndim + 2} dims (N, C, *spatial) or {ndim + 1} dims (C, *spatial)"
         )
     if any(s < 1 for s in x.shape[-ndim:]):
@@ -161,6 +171,11 @@ class Pullback:
                 f"saves {self.saved_bytes} bytes)")
 
 
+def _owned(view: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``view`` as an array the pullback owns, so later changes to ``x`` cannot reach it."""
+    return view.copy() if np.shares_memory(view, x) else view
+
+
 def _gradient_input(x: np.ndarray, op: str) -> None:
     if x.dtype not in _COMPUTE_DTYPE:
         raise TypeError(f"vjp({op}): gradients need a floating-point x, got {x.dtype}")
@@ -199,6 +214,7 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
             return dx
         saved = {"window_positions": pos}
     else:
+        xk = _owned(xk, x)
         tie_count = np.empty(out_shape, dtype=xk.dtype)
         max_kernels.max_pool_tie_count(xk, plan.table, plan.dilation, yk, tie_count)
 
@@ -240,7 +256,11 @@ def _check_p(p) -> float:
 
 def _lp_engine(x, layout, plan, p, want_pullback, op):
     xk = _compute_view(x, layout)
-    p_typed = xk.dtype.type(p)
+    with np.errstate(over="ignore", under="ignore"):
+        p_typed = xk.dtype.type(p)
+    if not (np.isfinite(p_typed) and p_typed > 0 and np.isfinite(1 / p_typed)):
+        raise ValueError(f"p = {p!r} is out of range for {xk.dtype} computation; "
+                         f"p must be finite and > 0 in {xk.dtype}")
     yk = np.empty(layout.kernel_shape(plan.out_spatial), dtype=xk.dtype)
     sum_kernels.lp_pool_forward(xk, plan.table, plan.dilation, p_typed, yk)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
@@ -248,6 +268,7 @@ def _lp_engine(x, layout, plan, p, want_pullback, op):
         return y, None
     ptr, outs, _ = plan.cover
     dx_shape = layout.kernel_shape(plan.in_spatial)
+    xk = _owned(xk, x)
 
     def backward(dy):
         dx = np.empty(dx_shape, dtype=dy.dtype)
@@ -280,7 +301,7 @@ def _adaptive_plan(x, output_size, ndim):
 def _global_dims(x, spatial_dims) -> int:
     if spatial_dims is None:
         return _spatial_dims(x, "x")
-    if not isinstance(spatial_dims, int) or spatial_dims not in (1, 2, 3):
+    if not geometry._is_int(spatial_dims) or spatial_dims not in (1, 2, 3):
         raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims!r}")
     return _spatial_dims(x, "x", spatial_dims=(0,) * spatial_dims)
 
@@ -526,6 +547,8 @@ def _max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=Non
                                                  output_size)
     if not isinstance(indices, np.ndarray):
         indices = np.asarray(indices)
+    if not indices.dtype.isnative:
+        indices = indices.astype(indices.dtype.newbyteorder("="))
     if indices.dtype.kind not in "iu":
         raise TypeError(f"indices must be an integer array (int64, as max_pool returns), "
                         f"got {indices.dtype}")
@@ -538,8 +561,9 @@ def _max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=Non
             f"indices must lie in [0, {plane}) for an unpooled plane of {out_spatial}, got "
             f"values from {indices.min()} to {indices.max()}")
     lead = layout.kernel_shape(())[:2]
-    flat_y = _compute_view(y, layout).reshape(lead + (-1,))
-    flat_indices = layout.to_kernel(indices).reshape(lead + (-1,)).astype(np.int64, copy=False)
+    count = math.prod(layout.spatial)
+    flat_y = _compute_view(y, layout).reshape(lead + (count,))
+    flat_indices = layout.to_kernel(indices).reshape(lead + (count,)).astype(np.int64, copy=False)
     out = np.zeros(lead + (plane,), dtype=flat_y.dtype)
     written = np.empty(flat_y.shape, dtype=np.uint8)
     unpool_kernels.max_unpool_forward(flat_y, flat_indices, out, written)
@@ -603,7 +627,7 @@ def vjp(op, x, *args, **kwargs):
         array([[[[0. , 2.5],
                  [0. , 0. ]]]])
     """
-    rule = _VJP_RULES.get(op)
+    rule = _VJP_RULES.get(op) if callable(op) else None
     if rule is None:
         names = ", ".join(f.__name__ for f in _VJP_RULES)
         raise TypeError(f"vjp needs one of poolgrad's operators ({names}), got {op!r}")

@@ -66,12 +66,17 @@ def avg_pool_backward(dy, divisor, cover_ptr, cover_out, dx):
 
 @parallel_kernel
 def lp_pool_forward(x, table, dilation, p, y):
-    """``y = (sum over real taps of |x|^p) ** (1/p)``; padding adds 0."""
+    """``y = (sum over real taps of |x|^p) ** (1/p)``; padding adds 0.
+
+    Computed as ``m * (sum (|x|/m)^p) ** (1/p)`` with ``m`` the window's largest ``|x|``,
+    so that large ``p`` neither overflows nor underflows (``p = 1`` needs no scaling).
+    """
     n_batch, n_chan = x.shape[0], x.shape[1]
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
     zero = np.zeros(1, y.dtype)[0]
-    inverse_p = 1 / p
+    one = np.ones(1, y.dtype)[0]
+    inverse_p = one / p
     for row in prange(n_batch * n_chan * out_d * out_h):
         oh = row % out_h
         rest = row // out_h
@@ -83,13 +88,27 @@ def lp_pool_forward(x, table, dilation, p, y):
         start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
         for ow in range(out_w):
             start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+            scale = one
+            if p != 1:
+                largest = zero
+                for jd in range(first_d, end_d):
+                    xd = start_d + jd * dil_d
+                    for jh in range(first_h, end_h):
+                        xh = start_h + jh * dil_h
+                        for jw in range(first_w, end_w):
+                            v = abs(x[n, c, xd, xh, start_w + jw * dil_w])
+                            if v > largest:
+                                largest = v
+                # all zeros, or an inf: no scaling (the sum gives 0, inf or NaN)
+                if largest > 0 and largest < np.inf:
+                    scale = largest
             total = zero
             for jd in range(first_d, end_d):
                 xd = start_d + jd * dil_d
                 for jh in range(first_h, end_h):
                     xh = start_h + jh * dil_h
                     for jw in range(first_w, end_w):
-                        v = abs(x[n, c, xd, xh, start_w + jw * dil_w])
+                        v = abs(x[n, c, xd, xh, start_w + jw * dil_w]) / scale
                         if p == 2:
                             total += v * v
                         elif p == 1:
@@ -97,11 +116,11 @@ def lp_pool_forward(x, table, dilation, p, y):
                         else:
                             total += v ** p
             if p == 2:
-                y[n, c, od, oh, ow] = np.sqrt(total)
+                y[n, c, od, oh, ow] = scale * np.sqrt(total)
             elif p == 1:
                 y[n, c, od, oh, ow] = total
             else:
-                y[n, c, od, oh, ow] = total ** inverse_p
+                y[n, c, od, oh, ow] = scale * total ** inverse_p
 
 
 @parallel_kernel
