@@ -86,14 +86,17 @@ def resolve_padding(
                 total = max((ceildiv(length, s) - 1) * s + d * (k - 1) + 1 - length, 0)
                 pairs.append((total // 2, total - total // 2))
             return tuple(pairs)
-        raise ValueError(f'padding must be "valid", "same", an int or per-dim values, got {padding!r}')
+        raise ValueError(
+            f'padding must be "valid", "same", an int or per-dim values, got {padding!r}'
+        )
     if _is_int(padding):
         pairs = ((int(padding), int(padding)),) * ndim
     elif isinstance(padding, Sequence):
         if len(padding) != ndim:
             raise ValueError(
                 f"padding has {len(padding)} entries {tuple(padding)!r} but the input has {ndim} "
-                f"spatial dim(s); give one int, one int per dim, or one (before, after) pair per dim"
+                f"spatial dim(s); give one int, one int per dim, or one (before, after) pair "
+                f"per dim"
             )
         pairs = []
         for entry in padding:

@@ -71,7 +71,9 @@ def _check_array(x, name: str, floating: bool) -> np.ndarray:
 
 def _spatial_dims(x: np.ndarray, name: str, **per_dim_args) -> int:
     """Number of spatial dims: from the per-dim sequences given, else ``x.ndim - 2``."""
-    lengths = {k: n for k, v in per_dim_args.items() if (n := geometry.sequence_length(v)) is not None}
+    lengths = {
+        k: n for k, v in per_dim_args.items() if (n := geometry.sequence_length(v)) is not None
+    }
     if len(set(lengths.values())) > 1:
         described = ", ".join(f"{k} has {n}" for k, n in lengths.items())
         raise ValueError(f"per-dim arguments disagree on the number of spatial dims: {described}")

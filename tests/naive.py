@@ -24,7 +24,7 @@ def sliding_windows(spatial, kernel, stride, dilation, pads, ceil_mode):
     """For each output position, the list of taps ``(coords, inside_input, inside_padded)``
     in row-major window order."""
     per_axis = []
-    for length, k, s, d, (lo, hi) in zip(spatial, kernel, stride, dilation, pads):
+    for length, k, s, d, (lo, hi) in zip(spatial, kernel, stride, dilation, pads, strict=False):
         axis = []
         for o in range(output_length(length, k, s, d, lo, hi, ceil_mode)):
             taps = []
@@ -38,7 +38,7 @@ def sliding_windows(spatial, kernel, stride, dilation, pads, ceil_mode):
 
 def adaptive_windows(spatial, out_spatial):
     per_axis = []
-    for length, count in zip(spatial, out_spatial):
+    for length, count in zip(spatial, out_spatial, strict=False):
         axis = []
         for o in range(count):
             start, stop = (o * length) // count, -((-(o + 1) * length) // count)
@@ -51,7 +51,7 @@ def _combine(per_axis):
     windows = {}
     for out_index in itertools.product(*(range(len(a)) for a in per_axis)):
         taps = []
-        for combo in itertools.product(*(a[o] for a, o in zip(per_axis, out_index))):
+        for combo in itertools.product(*(a[o] for a, o in zip(per_axis, out_index, strict=False))):
             coords = tuple(t[0] for t in combo)
             taps.append((coords, all(t[1] for t in combo), all(t[2] for t in combo)))
         windows[out_index] = taps
@@ -102,7 +102,7 @@ def pool(x, windows, kind, dy=None, count_include_pad=True, divisor_override=Non
             elif kind == "lp":
                 norm = sum(abs(v) ** p for v in values) ** (1 / p)
                 y[(n, c) + out_index] = norm
-                for coords, v in zip(real, values):
+                for coords, v in zip(real, values, strict=False):
                     if norm != 0 and v != 0:
                         dx[(n, c) + coords] += g * np.sign(v) * (abs(v) / norm) ** (p - 1)
             else:

@@ -323,7 +323,8 @@ def test_any_layout_gives_the_contiguous_result(name, kwargs, layout):
 def test_pullback_does_not_see_later_changes_to_x():
     """The pullbacks that keep x (Lp, split ties) keep their own copy."""
     x = np.array([[[0.5, 2.0, 2.0, 1.0]]])
-    for op, args, kwargs in [(poolgrad.lp_pool, (2.0, 2), {}), (poolgrad.max_pool, (2,), {"ties": "split"})]:
+    cases = [(poolgrad.lp_pool, (2.0, 2), {}), (poolgrad.max_pool, (2,), {"ties": "split"})]
+    for op, args, kwargs in cases:
         y, pullback = poolgrad.vjp(op, x, *args, **kwargs)
         before = pullback(np.ones_like(y))
         changed = x.copy()

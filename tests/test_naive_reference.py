@@ -17,7 +17,7 @@ def random_geometry(rng):
         kernel = tuple(int(k) for k in rng.integers(1, 5, ndim))
         stride = tuple(int(s) for s in rng.integers(1, 4, ndim))
         dilation = tuple(int(d) for d in rng.integers(1, 3, ndim))
-        spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+        spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=False)]
         pads = tuple((int(rng.integers(0, s + 1)), int(rng.integers(0, s + 1))) for s in spans)
         largest = {1: 10, 2: 7, 3: 5}[ndim]
         spatial = tuple(int(rng.integers(1, largest + 1)) for _ in range(ndim))
@@ -118,14 +118,14 @@ def test_same_padding_matches_explicit_pairs(seed):
     dilation = tuple(int(d) for d in rng.integers(1, 3, ndim))
     # at least one window span long: a shorter, dilated input can leave a window
     # holding only padding, which is an error (see test_bad_input)
-    spatial = tuple(d * (k - 1) + 1 + int(rng.integers(0, 7)) for k, d in zip(kernel, dilation))
+    spatial = tuple(d * (k - 1) + 1 + int(rng.integers(0, 7)) for k, d in zip(kernel, dilation, strict=False))
     pads = []
-    for length, k, s, d in zip(spatial, kernel, stride, dilation):
+    for length, k, s, d in zip(spatial, kernel, stride, dilation, strict=False):
         total = max((-(-length // s) - 1) * s + d * (k - 1) + 1 - length, 0)
         pads.append((total // 2, total - total // 2))
     x = draw_input(rng, spatial, ties=False)
     y = pg.max_pool(x, kernel, stride, "same", dilation)
-    assert y.shape[2:] == tuple(-(-length // s) for length, s in zip(spatial, stride))
+    assert y.shape[2:] == tuple(-(-length // s) for length, s in zip(spatial, stride, strict=False))
     np.testing.assert_array_equal(y, pg.max_pool(x, kernel, stride, pads, dilation))
     a = pg.avg_pool(x, kernel, stride, "same", dilation, count_include_pad=False)
     assert_close(a, pg.avg_pool(x, kernel, stride, pads, dilation, count_include_pad=False))
