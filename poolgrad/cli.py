@@ -51,11 +51,19 @@ def demo(batch: int, size: int, kernel: int, stride: int | None, seed: int) -> s
     return "\n".join(lines)
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
-    return value
+def _at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text}")
+        return value
+    return parse
+
+
+_positive = _at_least(1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=_positive, default=6, help="input height and width")
     p.add_argument("--kernel", type=_positive, default=2, help="window size")
     p.add_argument("--stride", type=_positive, default=None, help="default: the kernel")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_at_least(0), default=0)
     return parser
 
 

@@ -34,8 +34,21 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def flag(value, name: str) -> bool:
+    """A boolean option: True/False (NumPy's too) or 0/1; never a truthy string."""
+    if isinstance(value, (bool, np.bool_)) or (_is_int(value) and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+def _listed(value):
+    """NumPy arrays of per-dim values behave like lists."""
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
 def per_dim(value, ndim: int, name: str, minimum: int = 1) -> tuple[int, ...]:
     """An int or a sequence of ``ndim`` ints, each at least ``minimum``, as a tuple."""
+    value = _listed(value)
     if _is_int(value):
         values = (int(value),) * ndim
     elif isinstance(value, Sequence) and not isinstance(value, str):
@@ -56,6 +69,7 @@ def per_dim(value, ndim: int, name: str, minimum: int = 1) -> tuple[int, ...]:
 
 def sequence_length(value) -> int | None:
     """How many spatial dims a per-dim argument speaks for (None for an int or a string)."""
+    value = _listed(value)
     if isinstance(value, Sequence) and not isinstance(value, str):
         return len(value)
     return None
@@ -76,6 +90,7 @@ def resolve_padding(
     end, like ONNX ``SAME_UPPER``).
     """
     ndim = len(in_spatial)
+    padding = _listed(padding)
     if isinstance(padding, str):
         mode = padding.lower()
         if mode == "valid":
@@ -199,8 +214,9 @@ def _frozen(array) -> np.ndarray:
 
 
 def _raise_padding_only(before, after, kernel, stride, dilation, length, axis, window, count):
+    which = "some window" if window is None else f"window {window}"
     raise ValueError(
-        f"padding ({before}, {after}) is too large in spatial dim {axis}: window {window} of "
+        f"padding ({before}, {after}) is too large in spatial dim {axis}: {which} of "
         f"{count} holds only padding (kernel {kernel}, stride {stride}, dilation {dilation}, "
         f"input length {length}); every window must hold at least one input element"
     )
@@ -212,13 +228,17 @@ def sliding_axis(
     ceil_mode: bool, axis: int = 0,
 ) -> AxisWindows:
     """Windows of a strided, dilated, padded pooling along one axis (validated)."""
+    if kernel == 1:
+        dilation = 1  # one tap: the dilation never applies
     count = output_length(length, kernel, stride, dilation, before, after, ceil_mode, axis)
     span = dilation * (kernel - 1) + 1
-    if before >= span or (count - 1) * stride - before >= length:
+    # A real element is read by at most one window per tap, so more than length * kernel
+    # windows means some hold only padding (checked before anything is allocated).
+    if before >= span or (count - 1) * stride - before >= length or count > length * kernel:
         # the first or the last window lies wholly in the padding; checked here so that
         # absurd paddings never reach the per-window tables below
         _raise_padding_only(before, after, kernel, stride, dilation, length, axis,
-                            0 if before >= span else count - 1, count)
+                            0 if before >= span else None, count)
     # (a stride beyond the padded input leaves one window: never multiply by it)
     start = np.arange(count, dtype=np.int64) * (stride if count > 1 else 0) - before
     # taps j with 0 <= start + j*dilation < length
@@ -359,12 +379,14 @@ def unpool_output_spatial(
     stride: tuple[int, ...],
     padding: tuple[tuple[int, int], ...],
     output_size,
+    lead: tuple[int, ...] = (),
 ) -> tuple[int, ...]:
     """Spatial size of max_unpool's output, PyTorch's rule.
 
     Default ``(L - 1) * stride - before - after + kernel``; an explicit size (spatial
     dims, or the full shape) must lie strictly between default - stride and
-    default + stride, the sizes whose pooling gives back ``L``.
+    default + stride, the sizes whose pooling gives back ``L``. A full shape must start
+    with ``lead``, the input's leading (N, C) or (C,) dims.
     """
     default = tuple(
         (length - 1) * s - lo - hi + k
@@ -373,14 +395,18 @@ def unpool_output_spatial(
     if output_size is None:
         sizes = default
     else:
-        if isinstance(output_size, np.ndarray):
-            output_size = output_size.tolist()
+        output_size = _listed(output_size)
         if (isinstance(output_size, str) or not isinstance(output_size, Sequence)
                 or not all(_is_int(v) for v in output_size)):
             raise TypeError(f"output_size must be a sequence of ints, got {output_size!r}")
         sizes = tuple(int(v) for v in output_size)
-        if len(sizes) == len(default) + 2 or len(sizes) == len(default) + 1:
-            sizes = sizes[-len(default):]
+        if len(sizes) > len(default):
+            if tuple(lead) != sizes[: len(sizes) - len(default)]:
+                raise ValueError(
+                    f"output_size {sizes} must give {len(default)} spatial sizes, or the full "
+                    f"shape starting with {tuple(lead)}"
+                )
+            sizes = sizes[len(sizes) - len(default):]
         if len(sizes) != len(default):
             raise ValueError(
                 f"output_size {tuple(output_size)} must give {len(default)} spatial sizes "

@@ -52,8 +52,12 @@ _COMPUTE_DTYPE = {
 
 
 def _check_array(x, name: str, floating: bool) -> np.ndarray:
-    """``x`` as an ndarray (never a copy of an ndarray) of a supported dtype."""
-    if not isinstance(x, np.ndarray):
+    """``x`` as an ndarray of a supported dtype in native byte order (a copy only for
+    swapped byte order)."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array; pooling would ignore its mask. Pass "
+                        f"{name}.filled(value) or {name}.data")
+    if not isinstance(x, np.ndarray) or type(x) is not np.ndarray:
         try:
             x = np.asarray(x)
         except (TypeError, ValueError) as error:
@@ -174,7 +178,8 @@ class Pullback:
 
 
 def _owned(view: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``view`` as an array the pullback owns, so later changes to ``x`` cannot reach it."""
+    """``view`` as an array the pullback owns: later changes to ``x`` (the caller's
+    input or output) cannot reach it."""
     return view.copy() if np.shares_memory(view, x) else view
 
 
@@ -188,6 +193,7 @@ def _gradient_input(x: np.ndarray, op: str) -> None:
 
 
 def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
+    return_indices = geometry.flag(return_indices, "return_indices")
     if ties not in TIE_RULES:
         raise ValueError(f"ties must be one of {TIE_RULES}, got {ties!r}")
     if want_pullback:
@@ -216,7 +222,7 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
             return dx
         saved = {"window_positions": pos}
     else:
-        xk = _owned(xk, x)
+        xk, yk = _owned(xk, x), _owned(yk, y[0] if return_indices else y)
         tie_count = np.empty(out_shape, dtype=xk.dtype)
         max_kernels.max_pool_tie_count(xk, plan.table, plan.dilation, yk, tie_count)
 
@@ -249,11 +255,15 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
 
 
 def _check_p(p) -> float:
-    if not isinstance(p, numbers.Real) or isinstance(p, bool):
+    if not isinstance(p, numbers.Real) or isinstance(p, (bool, np.bool_)):
         raise TypeError(f"p must be a real number, got {p!r}")
-    if not (math.isfinite(p) and p > 0):
+    try:
+        value = float(p)
+    except OverflowError:
+        value = math.inf
+    if not (math.isfinite(value) and value > 0):
         raise ValueError(f"p must be a finite number > 0, got {p!r}")
-    return float(p)
+    return value
 
 
 def _lp_engine(x, layout, plan, p, want_pullback, op):
@@ -270,7 +280,7 @@ def _lp_engine(x, layout, plan, p, want_pullback, op):
         return y, None
     ptr, outs, _ = plan.cover
     dx_shape = layout.kernel_shape(plan.in_spatial)
-    xk = _owned(xk, x)
+    xk, yk = _owned(xk, x), _owned(yk, y)
 
     def backward(dy):
         dx = np.empty(dx_shape, dtype=dy.dtype)
@@ -285,7 +295,8 @@ def _sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim):
     dilation = geometry.per_dim(dilation, ndim, "dilation")
     spatial = x.shape[-ndim:]
     pads = geometry.resolve_padding(padding, spatial, kernel, stride, dilation)
-    return geometry.sliding_plan(spatial, kernel, stride, dilation, pads, bool(ceil_mode))
+    ceil_mode = geometry.flag(ceil_mode, "ceil_mode")
+    return geometry.sliding_plan(spatial, kernel, stride, dilation, pads, ceil_mode)
 
 
 def _adaptive_plan(x, output_size, ndim):
@@ -378,7 +389,7 @@ def _avg_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fals
             raise ValueError(f"divisor_override must be None or an int >= 1, got "
                              f"{divisor_override!r}")
         divisor_override = int(divisor_override)
-    mode = "padded" if count_include_pad else "real"
+    mode = "padded" if geometry.flag(count_include_pad, "count_include_pad") else "real"
     return _avg_engine(x, _Layout(x.shape, ndim), plan, mode, divisor_override, want_pullback,
                        "avg_pool")
 
@@ -537,6 +548,8 @@ def adaptive_avg_pool(x, output_size):
 def _max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=None, *,
                 want_pullback=False):
     y = _check_array(y, "y", floating=False)
+    if want_pullback:
+        _gradient_input(y, "max_unpool")
     ndim = _spatial_dims(y, "y", kernel_size=kernel_size, stride=stride, padding=padding)
     layout = _Layout(y.shape, ndim)
     kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
@@ -546,33 +559,31 @@ def _max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=Non
                          f"got {padding!r}; give output_size to undo a 'same' pooling")
     pads = geometry.resolve_padding(padding, layout.spatial, kernel, stride, (1,) * ndim)
     out_spatial = geometry.unpool_output_spatial(layout.spatial, kernel, stride, pads,
-                                                 output_size)
-    if not isinstance(indices, np.ndarray):
-        indices = np.asarray(indices)
-    if not indices.dtype.isnative:
-        indices = indices.astype(indices.dtype.newbyteorder("="))
+                                                 output_size, layout.lead)
+    indices = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
     if indices.dtype.kind not in "iu":
         raise TypeError(f"indices must be an integer array (int64, as max_pool returns), "
                         f"got {indices.dtype}")
     if indices.shape != y.shape:
         raise ValueError(f"indices has shape {indices.shape} but y has shape {y.shape}; "
                          f"they must match")
+    lead = layout.kernel_shape(())[:2]
+    count = math.prod(layout.spatial)
     plane = math.prod(out_spatial)
+    # validate (and later index with) a private int64 copy: the kernels do not bounds-check
+    # and the pullback must not see later changes to the caller's array
     if indices.size and (indices.min() < 0 or indices.max() >= plane):
         raise ValueError(
             f"indices must lie in [0, {plane}) for an unpooled plane of {out_spatial}, got "
             f"values from {indices.min()} to {indices.max()}")
-    lead = layout.kernel_shape(())[:2]
-    count = math.prod(layout.spatial)
+    flat_indices = np.array(layout.to_kernel(indices).reshape(lead + (count,)), dtype=np.int64)
     flat_y = _compute_view(y, layout).reshape(lead + (count,))
-    flat_indices = layout.to_kernel(indices).reshape(lead + (count,)).astype(np.int64, copy=False)
     out = np.zeros(lead + (plane,), dtype=flat_y.dtype)
     written = np.empty(flat_y.shape, dtype=np.uint8)
     unpool_kernels.max_unpool_forward(flat_y, flat_indices, out, written)
     result = out.astype(y.dtype, copy=False).reshape(layout.user_shape(out_spatial))
     if not want_pullback:
         return result, None
-    _gradient_input(y, "max_unpool")
 
     def backward(dout):
         dy = np.empty(flat_y.shape, dtype=dout.dtype)

@@ -20,6 +20,7 @@ def test_demo_reports_the_routing(capsys):
     (["demo", "--size", "1", "--kernel", "3"], "output would be empty"),
     (["demo", "--batch", "0"], "--batch: must be an integer >= 1"),
     (["demo", "--kernel", "x"], "--kernel"),
+    (["demo", "--seed", "-1"], "--seed: must be an integer >= 0"),
     (["nonsense"], "invalid choice"),
 ])
 def test_bad_arguments_exit_non_zero_with_one_line(args, message):
