@@ -118,7 +118,8 @@ def test_same_padding_matches_explicit_pairs(seed):
     dilation = tuple(int(d) for d in rng.integers(1, 3, ndim))
     # at least one window span long: a shorter, dilated input can leave a window
     # holding only padding, which is an error (see test_bad_input)
-    spatial = tuple(d * (k - 1) + 1 + int(rng.integers(0, 7)) for k, d in zip(kernel, dilation, strict=True))
+    spatial = tuple(d * (k - 1) + 1 + int(rng.integers(0, 7))
+                    for k, d in zip(kernel, dilation, strict=True))
     pads = []
     for length, k, s, d in zip(spatial, kernel, stride, dilation, strict=False):
         total = max((-(-length // s) - 1) * s + d * (k - 1) + 1 - length, 0)

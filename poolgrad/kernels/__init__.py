@@ -15,6 +15,8 @@ import numba
 # -inf. No "reassoc" (sums keep their order) and no "contract" (no fused multiply-add,
 # whose use would depend on the CPU): results are the same on every x86-64 machine
 # except where libm's pow differs (Lp pooling with p other than 1 or 2).
+# Numba's disk cache is keyed on each kernel file's timestamp, not on these flags: after
+# changing them, delete the caches (__pycache__/*.nbi, *.nbc) so every kernel recompiles.
 FASTMATH = frozenset({"nsz"})
 
 # Compiled once per signature and cached on disk next to the package.
