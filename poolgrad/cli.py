@@ -1,6 +1,7 @@
 """The ``poolgrad`` command.
 
 ``poolgrad demo``: max-pool a random batch and print where each example's gradient goes.
+``poolgrad bench``: time the speed suite against PyTorch (see :mod:`poolgrad.bench`).
 """
 
 from __future__ import annotations
@@ -75,7 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", type=_positive, default=2, help="window size")
     p.add_argument("--stride", type=_positive, default=None, help="default: the kernel")
     p.add_argument("--seed", type=_at_least(0), default=0)
+    b = commands.add_parser("bench", help="time poolgrad against PyTorch on layers of real "
+                                          "networks")
+    b.add_argument("--quick", action="store_true", help="tiny shapes, one repetition")
+    b.add_argument("--repeats", type=_positive, default=None,
+                   help="timed repetitions per measurement (default 5, quick 1)")
+    b.add_argument("--threads", type=_positive, default=None,
+                   help="threads for both libraries (default: all cores)")
+    b.add_argument("--out", default="bench.json", help="where to write the JSON results")
     return parser
+
+
+def bench(args) -> None:
+    from . import bench as suite
+    result = suite.run(quick=args.quick, repeats=args.repeats, threads=args.threads,
+                       progress=lambda text: print(f"  timing {text}", file=sys.stderr))
+    suite.write_json(result, args.out)
+    print(suite.format_table(result))
+    print(f"results written to {args.out}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "demo":
             print(demo(args.batch, args.size, args.kernel, args.stride, args.seed))
-    except (ValueError, TypeError) as error:
+        elif args.command == "bench":
+            bench(args)
+    except (ValueError, TypeError, OSError) as error:
         print(f"poolgrad {args.command}: error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -1,0 +1,278 @@
+"""The speed suite: poolgrad against PyTorch, side by side in one process.
+
+Every row times one layer from a real network, one memory layout and one pass
+(forward, backward, forward+backward) for both libraries at the same thread count,
+and reports medians, the poolgrad/PyTorch time ratio, and the fraction of the memory
+roofline: the bytes that must move (read x and write y; read dy and the saved state
+and write dx) divided by the bandwidth of a large NumPy copy measured in the same run.
+
+``poolgrad bench`` runs it; ``--quick`` uses tiny shapes and one repetition, so the
+test suite can run it too. Speed is never asserted by the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import ops
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    kind: str  # "max", "avg" or "global_avg"
+    shape: tuple[int, ...]  # (N, C, *spatial)
+    kernel: int = 1
+    stride: int = 1
+    padding: int = 0
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape) - 2
+
+    def quick(self) -> Layer:
+        """The same layer on a tiny input (for the test suite)."""
+        spatial = tuple(max(self.kernel + 3, s // 16) for s in self.shape[2:])
+        return Layer(self.name, self.kind, (2, 3) + spatial, self.kernel, self.stride,
+                     self.padding)
+
+
+SUITE = (
+    Layer("AlexNet 3x3/2", "max", (32, 96, 55, 55), 3, 2),
+    Layer("VGG 2x2/2", "max", (32, 64, 112, 112), 2, 2),
+    Layer("VGG 2x2/2 deep", "max", (64, 512, 14, 14), 2, 2),
+    Layer("ResNet stem 3x3/2 p1", "max", (32, 64, 112, 112), 3, 2, 1),
+    Layer("1D k4/4", "max", (64, 64, 4096), 4, 4),
+    Layer("3D 2x2x2/2", "max", (8, 32, 32, 64, 64), 2, 2),
+    Layer("global avg", "global_avg", (64, 2048, 7, 7)),
+    Layer("VGG avg 2x2/2", "avg", (32, 64, 112, 112), 2, 2),
+    Layer("ResNet avg 3x3/2 p1", "avg", (32, 64, 112, 112), 3, 2, 1),
+)
+
+LAYOUTS = ("NCHW", "channels-last")
+PASSES = ("forward", "backward", "forward+backward")
+
+
+def channels_last(x: np.ndarray) -> np.ndarray:
+    """The same logical (N, C, *spatial) array stored with C fastest (PyTorch's
+    channels_last memory format): a transposed view of an (N, *spatial, C) array."""
+    order = (0,) + tuple(range(2, x.ndim)) + (1,)
+    stored = np.ascontiguousarray(x.transpose(order))
+    return stored.transpose((0, x.ndim - 1) + tuple(range(1, x.ndim - 1)))
+
+
+def _poolgrad_call(layer: Layer):
+    if layer.kind == "global_avg":
+        return ops.global_avg_pool, (), {}
+    op = ops.max_pool if layer.kind == "max" else ops.avg_pool
+    return op, (layer.kernel, layer.stride, layer.padding), {}
+
+
+def _torch_call(layer: Layer, torch):
+    functional = torch.nn.functional
+    if layer.kind == "global_avg":
+        dims = tuple(range(2, 2 + layer.ndim))
+        return lambda t: t.mean(dim=dims, keepdim=True)
+    fn = getattr(functional, f"{layer.kind}_pool{layer.ndim}d")
+    return lambda t: fn(t, layer.kernel, layer.stride, layer.padding)
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up: compilation, caches, page faults of the first allocation
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float:
+    """Bytes per second of a large NumPy copy (read + write), in this process."""
+    source = np.ones(nbytes // 8)
+    target = np.empty_like(source)
+    seconds = _median_seconds(lambda: np.copyto(target, source), repeats)
+    return 2 * source.nbytes / seconds
+
+
+def _must_move(layer: Layer, pass_name: str, x: np.ndarray, y: np.ndarray) -> int:
+    """Bytes a pass cannot avoid moving: x and y forward; dy, the saved state (one byte
+    per output for max pooling) and dx backward."""
+    state = y.size if layer.kind == "max" else 0
+    forward = x.nbytes + y.nbytes
+    backward = y.nbytes + state + x.nbytes
+    return {"forward": forward, "backward": backward,
+            "forward+backward": forward + state + backward}[pass_name]
+
+
+def _time_poolgrad(layer: Layer, x: np.ndarray, repeats: int) -> dict[str, float]:
+    op, args, kwargs = _poolgrad_call(layer)
+    y, pullback = ops.vjp(op, x, *args, **kwargs)
+    dy = np.ones_like(y)
+
+    def both():
+        _, pb = ops.vjp(op, x, *args, **kwargs)
+        pb(dy)
+
+    return {
+        "forward": _median_seconds(lambda: op(x, *args, **kwargs), repeats),
+        "backward": _median_seconds(lambda: pullback(dy), repeats),
+        "forward+backward": _median_seconds(both, repeats),
+    }
+
+
+def _time_torch(layer: Layer, x: np.ndarray, layout: str, repeats: int, torch):
+    fn = _torch_call(layer, torch)
+    xt = torch.from_numpy(np.ascontiguousarray(x))
+    if layout == "channels-last":
+        fmt = torch.channels_last if layer.ndim == 2 else (
+            torch.channels_last_3d if layer.ndim == 3 else None)
+        # 1-d tensors have no channels-last format; time the transposed view as stored
+        xt = xt.contiguous(memory_format=fmt) if fmt else torch.from_numpy(x)
+    with torch.no_grad():
+        forward = _median_seconds(lambda: fn(xt), repeats)
+    leaf = xt.detach().requires_grad_()
+    y = fn(leaf)
+    dy = torch.ones_like(y)
+    backward = _median_seconds(lambda: torch.autograd.grad(y, leaf, dy, retain_graph=True),
+                               repeats)
+
+    def both():
+        out = fn(leaf)
+        torch.autograd.grad(out, leaf, dy)
+
+    return {"forward": forward, "backward": backward,
+            "forward+backward": _median_seconds(both, repeats)}
+
+
+def _machine(threads: int, bandwidth: float) -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import numba
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads,
+            "copy_bandwidth_GBps": round(bandwidth / 1e9, 2), "python": platform.python_version(),
+            "numpy": np.__version__, "numba": numba.__version__}
+
+
+def run(quick: bool = False, repeats: int | None = None, threads: int | None = None,
+        layers: tuple[Layer, ...] = SUITE, progress=None) -> dict:
+    """Time the suite; returns ``{"machine": ..., "rows": [...]}``."""
+    import numba
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    threads = threads or numba.config.NUMBA_NUM_THREADS
+    repeats = repeats or (1 if quick else 5)
+    previous = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    if torch is not None:
+        previous_torch = torch.get_num_threads()
+        torch.set_num_threads(threads)
+    try:
+        bandwidth = copy_bandwidth(2**20 if quick else 256 * 2**20, repeats)
+        rows = []
+        rng = np.random.default_rng(0)
+        for layer in layers:
+            layer = layer.quick() if quick else layer
+            base = rng.standard_normal(layer.shape, dtype=np.float32)
+            for layout in LAYOUTS:
+                x = base if layout == "NCHW" else channels_last(base)
+                y = _poolgrad_call(layer)[0](x, *_poolgrad_call(layer)[1])
+                if progress:
+                    progress(f"{layer.name} {layout}")
+                ours = _time_poolgrad(layer, x, repeats)
+                theirs = _time_torch(layer, x, layout, repeats, torch) if torch else None
+                for pass_name in PASSES:
+                    seconds = ours[pass_name]
+                    must = _must_move(layer, pass_name, x, y)
+                    row = {"layer": layer.name, "shape": list(layer.shape), "layout": layout,
+                           "pass": pass_name, "poolgrad_ms": seconds * 1e3,
+                           "roofline_fraction": must / bandwidth / seconds}
+                    if theirs:
+                        row["torch_ms"] = theirs[pass_name] * 1e3
+                        row["speedup"] = theirs[pass_name] / seconds
+                    rows.append(row)
+    finally:
+        numba.set_num_threads(previous)
+        if torch is not None:
+            torch.set_num_threads(previous_torch)
+    machine = _machine(threads, bandwidth)
+    if torch is not None:
+        machine["torch"] = torch.__version__
+    return {"machine": machine, "quick": quick, "repeats": repeats,
+            "layers": [asdict(layer) for layer in layers], "rows": rows,
+            "summary": summarize(rows)}
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Geometric-mean speedups over PyTorch (NCHW) for the max-pool rows."""
+    def geomean(values):
+        values = list(values)
+        return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+    def speedups(pass_name):
+        return [r["speedup"] for r in rows if "speedup" in r and r["layout"] == "NCHW"
+                and r["pass"] == pass_name and _is_max(r["layer"])]
+
+    return {"max_forward_geomean_speedup_nchw": geomean(speedups("forward")),
+            "max_forward_backward_geomean_speedup_nchw": geomean(speedups("forward+backward"))}
+
+
+def _is_max(name: str) -> bool:
+    return any(layer.name == name and layer.kind == "max" for layer in SUITE)
+
+
+def format_table(result: dict) -> str:
+    machine = result["machine"]
+    lines = [
+        f"poolgrad bench: {machine['cpu']}, {machine['threads']} threads, NumPy copy "
+        f"{machine['copy_bandwidth_GBps']} GB/s, float32, median of {result['repeats']}"
+        + (" (quick mode: tiny shapes)" if result["quick"] else ""),
+        "",
+        f"{'layer':<22} {'layout':<14} {'pass':<17} {'poolgrad ms':>11} {'torch ms':>9} "
+        f"{'speedup':>8} {'roofline':>9}",
+    ]
+    for row in result["rows"]:
+        torch_ms = f"{row['torch_ms']:9.2f}" if "torch_ms" in row else f"{'-':>9}"
+        speedup = f"{row['speedup']:7.2f}x" if "speedup" in row else f"{'-':>8}"
+        lines.append(
+            f"{row['layer']:<22} {row['layout']:<14} {row['pass']:<17} "
+            f"{row['poolgrad_ms']:11.2f} {torch_ms} {speedup} {row['roofline_fraction']:8.0%}")
+    summary = result["summary"]
+    for key, label in [("max_forward_geomean_speedup_nchw", "max forward, NCHW"),
+                       ("max_forward_backward_geomean_speedup_nchw",
+                        "max forward+backward, NCHW")]:
+        if summary.get(key):
+            lines.append(f"geometric-mean speedup over PyTorch, {label}: {summary[key]:.2f}x")
+    return "\n".join(lines)
+
+
+def write_json(result: dict, path: str) -> None:
+    """Write atomically: a crash never leaves a half-written file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".bench-", suffix=".json")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(result, stream, indent=2)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise

@@ -1,0 +1,31 @@
+"""The benchmark runs end to end in quick mode (tiny shapes), so it cannot rot.
+Nothing here asserts a speed."""
+
+import json
+
+from poolgrad import bench, cli
+
+
+def test_quick_benchmark_writes_table_and_json(tmp_path, capsys):
+    out = tmp_path / "nested" / "bench.json"
+    assert cli.main(["bench", "--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    layers = {row["layer"] for row in result["rows"]}
+    assert layers == {layer.name for layer in bench.SUITE}
+    # every layer in both layouts and all three passes
+    assert len(result["rows"]) == len(bench.SUITE) * len(bench.LAYOUTS) * len(bench.PASSES)
+    for row in result["rows"]:
+        assert row["poolgrad_ms"] > 0 and row["roofline_fraction"] > 0
+    assert result["machine"]["copy_bandwidth_GBps"] > 0
+    assert "VGG 2x2/2" in printed and "results written to" in printed
+    assert not list(out.parent.glob(".bench-*"))  # the atomic write left no temporary
+
+
+def test_channels_last_view_is_the_same_logical_array():
+    import numpy as np
+
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    view = bench.channels_last(x)
+    np.testing.assert_array_equal(view, x)
+    assert view.strides[1] == x.itemsize  # channels vary fastest in memory
