@@ -20,6 +20,7 @@ import numpy as np
 
 from . import geometry
 from .kernels import max_pool as max_kernels
+from .kernels import rows as row_kernels
 from .kernels import sum_pool as sum_kernels
 from .kernels import unpool as unpool_kernels
 
@@ -202,7 +203,12 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     out_shape = layout.kernel_shape(plan.out_spatial)
     yk = np.empty(out_shape, dtype=xk.dtype)
     pos = np.empty(out_shape, dtype=geometry.position_dtype(plan.window_size))
-    max_kernels.max_pool_forward(xk, plan.table, plan.dilation, plan.extent, yk, pos)
+    interior = row_kernels.row_pass_geometry(plan, xk)
+    if interior is not None:
+        row_kernels.max_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
+                                          yk, pos)
+    else:
+        max_kernels.max_pool_forward(xk, plan.table, plan.dilation, plan.extent, yk, pos)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if return_indices:
         indices = np.empty(out_shape, dtype=np.int64)
@@ -240,7 +246,12 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
     xk = _compute_view(x, layout)
     divisor = plan.divisor_table(divisor_mode, divisor_override, xk.dtype)
     yk = np.empty(layout.kernel_shape(plan.out_spatial), dtype=xk.dtype)
-    sum_kernels.avg_pool_forward(xk, plan.table, plan.dilation, divisor, yk)
+    interior = row_kernels.row_pass_geometry(plan, xk)
+    if interior is not None:
+        row_kernels.avg_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
+                                          divisor, yk)
+    else:
+        sum_kernels.avg_pool_forward(xk, plan.table, plan.dilation, divisor, yk)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None

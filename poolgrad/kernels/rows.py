@@ -1,0 +1,195 @@
+"""Row-pass forward kernels for C-contiguous ``(N, C, D, H, W)`` arrays.
+
+The general kernels visit one window at a time, which the compiler cannot vectorize.
+These visit one output row at a time: for every real tap row ``(jd, jh)`` of the
+row's windows, one pass over the output positions folds that input row's taps in.
+Inside the pass the W taps of a window are a few named loads, so the loop over
+output positions vectorizes (SIMD across ``ow``). Padding in D and H costs nothing
+(only real tap rows are visited); windows cut by the W padding are done one by one.
+
+Taps are folded in row-major window order and compared strictly, so the winner (the
+first maximum, or the first NaN) and the sums' order are exactly the general kernels'.
+The vectorized passes exist for the common W geometries: (kernel, stride) of (2, 2),
+(3, 2) and (4, 4) with no W dilation; :func:`row_pass_geometry` tells whether a plan
+qualifies. Indices are unsigned so that NumPy's negative-index wraparound (which
+blocks vectorization) is never compiled in.
+"""
+
+import numpy as np
+from numba import njit, prange, uint64
+
+from . import FASTMATH, parallel_kernel
+
+ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
+
+_row = njit(cache=True, nogil=True, fastmath=set(FASTMATH))
+
+
+@_row
+def _fold_max(best, tap, v, v_tap):
+    """One strict max step: the later value wins only if larger, or NaN over a number."""
+    keep = (v <= best) | (best != best)
+    return (best, tap) if keep else (v, v_tap)
+
+
+@_row
+def _max_pass(xf, xb, kw, sw, yf, pf, yb, lo, hi, tap0, first):
+    """Fold the taps ``xf[xb + ow*sw + jw]`` (jw < kw) into ``yf/pf[yb + ow]``, ow in
+    [lo, hi); tap numbers start at ``tap0``. ``first``: nothing folded in yet."""
+    t1, t2, t3 = tap0 + 1, tap0 + 2, tap0 + 3
+    if kw == 2 and sw == 2:
+        for ow in range(lo, hi):
+            i = uint64(xb + 2 * ow)
+            best, tap = xf[i], tap0
+            best, tap = _fold_max(best, tap, xf[i + uint64(1)], t1)
+            o = uint64(yb + ow)
+            if not first:
+                best, tap = _fold_max(yf[o], pf[o], best, tap)
+            yf[o] = best
+            pf[o] = tap
+    elif kw == 3 and sw == 2:
+        for ow in range(lo, hi):
+            i = uint64(xb + 2 * ow)
+            best, tap = xf[i], tap0
+            best, tap = _fold_max(best, tap, xf[i + uint64(1)], t1)
+            best, tap = _fold_max(best, tap, xf[i + uint64(2)], t2)
+            o = uint64(yb + ow)
+            if not first:
+                best, tap = _fold_max(yf[o], pf[o], best, tap)
+            yf[o] = best
+            pf[o] = tap
+    else:  # kw == 4 and sw == 4
+        for ow in range(lo, hi):
+            i = uint64(xb + 4 * ow)
+            best, tap = xf[i], tap0
+            best, tap = _fold_max(best, tap, xf[i + uint64(1)], t1)
+            best, tap = _fold_max(best, tap, xf[i + uint64(2)], t2)
+            best, tap = _fold_max(best, tap, xf[i + uint64(3)], t3)
+            o = uint64(yb + ow)
+            if not first:
+                best, tap = _fold_max(yf[o], pf[o], best, tap)
+            yf[o] = best
+            pf[o] = tap
+
+
+@_row
+def _sum_pass(xf, xb, kw, sw, yf, yb, lo, hi, first):
+    """Add the taps ``xf[xb + ow*sw + jw]`` to ``yf[yb + ow]`` one by one, in order."""
+    if kw == 2 and sw == 2:
+        for ow in range(lo, hi):
+            i = uint64(xb + 2 * ow)
+            o = uint64(yb + ow)
+            total = xf[i] if first else yf[o] + xf[i]
+            yf[o] = total + xf[i + uint64(1)]
+    elif kw == 3 and sw == 2:
+        for ow in range(lo, hi):
+            i = uint64(xb + 2 * ow)
+            o = uint64(yb + ow)
+            total = xf[i] if first else yf[o] + xf[i]
+            total += xf[i + uint64(1)]
+            yf[o] = total + xf[i + uint64(2)]
+    else:  # kw == 4 and sw == 4
+        for ow in range(lo, hi):
+            i = uint64(xb + 4 * ow)
+            o = uint64(yb + ow)
+            total = xf[i] if first else yf[o] + xf[i]
+            total += xf[i + uint64(1)]
+            total += xf[i + uint64(2)]
+            yf[o] = total + xf[i + uint64(3)]
+
+
+@parallel_kernel
+def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
+    """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_forward` for plans that
+    :func:`row_pass_geometry` accepts. ``interior`` = (lo, hi, stride): the output columns
+    whose windows lie wholly inside the input along W, and the W stride."""
+    n_batch, n_chan, in_d, in_h, in_w = x.shape
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    dil_d, dil_h = dilation[0], dilation[1]
+    ext_h, ext_w = extent[1], extent[2]
+    lo, hi, stride_w = interior[0], interior[1], interior[2]
+    xf, yf, pf = x.ravel(), y.ravel(), pos.ravel()
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        oh = row % out_h
+        od = (row // out_h) % out_d
+        plane = row // (out_h * out_d)  # n * n_chan + c
+        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        yb = row * out_w
+        first = True
+        for jd in range(first_d, end_d):
+            for jh in range(first_h, end_h):
+                xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h + jh * dil_h) * in_w
+                tap0 = (jd * ext_h + jh) * ext_w
+                _max_pass(xf, xb + table[2, 0, 0], ext_w, stride_w, yf, pf, yb, lo, hi, tap0,
+                          first)
+                for ow in range(out_w):
+                    if lo <= ow < hi:
+                        continue
+                    for jw in range(table[2, 1, ow], table[2, 2, ow]):
+                        v = xf[uint64(xb + table[2, 0, ow] + jw)]
+                        o = uint64(yb + ow)
+                        if first and jw == table[2, 1, ow]:
+                            yf[o] = v
+                            pf[o] = tap0 + jw
+                        else:
+                            best, tap = _fold_max(yf[o], pf[o], v, tap0 + jw)
+                            yf[o] = best
+                            pf[o] = tap
+                first = False
+
+
+@parallel_kernel
+def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, y):
+    """Same result as :func:`~poolgrad.kernels.sum_pool.avg_pool_forward` for plans that
+    :func:`row_pass_geometry` accepts (see :func:`max_pool_forward_rows`)."""
+    n_batch, n_chan, in_d, in_h, in_w = x.shape
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    dil_d, dil_h = dilation[0], dilation[1]
+    lo, hi, stride_w = interior[0], interior[1], interior[2]
+    xf, yf = x.ravel(), y.ravel()
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        oh = row % out_h
+        od = (row // out_h) % out_d
+        plane = row // (out_h * out_d)
+        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        yb = row * out_w
+        first = True
+        for jd in range(first_d, end_d):
+            for jh in range(first_h, end_h):
+                xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h + jh * dil_h) * in_w
+                _sum_pass(xf, xb + table[2, 0, 0], extent[2], stride_w, yf, yb, lo, hi, first)
+                for ow in range(out_w):
+                    if lo <= ow < hi:
+                        continue
+                    o = uint64(yb + ow)
+                    for jw in range(table[2, 1, ow], table[2, 2, ow]):
+                        v = xf[uint64(xb + table[2, 0, ow] + jw)]
+                        yf[o] = v if first and jw == table[2, 1, ow] else yf[o] + v
+                first = False
+        factor = divisor[0, od] * divisor[1, oh]
+        for ow in range(out_w):
+            o = uint64(yb + ow)
+            yf[o] = yf[o] / (factor * divisor[2, ow])
+
+
+def row_pass_geometry(plan, x: np.ndarray):
+    """``(lo, hi, stride)``: the interior output columns and the W stride, if the row-pass kernels serve this plan and
+    input, else None: x C-contiguous, W taps undilated with a (kernel, stride) in
+    ``ROW_PASS_W``, and a sliding (not adaptive) W axis."""
+    axis = plan.kernel_axes[2]
+    if not x.flags.c_contiguous or axis.dilation != 1 or axis.count < 1:
+        return None
+    stride = int(axis.start[1] - axis.start[0]) if axis.count > 1 else axis.extent
+    if (axis.extent, stride) not in ROW_PASS_W or axis.count > 1 and not np.all(
+            np.diff(axis.start) == stride):
+        return None
+    full = (axis.first == 0) & (axis.end == axis.extent)
+    inside = np.flatnonzero(full)
+    if len(inside) == 0:
+        return np.array([0, 0, stride], dtype=np.int64)
+    lo, hi = int(inside[0]), int(inside[-1]) + 1
+    if not full[lo:hi].all():
+        return None
+    return np.array([lo, hi, stride], dtype=np.int64)
