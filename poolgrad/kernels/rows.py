@@ -23,53 +23,76 @@ from . import FASTMATH, parallel_kernel
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
 
 _row = njit(cache=True, nogil=True, fastmath=set(FASTMATH))
+_inline = njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
 
 
-@_row
+@_inline
 def _fold_max(best, tap, v, v_tap):
     """One strict max step: the later value wins only if larger, or NaN over a number."""
     keep = (v <= best) | (best != best)
-    return (best, tap) if keep else (v, v_tap)
+    return (best if keep else v), (tap if keep else v_tap)
+
+
+@_inline
+def _max_of_row(xf, i, kw, best, tap, t):
+    """Fold the ``kw`` taps ``xf[i:i+kw]``, numbered from ``t``, into (best, tap)."""
+    best, tap = _fold_max(best, tap, xf[i], t)
+    return _max_of_rest(xf, i, kw, best, tap, t)
+
+
+@_inline
+def _max_of_rest(xf, i, kw, best, tap, t):
+    """Fold the taps ``xf[i+1:i+kw]`` (numbered from ``t + 1``) into (best, tap)."""
+    best, tap = _fold_max(best, tap, xf[i + uint64(1)], t + 1)
+    if kw >= 3:
+        best, tap = _fold_max(best, tap, xf[i + uint64(2)], t + 2)
+    if kw >= 4:
+        best, tap = _fold_max(best, tap, xf[i + uint64(3)], t + 3)
+    return best, tap
+
+
+@_inline
+def _max_loop(xf, r0, r1, r2, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, t2, first):
+    for ow in range(lo, hi):
+        i = uint64(r0 + sw * ow)
+        best, tap = _max_of_rest(xf, i, kw, xf[i], t0, t0)
+        if n_rows >= 2:
+            best, tap = _max_of_row(xf, uint64(r1 + sw * ow), kw, best, tap, t1)
+        if n_rows >= 3:
+            best, tap = _max_of_row(xf, uint64(r2 + sw * ow), kw, best, tap, t2)
+        o = uint64(yb + ow)
+        if not first:
+            best, tap = _fold_max(yf[o], np.int64(pf[o]), best, tap)
+        yf[o] = best
+        pf[o] = tap
 
 
 @_row
-def _max_pass(xf, xb, kw, sw, yf, pf, yb, lo, hi, tap0, first):
-    """Fold the taps ``xf[xb + ow*sw + jw]`` (jw < kw) into ``yf/pf[yb + ow]``, ow in
-    [lo, hi); tap numbers start at ``tap0``. ``first``: nothing folded in yet."""
-    t1, t2, t3 = tap0 + 1, tap0 + 2, tap0 + 3
+def _max_pass(xf, r0, r1, r2, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, t2, first):
+    """Fold ``n_rows`` (1 to 3) tap rows into ``yf/pf[yb + ow]``, ow in [lo, hi): row ``k``
+    reads ``xf[r<k> + ow*sw + jw]`` (jw < kw) as taps ``t<k> + jw``. ``first``:
+    nothing folded in yet. Each branch has constant geometry, so its loop vectorizes."""
     if kw == 2 and sw == 2:
-        for ow in range(lo, hi):
-            i = uint64(xb + 2 * ow)
-            best, tap = xf[i], tap0
-            best, tap = _fold_max(best, tap, xf[i + uint64(1)], t1)
-            o = uint64(yb + ow)
-            if not first:
-                best, tap = _fold_max(yf[o], pf[o], best, tap)
-            yf[o] = best
-            pf[o] = tap
+        if n_rows == 1:
+            _max_loop(xf, r0, r1, r2, 1, 2, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
+        elif n_rows == 2:
+            _max_loop(xf, r0, r1, r2, 2, 2, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
+        else:
+            _max_loop(xf, r0, r1, r2, 3, 2, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
     elif kw == 3 and sw == 2:
-        for ow in range(lo, hi):
-            i = uint64(xb + 2 * ow)
-            best, tap = xf[i], tap0
-            best, tap = _fold_max(best, tap, xf[i + uint64(1)], t1)
-            best, tap = _fold_max(best, tap, xf[i + uint64(2)], t2)
-            o = uint64(yb + ow)
-            if not first:
-                best, tap = _fold_max(yf[o], pf[o], best, tap)
-            yf[o] = best
-            pf[o] = tap
+        if n_rows == 1:
+            _max_loop(xf, r0, r1, r2, 1, 3, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
+        elif n_rows == 2:
+            _max_loop(xf, r0, r1, r2, 2, 3, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
+        else:
+            _max_loop(xf, r0, r1, r2, 3, 3, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
     else:  # kw == 4 and sw == 4
-        for ow in range(lo, hi):
-            i = uint64(xb + 4 * ow)
-            best, tap = xf[i], tap0
-            best, tap = _fold_max(best, tap, xf[i + uint64(1)], t1)
-            best, tap = _fold_max(best, tap, xf[i + uint64(2)], t2)
-            best, tap = _fold_max(best, tap, xf[i + uint64(3)], t3)
-            o = uint64(yb + ow)
-            if not first:
-                best, tap = _fold_max(yf[o], pf[o], best, tap)
-            yf[o] = best
-            pf[o] = tap
+        if n_rows == 1:
+            _max_loop(xf, r0, r1, r2, 1, 4, 4, yf, pf, yb, lo, hi, t0, t1, t2, first)
+        elif n_rows == 2:
+            _max_loop(xf, r0, r1, r2, 2, 4, 4, yf, pf, yb, lo, hi, t0, t1, t2, first)
+        else:
+            _max_loop(xf, r0, r1, r2, 3, 4, 4, yf, pf, yb, lo, hi, t0, t1, t2, first)
 
 
 @_row
@@ -116,27 +139,41 @@ def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
         start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
         start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
         yb = row * out_w
-        first = True
+        # tap rows are folded in passes of up to three: (r0, t0), (r1, t1), (r2, t2)
+        r0 = r1 = r2 = t0 = t1 = t2 = 0
+        n_rows = 0
+        first = True  # no tap row folded in yet
+        passed = False  # no pass over the interior yet
         for jd in range(first_d, end_d):
             for jh in range(first_h, end_h):
                 xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h + jh * dil_h) * in_w
                 tap0 = (jd * ext_h + jh) * ext_w
-                _max_pass(xf, xb + table[2, 0, 0], ext_w, stride_w, yf, pf, yb, lo, hi, tap0,
-                          first)
-                for ow in range(out_w):
-                    if lo <= ow < hi:
-                        continue
+                # windows cut by the W padding, one by one
+                for edge in range(out_w - (hi - lo)):
+                    ow = edge if edge < lo else edge + hi - lo
+                    o = uint64(yb + ow)
                     for jw in range(table[2, 1, ow], table[2, 2, ow]):
                         v = xf[uint64(xb + table[2, 0, ow] + jw)]
-                        o = uint64(yb + ow)
                         if first and jw == table[2, 1, ow]:
                             yf[o] = v
                             pf[o] = tap0 + jw
                         else:
-                            best, tap = _fold_max(yf[o], pf[o], v, tap0 + jw)
+                            best, tap = _fold_max(yf[o], np.int64(pf[o]), v, tap0 + jw)
                             yf[o] = best
                             pf[o] = tap
                 first = False
+                if n_rows == 0:
+                    r0, t0 = xb + table[2, 0, 0], tap0
+                elif n_rows == 1:
+                    r1, t1 = xb + table[2, 0, 0], tap0
+                else:
+                    r2, t2 = xb + table[2, 0, 0], tap0
+                n_rows += 1
+                if n_rows == 3 or (jd == end_d - 1 and jh == end_h - 1):
+                    _max_pass(xf, r0, r1, r2, n_rows, ext_w, stride_w, yf, pf, yb, lo, hi,
+                              t0, t1, t2, not passed)
+                    passed = True
+                    n_rows = 0
 
 
 @parallel_kernel
@@ -160,9 +197,8 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, y):
             for jh in range(first_h, end_h):
                 xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h + jh * dil_h) * in_w
                 _sum_pass(xf, xb + table[2, 0, 0], extent[2], stride_w, yf, yb, lo, hi, first)
-                for ow in range(out_w):
-                    if lo <= ow < hi:
-                        continue
+                for edge in range(out_w - (hi - lo)):
+                    ow = edge if edge < lo else edge + hi - lo
                     o = uint64(yb + ow)
                     for jw in range(table[2, 1, ow], table[2, 2, ow]):
                         v = xf[uint64(xb + table[2, 0, ow] + jw)]
