@@ -223,8 +223,14 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     if ties == "first":
         def backward(dy):
             dx = np.empty(dx_shape, dtype=dy.dtype)
-            max_kernels.max_pool_backward(layout.to_kernel(dy), pos, ptr, outs, taps,
-                                          plan.extent, dx)
+            interior = row_kernels.row_pass_geometry(plan, dx)
+            if interior is not None:
+                row_kernels.max_pool_backward_rows(
+                    np.ascontiguousarray(layout.to_kernel(dy)), pos, ptr, outs, taps,
+                    plan.table, plan.extent, interior, dx)
+            else:
+                max_kernels.max_pool_backward(layout.to_kernel(dy), pos, ptr, outs, taps,
+                                              plan.extent, dx)
             return dx
         saved = {"window_positions": pos}
     else:
@@ -260,7 +266,13 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
 
     def backward(dy):
         dx = np.empty(dx_shape, dtype=dy.dtype)
-        sum_kernels.avg_pool_backward(layout.to_kernel(dy), divisor, ptr, outs, dx)
+        interior = row_kernels.row_pass_geometry(plan, dx)
+        if interior is not None:
+            row_kernels.avg_pool_backward_rows(np.ascontiguousarray(layout.to_kernel(dy)),
+                                               divisor, ptr, outs, plan.table, plan.extent,
+                                               interior, dx)
+        else:
+            sum_kernels.avg_pool_backward(layout.to_kernel(dy), divisor, ptr, outs, dx)
         return dx
     return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {})
 

@@ -21,6 +21,7 @@ from numba import njit, prange, uint64
 from . import FASTMATH, parallel_kernel
 
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
+ENABLED = True  # the tests switch the row passes off to compare with the general kernels
 
 _row = njit(cache=True, nogil=True, fastmath=set(FASTMATH))
 _inline = njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
@@ -211,11 +212,14 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, y):
 
 
 def row_pass_geometry(plan, x: np.ndarray):
-    """``(lo, hi, stride)``: the interior output columns and the W stride, if the row-pass kernels serve this plan and
-    input, else None: x C-contiguous, W taps undilated with a (kernel, stride) in
-    ``ROW_PASS_W``, and a sliding (not adaptive) W axis."""
+    """``(lo, hi, stride)`` if the row-pass kernels serve this plan and array, else None.
+
+    ``[lo, hi)`` are the output columns whose windows lie wholly inside the input along W,
+    and ``stride`` the W stride. Served: C-contiguous arrays, undilated W taps, a sliding
+    (not adaptive) W axis with (kernel, stride) in ``ROW_PASS_W``.
+    """
     axis = plan.kernel_axes[2]
-    if not x.flags.c_contiguous or axis.dilation != 1 or axis.count < 1:
+    if not ENABLED or not x.flags.c_contiguous or axis.dilation != 1 or axis.count < 1:
         return None
     stride = int(axis.start[1] - axis.start[0]) if axis.count > 1 else axis.extent
     if (axis.extent, stride) not in ROW_PASS_W or axis.count > 1 and not np.all(
@@ -229,3 +233,150 @@ def row_pass_geometry(plan, x: np.ndarray):
     if not full[lo:hi].all():
         return None
     return np.array([lo, hi, stride], dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------ backward
+#
+# Backward row passes gather per input row, like the general kernels: each input row is
+# zeroed, then every output row whose windows read it (in increasing output order) adds
+# its contributions along W: first the windows cut by the front padding, then the
+# interior, then the windows cut by the end padding. Contributions to one element thus
+# arrive in increasing output order, and the sums are the general kernels', bit for bit.
+
+
+@_inline
+def _routed(dyf, pf, o, t, zero):
+    """The gradient output ``o`` sends to its tap ``t``: all of it if ``t`` won."""
+    return dyf[o] if pf[o] == t else zero
+
+
+@_row
+def _max_back_pass(dyf, pf, ob, dxf, xb, kw, sw, lo, hi, t, zero):
+    """Add output row ``ob``'s routed gradients for ow in [lo, hi) to the input row whose
+    window ``ow`` starts at column ``xb + ow*sw``; its taps are numbered from ``t``."""
+    if kw == 2 and sw == 2:
+        for ow in range(lo, hi):
+            i, o = uint64(xb + 2 * ow), uint64(ob + ow)
+            dxf[i] += _routed(dyf, pf, o, t, zero)
+            dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero)
+    elif kw == 4 and sw == 4:
+        for ow in range(lo, hi):
+            i, o = uint64(xb + 4 * ow), uint64(ob + ow)
+            dxf[i] += _routed(dyf, pf, o, t, zero)
+            dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero)
+            dxf[i + uint64(2)] += _routed(dyf, pf, o, t + 2, zero)
+            dxf[i + uint64(3)] += _routed(dyf, pf, o, t + 3, zero)
+    elif hi > lo:  # kw == 3, sw == 2: column 2*ow is tap 2 of ow - 1, then tap 0 of ow
+        i, o = uint64(xb + 2 * lo), uint64(ob + lo)
+        dxf[i] += _routed(dyf, pf, o, t, zero)
+        dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero)
+        for ow in range(lo + 1, hi):
+            i, o = uint64(xb + 2 * ow), uint64(ob + ow)
+            dxf[i] = (dxf[i] + _routed(dyf, pf, o - uint64(1), t + 2, zero)
+                      + _routed(dyf, pf, o, t, zero))
+            dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero)
+        dxf[uint64(xb + 2 * hi)] += _routed(dyf, pf, uint64(ob + hi - 1), t + 2, zero)
+
+
+@_row
+def _avg_back_pass(dyf, ob, factor, divisor, dxf, xb, kw, sw, lo, hi):
+    """Like :func:`_max_back_pass` for average pooling: every tap gets
+    ``dy / (factor * divisor[2, ow])``."""
+    if kw == 2 and sw == 2:
+        for ow in range(lo, hi):
+            i = uint64(xb + 2 * ow)
+            g = dyf[uint64(ob + ow)] / (factor * divisor[2, ow])
+            dxf[i] += g
+            dxf[i + uint64(1)] += g
+    elif kw == 4 and sw == 4:
+        for ow in range(lo, hi):
+            i = uint64(xb + 4 * ow)
+            g = dyf[uint64(ob + ow)] / (factor * divisor[2, ow])
+            dxf[i] += g
+            dxf[i + uint64(1)] += g
+            dxf[i + uint64(2)] += g
+            dxf[i + uint64(3)] += g
+    elif hi > lo:  # kw == 3, sw == 2
+        g = dyf[uint64(ob + lo)] / (factor * divisor[2, lo])
+        i = uint64(xb + 2 * lo)
+        dxf[i] += g
+        dxf[i + uint64(1)] += g
+        for ow in range(lo + 1, hi):
+            i = uint64(xb + 2 * ow)
+            before = dyf[uint64(ob + ow - 1)] / (factor * divisor[2, ow - 1])
+            g = dyf[uint64(ob + ow)] / (factor * divisor[2, ow])
+            dxf[i] = dxf[i] + before + g
+            dxf[i + uint64(1)] += g
+        dxf[uint64(xb + 2 * hi)] += dyf[uint64(ob + hi - 1)] / (factor * divisor[2, hi - 1])
+
+
+@parallel_kernel
+def max_pool_backward_rows(dy, pos, cover_ptr, cover_out, cover_tap, table, extent,
+                           interior, dx):
+    """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_backward` for C-contiguous
+    ``dy`` and plans that :func:`row_pass_geometry` accepts."""
+    n_batch, n_chan, in_d, in_h, in_w = dx.shape
+    out_d, out_h, out_w = dy.shape[2], dy.shape[3], dy.shape[4]
+    ext_h, ext_w = extent[1], extent[2]
+    lo, hi, stride_w = interior[0], interior[1], interior[2]
+    dyf, pf, dxf = dy.ravel(), pos.ravel(), dx.ravel()
+    zero = np.zeros(1, dx.dtype)[0]
+    for row in prange(n_batch * n_chan * in_d * in_h):
+        ih = row % in_h
+        i_d = (row // in_h) % in_d
+        plane = row // (in_h * in_d)
+        xb = row * in_w
+        for iw in range(in_w):
+            dxf[uint64(xb + iw)] = zero
+        for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+            od, jd = cover_out[0, a], cover_tap[0, a]
+            for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                oh, jh = cover_out[1, b], cover_tap[1, b]
+                ob = ((plane * out_d + od) * out_h + oh) * out_w
+                t = (jd * ext_h + jh) * ext_w
+                for edge in range(out_w - (hi - lo)):
+                    ow = edge if edge < lo else edge + hi - lo
+                    if ow == hi:  # the front-cut windows are done: now the interior
+                        _max_back_pass(dyf, pf, ob, dxf, xb + table[2, 0, 0], ext_w, stride_w,
+                                       lo, hi, t, zero)
+                    for jw in range(table[2, 1, ow], table[2, 2, ow]):
+                        i = uint64(xb + table[2, 0, ow] + jw)
+                        dxf[i] += _routed(dyf, pf, uint64(ob + ow), t + jw, zero)
+                if hi == out_w:
+                    _max_back_pass(dyf, pf, ob, dxf, xb + table[2, 0, 0], ext_w, stride_w,
+                                   lo, hi, t, zero)
+
+
+@parallel_kernel
+def avg_pool_backward_rows(dy, divisor, cover_ptr, cover_out, table, extent, interior, dx):
+    """Same result as :func:`~poolgrad.kernels.sum_pool.avg_pool_backward` for C-contiguous
+    ``dy`` and plans that :func:`row_pass_geometry` accepts."""
+    n_batch, n_chan, in_d, in_h, in_w = dx.shape
+    out_d, out_h, out_w = dy.shape[2], dy.shape[3], dy.shape[4]
+    lo, hi, stride_w = interior[0], interior[1], interior[2]
+    dyf, dxf = dy.ravel(), dx.ravel()
+    zero = np.zeros(1, dx.dtype)[0]
+    for row in prange(n_batch * n_chan * in_d * in_h):
+        ih = row % in_h
+        i_d = (row // in_h) % in_d
+        plane = row // (in_h * in_d)
+        xb = row * in_w
+        for iw in range(in_w):
+            dxf[uint64(xb + iw)] = zero
+        for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+            od = cover_out[0, a]
+            for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                oh = cover_out[1, b]
+                ob = ((plane * out_d + od) * out_h + oh) * out_w
+                factor = divisor[0, od] * divisor[1, oh]
+                for edge in range(out_w - (hi - lo)):
+                    ow = edge if edge < lo else edge + hi - lo
+                    if ow == hi:
+                        _avg_back_pass(dyf, ob, factor, divisor, dxf, xb + table[2, 0, 0],
+                                       extent[2], stride_w, lo, hi)
+                    g = dyf[uint64(ob + ow)] / (factor * divisor[2, ow])
+                    for jw in range(table[2, 1, ow], table[2, 2, ow]):
+                        dxf[uint64(xb + table[2, 0, ow] + jw)] += g
+                if hi == out_w:
+                    _avg_back_pass(dyf, ob, factor, divisor, dxf, xb + table[2, 0, 0],
+                                   extent[2], stride_w, lo, hi)
