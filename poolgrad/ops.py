@@ -502,9 +502,26 @@ def global_max_pool(x, ties="first", *, spatial_dims=None):
 def _global_avg_pool(x, *, spatial_dims=None, want_pullback=False):
     x = _check_array(x, "x", floating=True)
     ndim = _global_dims(x, spatial_dims)
-    plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-    return _avg_engine(x, _Layout(x.shape, ndim), plan, "real", None, want_pullback,
-                       "global_avg_pool")
+    layout = _Layout(x.shape, ndim)
+    if not x.flags.c_contiguous:
+        plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
+        return _avg_engine(x, layout, plan, "real", None, want_pullback, "global_avg_pool")
+    # contiguous planes: one pass per plane, with the sum's latency hidden
+    planes, length = math.prod(layout.lead), math.prod(layout.spatial)
+    compute = _COMPUTE_DTYPE[x.dtype]
+    flat = x.reshape(planes, length).astype(compute, copy=False)
+    divisor = compute.type(length)
+    out = np.empty(planes, dtype=compute)
+    sum_kernels.global_avg_forward(flat, divisor, out)
+    y = out.astype(x.dtype, copy=False).reshape(layout.user_shape((1,) * ndim))
+    if not want_pullback:
+        return y, None
+
+    def backward(dy):
+        dx = np.empty((planes, length), dtype=dy.dtype)
+        sum_kernels.global_avg_backward(np.ascontiguousarray(dy).reshape(planes), divisor, dx)
+        return dx
+    return y, Pullback("global_avg_pool", backward, y.shape, x.shape, x.dtype, {})
 
 
 def global_avg_pool(x, *, spatial_dims=None):

@@ -162,3 +162,36 @@ def lp_pool_backward(x, y, dy, p, cover_ptr, cover_out, dx):
                 if sign < 0:
                     total = -total
             dx[n, c, i_d, ih, iw] = total
+
+
+@parallel_kernel
+def global_avg_forward(x, divisor, y):
+    """``y[p] = sum(x[p, :]) / divisor`` for C-contiguous ``(planes, L)`` views.
+
+    Four running sums (elements 4k, 4k+1, 4k+2, 4k+3, then the tail) hide the latency of
+    the additions; the order is fixed, so the result is the same at any thread count.
+    """
+    planes, length = x.shape
+    zero = np.zeros(1, y.dtype)[0]
+    bulk = length - length % 4
+    for p in prange(planes):
+        s0, s1, s2, s3 = zero, zero, zero, zero
+        for j in range(0, bulk, 4):
+            s0 += x[p, j]
+            s1 += x[p, j + 1]
+            s2 += x[p, j + 2]
+            s3 += x[p, j + 3]
+        total = (s0 + s1) + (s2 + s3)
+        for j in range(bulk, length):
+            total += x[p, j]
+        y[p] = total / divisor
+
+
+@parallel_kernel
+def global_avg_backward(dy, divisor, dx):
+    """``dx[p, :] = dy[p] / divisor``: the mean spreads its gradient evenly."""
+    planes, length = dx.shape
+    for p in prange(planes):
+        share = dy[p] / divisor
+        for j in range(length):
+            dx[p, j] = share
