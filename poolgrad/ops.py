@@ -178,6 +178,15 @@ class Pullback:
                 f"saves {self.saved_bytes} bytes)")
 
 
+def _kernel_dy(layout: _Layout, dy: np.ndarray) -> np.ndarray:
+    """dy as the row-pass kernels take it: C-contiguous and writeable (a read-only dy
+    would need a compile of its own)."""
+    view = layout.to_kernel(dy)
+    if view.flags.c_contiguous and view.flags.writeable:
+        return view
+    return np.array(view, order="C")
+
+
 def _owned(view: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``view`` as an array the pullback owns: later changes to ``x`` (the caller's
     input or output) cannot reach it."""
@@ -226,7 +235,7 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
             interior = row_kernels.row_pass_geometry(plan, dx)
             if interior is not None:
                 row_kernels.max_pool_backward_rows(
-                    np.ascontiguousarray(layout.to_kernel(dy)), pos, ptr, outs, taps,
+                    _kernel_dy(layout, dy), pos, ptr, outs, taps,
                     plan.table, plan.extent, interior, dx)
             else:
                 max_kernels.max_pool_backward(layout.to_kernel(dy), pos, ptr, outs, taps,
@@ -268,7 +277,7 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
         dx = np.empty(dx_shape, dtype=dy.dtype)
         interior = row_kernels.row_pass_geometry(plan, dx)
         if interior is not None:
-            row_kernels.avg_pool_backward_rows(np.ascontiguousarray(layout.to_kernel(dy)),
+            row_kernels.avg_pool_backward_rows(_kernel_dy(layout, dy),
                                                divisor, ptr, outs, plan.table, plan.extent,
                                                interior, dx)
         else:

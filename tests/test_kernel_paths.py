@@ -28,20 +28,13 @@ def both_paths(fn, monkeypatch):
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_row_passes_match_the_general_kernels(case, dtype, monkeypatch):
     spatial, kernel, stride, padding = CASES[case]
     rng = np.random.default_rng(case)
     x = rng.integers(-2, 3, (2, 3) + spatial).astype(dtype)  # many ties
-    if dtype != np.int16:
-        x[0, 0].flat[::5] = np.nan  # NaN must win, the first one
+    x[0, 0].flat[::5] = np.nan  # NaN must win, the first one
     args = (kernel, stride, padding)
-
-    if dtype == np.int16:
-        fast, slow = both_paths(lambda: pg.max_pool(x, *args, return_indices=True), monkeypatch)
-        np.testing.assert_array_equal(fast[0], slow[0])
-        np.testing.assert_array_equal(fast[1], slow[1])
-        return
 
     def max_run():
         (y, indices), pullback = pg.vjp(pg.max_pool, x, *args, return_indices=True)
@@ -67,3 +60,7 @@ def test_row_passes_serve_the_common_layers():
     dilated = geometry.sliding_plan((8, 8), (2, 2), (2, 2), (1, 2), ((0, 0), (0, 0)), False)
     assert rows.row_pass_geometry(dilated, x) is None
     assert rows.row_pass_geometry(plan, x.transpose(0, 1, 2, 4, 3)) is None
+    assert rows.row_pass_geometry(plan, x.astype(np.int32)) is None
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    assert rows.row_pass_geometry(plan, read_only) is None

@@ -22,6 +22,7 @@ from . import FASTMATH, parallel_kernel
 
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
 ENABLED = True  # the tests switch the row passes off to compare with the general kernels
+_SERVED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 _row = njit(cache=True, nogil=True, fastmath=set(FASTMATH))
 _inline = njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
@@ -53,14 +54,12 @@ def _max_of_rest(xf, i, kw, best, tap, t):
 
 
 @_inline
-def _max_loop(xf, r0, r1, r2, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, t2, first):
+def _max_loop(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
     for ow in range(lo, hi):
         i = uint64(r0 + sw * ow)
         best, tap = _max_of_rest(xf, i, kw, xf[i], t0, t0)
         if n_rows >= 2:
             best, tap = _max_of_row(xf, uint64(r1 + sw * ow), kw, best, tap, t1)
-        if n_rows >= 3:
-            best, tap = _max_of_row(xf, uint64(r2 + sw * ow), kw, best, tap, t2)
         o = uint64(yb + ow)
         if not first:
             best, tap = _fold_max(yf[o], np.int64(pf[o]), best, tap)
@@ -69,31 +68,25 @@ def _max_loop(xf, r0, r1, r2, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, t2, fi
 
 
 @_row
-def _max_pass(xf, r0, r1, r2, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, t2, first):
-    """Fold ``n_rows`` (1 to 3) tap rows into ``yf/pf[yb + ow]``, ow in [lo, hi): row ``k``
-    reads ``xf[r<k> + ow*sw + jw]`` (jw < kw) as taps ``t<k> + jw``. ``first``:
-    nothing folded in yet. Each branch has constant geometry, so its loop vectorizes."""
+def _max_pass(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
+    """Fold ``n_rows`` (1 or 2) tap rows into ``yf/pf[yb + ow]``, ow in [lo, hi): row ``k``
+    reads ``xf[r<k> + ow*sw + jw]`` (jw < kw) as taps ``t<k> + jw``. ``first``: nothing
+    folded in yet. Each branch has constant geometry, so its loop vectorizes."""
     if kw == 2 and sw == 2:
         if n_rows == 1:
-            _max_loop(xf, r0, r1, r2, 1, 2, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
-        elif n_rows == 2:
-            _max_loop(xf, r0, r1, r2, 2, 2, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
+            _max_loop(xf, r0, r1, 1, 2, 2, yf, pf, yb, lo, hi, t0, t1, first)
         else:
-            _max_loop(xf, r0, r1, r2, 3, 2, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
+            _max_loop(xf, r0, r1, 2, 2, 2, yf, pf, yb, lo, hi, t0, t1, first)
     elif kw == 3 and sw == 2:
         if n_rows == 1:
-            _max_loop(xf, r0, r1, r2, 1, 3, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
-        elif n_rows == 2:
-            _max_loop(xf, r0, r1, r2, 2, 3, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
+            _max_loop(xf, r0, r1, 1, 3, 2, yf, pf, yb, lo, hi, t0, t1, first)
         else:
-            _max_loop(xf, r0, r1, r2, 3, 3, 2, yf, pf, yb, lo, hi, t0, t1, t2, first)
+            _max_loop(xf, r0, r1, 2, 3, 2, yf, pf, yb, lo, hi, t0, t1, first)
     else:  # kw == 4 and sw == 4
         if n_rows == 1:
-            _max_loop(xf, r0, r1, r2, 1, 4, 4, yf, pf, yb, lo, hi, t0, t1, t2, first)
-        elif n_rows == 2:
-            _max_loop(xf, r0, r1, r2, 2, 4, 4, yf, pf, yb, lo, hi, t0, t1, t2, first)
+            _max_loop(xf, r0, r1, 1, 4, 4, yf, pf, yb, lo, hi, t0, t1, first)
         else:
-            _max_loop(xf, r0, r1, r2, 3, 4, 4, yf, pf, yb, lo, hi, t0, t1, t2, first)
+            _max_loop(xf, r0, r1, 2, 4, 4, yf, pf, yb, lo, hi, t0, t1, first)
 
 
 @_row
@@ -140,8 +133,8 @@ def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
         start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
         start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
         yb = row * out_w
-        # tap rows are folded in passes of up to three: (r0, t0), (r1, t1), (r2, t2)
-        r0 = r1 = r2 = t0 = t1 = t2 = 0
+        # tap rows are folded in passes of up to two: (r0, t0), (r1, t1)
+        r0 = r1 = t0 = t1 = 0
         n_rows = 0
         first = True  # no tap row folded in yet
         passed = False  # no pass over the interior yet
@@ -165,14 +158,12 @@ def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
                 first = False
                 if n_rows == 0:
                     r0, t0 = xb + table[2, 0, 0], tap0
-                elif n_rows == 1:
-                    r1, t1 = xb + table[2, 0, 0], tap0
                 else:
-                    r2, t2 = xb + table[2, 0, 0], tap0
+                    r1, t1 = xb + table[2, 0, 0], tap0
                 n_rows += 1
-                if n_rows == 3 or (jd == end_d - 1 and jh == end_h - 1):
-                    _max_pass(xf, r0, r1, r2, n_rows, ext_w, stride_w, yf, pf, yb, lo, hi,
-                              t0, t1, t2, not passed)
+                if n_rows == 2 or (jd == end_d - 1 and jh == end_h - 1):
+                    _max_pass(xf, r0, r1, n_rows, ext_w, stride_w, yf, pf, yb, lo, hi,
+                              t0, t1, not passed)
                     passed = True
                     n_rows = 0
 
@@ -215,11 +206,15 @@ def row_pass_geometry(plan, x: np.ndarray):
     """``(lo, hi, stride)`` if the row-pass kernels serve this plan and array, else None.
 
     ``[lo, hi)`` are the output columns whose windows lie wholly inside the input along W,
-    and ``stride`` the W stride. Served: C-contiguous arrays, undilated W taps, a sliding
+    and ``stride`` the W stride. Served: writeable C-contiguous float32/float64 arrays,
+    undilated W taps, a sliding
     (not adaptive) W axis with (kernel, stride) in ``ROW_PASS_W``.
     """
     axis = plan.kernel_axes[2]
-    if not ENABLED or not x.flags.c_contiguous or axis.dilation != 1 or axis.count < 1:
+    # float32/float64 and writeable arrays only: each other dtype, and the read-only
+    # variant, would cost another long compile of these large kernels for little use
+    if (not ENABLED or x.dtype not in _SERVED_DTYPES or not x.flags.c_contiguous
+            or not x.flags.writeable or axis.dilation != 1 or axis.count < 1):
         return None
     stride = int(axis.start[1] - axis.start[0]) if axis.count > 1 else axis.extent
     if (axis.extent, stride) not in ROW_PASS_W or axis.count > 1 and not np.all(
