@@ -231,8 +231,17 @@ def summarize(rows: list[dict]) -> dict:
         return [r["speedup"] for r in rows if "speedup" in r and r["layout"] == "NCHW"
                 and r["pass"] == pass_name and _is_max(r["layer"])]
 
+    # PyTorch's faster layout for each (layer, pass)
+    fastest = {}
+    for r in rows:
+        if "torch_ms" in r:
+            key = (r["layer"], r["pass"])
+            fastest[key] = min(fastest.get(key, math.inf), r["torch_ms"])
+    slower = [f"{r['layer']} {r['layout']} {r['pass']}" for r in rows
+              if "torch_ms" in r and r["poolgrad_ms"] > fastest[(r["layer"], r["pass"])]]
     return {"max_forward_geomean_speedup_nchw": geomean(speedups("forward")),
-            "max_forward_backward_geomean_speedup_nchw": geomean(speedups("forward+backward"))}
+            "max_forward_backward_geomean_speedup_nchw": geomean(speedups("forward+backward")),
+            "rows_slower_than_torch_fastest_layout": slower if fastest else None}
 
 
 def _is_max(name: str) -> bool:
@@ -261,6 +270,11 @@ def format_table(result: dict) -> str:
                         "max forward+backward, NCHW")]:
         if summary.get(key):
             lines.append(f"geometric-mean speedup over PyTorch, {label}: {summary[key]:.2f}x")
+    slower = summary.get("rows_slower_than_torch_fastest_layout")
+    if slower is not None:
+        lines.append(f"rows slower than PyTorch's faster layout for the same layer and pass: "
+                     f"{len(slower)} of {len(result['rows'])}"
+                     + "".join(f"\n  {name}" for name in slower))
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ import numbers
 import numpy as np
 
 from . import geometry
+from .kernels import channels_last as cl_kernels
 from .kernels import max_pool as max_kernels
 from .kernels import rows as row_kernels
 from .kernels import sum_pool as sum_kernels
@@ -178,13 +179,41 @@ class Pullback:
                 f"saves {self.saved_bytes} bytes)")
 
 
-def _kernel_dy(layout: _Layout, dy: np.ndarray) -> np.ndarray:
-    """dy as the row-pass kernels take it: C-contiguous and writeable (a read-only dy
-    would need a compile of its own)."""
+def _kernel_dy(layout: _Layout, dy: np.ndarray, channels_last: bool) -> np.ndarray:
+    """dy as the fast kernels take it: C-contiguous and writeable (a read-only dy would
+    need a compile of its own), ``(N, C, D, H, W)`` or, channels-last, ``(N, D, H, W, C)``."""
     view = layout.to_kernel(dy)
+    if channels_last:
+        view = _to_channels_last(view)
     if view.flags.c_contiguous and view.flags.writeable:
         return view
     return np.array(view, order="C")
+
+
+# Channels-last: an ``(N, C, *spatial)`` array stored with C fastest (PyTorch's
+# channels_last memory format) is pooled by kernels that run along C, and its output and
+# gradient keep that memory format, as in PyTorch.
+_CHANNELS_LAST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _to_channels_last(a: np.ndarray) -> np.ndarray:
+    """The ``(N, D, H, W, C)`` view of a 5-d kernel array."""
+    return a.transpose(0, 2, 3, 4, 1)
+
+
+def _is_channels_last(xk: np.ndarray) -> bool:
+    """Whether the kernel view ``xk`` is stored channels-last (and not also plain
+    C-contiguous, which the NCHW kernels serve)."""
+    return (xk.dtype in _CHANNELS_LAST_DTYPES and not xk.flags.c_contiguous
+            and _to_channels_last(xk).flags.c_contiguous)
+
+
+def _empty(shape: tuple[int, ...], dtype, channels_last: bool) -> np.ndarray:
+    """An uninitialised 5-d ``(N, C, D, H, W)`` array, stored channels-last if asked."""
+    if not channels_last:
+        return np.empty(shape, dtype=dtype)
+    n, c, d, h, w = shape
+    return np.empty((n, d, h, w, c), dtype=dtype).transpose(0, 4, 1, 2, 3)
 
 
 def _owned(view: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -210,17 +239,22 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
         _gradient_input(x, op)
     xk = _compute_view(x, layout)
     out_shape = layout.kernel_shape(plan.out_spatial)
-    yk = np.empty(out_shape, dtype=xk.dtype)
-    pos = np.empty(out_shape, dtype=geometry.position_dtype(plan.window_size))
+    channels_last = _is_channels_last(xk)
+    yk = _empty(out_shape, xk.dtype, channels_last)
+    pos = _empty(out_shape, geometry.position_dtype(plan.window_size), channels_last)
     interior = row_kernels.row_pass_geometry(plan, xk)
-    if interior is not None:
+    if channels_last:
+        cl_kernels.max_pool_forward(_to_channels_last(xk), plan.table, plan.dilation,
+                                    plan.extent, _to_channels_last(yk),
+                                    _to_channels_last(pos))
+    elif interior is not None:
         row_kernels.max_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
                                           yk, pos)
     else:
         max_kernels.max_pool_forward(xk, plan.table, plan.dilation, plan.extent, yk, pos)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if return_indices:
-        indices = np.empty(out_shape, dtype=np.int64)
+        indices = _empty(out_shape, np.int64, channels_last)
         in_h, in_w = plan.kernel_axes[1].length, plan.kernel_axes[2].length
         max_kernels.window_positions_to_indices(
             pos, plan.table, plan.dilation, plan.extent, in_h, in_w, indices)
@@ -231,11 +265,15 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     dx_shape = layout.kernel_shape(plan.in_spatial)
     if ties == "first":
         def backward(dy):
-            dx = np.empty(dx_shape, dtype=dy.dtype)
+            dx = _empty(dx_shape, dy.dtype, channels_last)
             interior = row_kernels.row_pass_geometry(plan, dx)
-            if interior is not None:
+            if channels_last:
+                cl_kernels.max_pool_backward(
+                    _kernel_dy(layout, dy, True), _to_channels_last(pos), ptr, outs, taps,
+                    plan.extent, _to_channels_last(dx))
+            elif interior is not None:
                 row_kernels.max_pool_backward_rows(
-                    _kernel_dy(layout, dy), pos, ptr, outs, taps,
+                    _kernel_dy(layout, dy, False), pos, ptr, outs, taps,
                     plan.table, plan.extent, interior, dx)
             else:
                 max_kernels.max_pool_backward(layout.to_kernel(dy), pos, ptr, outs, taps,
@@ -260,9 +298,13 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
 def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, op):
     xk = _compute_view(x, layout)
     divisor = plan.divisor_table(divisor_mode, divisor_override, xk.dtype)
-    yk = np.empty(layout.kernel_shape(plan.out_spatial), dtype=xk.dtype)
+    channels_last = _is_channels_last(xk)
+    yk = _empty(layout.kernel_shape(plan.out_spatial), xk.dtype, channels_last)
     interior = row_kernels.row_pass_geometry(plan, xk)
-    if interior is not None:
+    if channels_last:
+        cl_kernels.avg_pool_forward(_to_channels_last(xk), plan.table, plan.dilation, divisor,
+                                    _to_channels_last(yk))
+    elif interior is not None:
         row_kernels.avg_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
                                           divisor, yk)
     else:
@@ -274,10 +316,13 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
     dx_shape = layout.kernel_shape(plan.in_spatial)
 
     def backward(dy):
-        dx = np.empty(dx_shape, dtype=dy.dtype)
+        dx = _empty(dx_shape, dy.dtype, channels_last)
         interior = row_kernels.row_pass_geometry(plan, dx)
-        if interior is not None:
-            row_kernels.avg_pool_backward_rows(_kernel_dy(layout, dy),
+        if channels_last:
+            cl_kernels.avg_pool_backward(_kernel_dy(layout, dy, True), divisor, ptr, outs,
+                                         _to_channels_last(dx))
+        elif interior is not None:
+            row_kernels.avg_pool_backward_rows(_kernel_dy(layout, dy, False),
                                                divisor, ptr, outs, plan.table, plan.extent,
                                                interior, dx)
         else:
@@ -379,7 +424,10 @@ def max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
     to its first NaN. Integer dtypes work in the forward.
 
     Args:
-        x: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16/32/64 or integer.
+        x: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16/32/64 or integer. Any
+            memory layout; a float32/64 array stored channels-last (C fastest, as
+            PyTorch's ``channels_last``) gets kernels that run along C, and ``y`` and the
+            gradient are stored channels-last too.
         kernel_size: int, or one int per spatial dim.
         stride: int or per dim; defaults to ``kernel_size``.
         padding: int; one int per dim; one ``(before, after)`` pair per dim; ``"valid"``;

@@ -3,6 +3,8 @@ Nothing here asserts a speed."""
 
 import json
 
+import pytest
+
 from poolgrad import bench, cli
 
 
@@ -29,3 +31,13 @@ def test_channels_last_view_is_the_same_logical_array():
     view = bench.channels_last(x)
     np.testing.assert_array_equal(view, x)
     assert view.strides[1] == x.itemsize  # channels vary fastest in memory
+
+
+def test_summary_names_rows_slower_than_pytorch_fastest_layout():
+    def row(layout, ours, theirs):
+        return {"layer": "VGG 2x2/2", "layout": layout, "pass": "forward",
+                "poolgrad_ms": ours, "torch_ms": theirs, "speedup": theirs / ours}
+    # PyTorch's best here is channels-last at 2 ms: the NCHW row (3 ms) loses to it
+    summary = bench.summarize([row("NCHW", 3.0, 30.0), row("channels-last", 1.0, 2.0)])
+    assert summary["rows_slower_than_torch_fastest_layout"] == ["VGG 2x2/2 NCHW forward"]
+    assert summary["max_forward_geomean_speedup_nchw"] == pytest.approx(10.0)

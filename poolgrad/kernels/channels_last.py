@@ -1,0 +1,142 @@
+"""Channels-last kernels: arrays ``(N, D, H, W, C)`` with C fastest in memory.
+
+Neighbouring channels share their window geometry, so every innermost loop here runs
+along C over contiguous memory with no branches, and vectorizes for any kernel,
+stride, padding or dilation. Each kernel makes the same operations, in the same order,
+as its ``(N, C, D, H, W)`` counterpart in :mod:`.max_pool` or :mod:`.sum_pool`, so the
+two layouts give the same bits.
+
+Parallel loops own whole output rows ``(n, od, oh)`` (forward) or input rows
+``(n, id, ih)`` (backward, gathering through the plan's cover tables).
+"""
+
+from numba import prange
+
+from . import parallel_kernel
+
+
+@parallel_kernel
+def max_pool_forward(x, table, dilation, extent, y, pos):
+    """Channels-last :func:`poolgrad.kernels.max_pool.max_pool_forward`: ``y`` = the
+    window maximum, ``pos`` = its tap; the first maximum (the first NaN) wins."""
+    n_batch, n_chan = x.shape[0], x.shape[4]
+    out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3]
+    dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
+    ext_h, ext_w = extent[1], extent[2]
+    for row in prange(n_batch * out_d * out_h):
+        oh = row % out_h
+        rest = row // out_h
+        od = rest % out_d
+        n = rest // out_d
+        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        for ow in range(out_w):
+            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+            best = y[n, od, oh, ow]
+            best_tap = pos[n, od, oh, ow]
+            first = True
+            for jd in range(first_d, end_d):
+                xd = start_d + jd * dil_d
+                for jh in range(first_h, end_h):
+                    xh = start_h + jh * dil_h
+                    tap_dh = (jd * ext_h + jh) * ext_w
+                    for jw in range(first_w, end_w):
+                        values = x[n, xd, xh, start_w + jw * dil_w]
+                        tap = tap_dh + jw
+                        if first:
+                            for c in range(n_chan):
+                                best[c] = values[c]
+                                best_tap[c] = tap
+                            first = False
+                        else:
+                            for c in range(n_chan):
+                                # stores are unconditional (selects) so the loop vectorizes
+                                b = best[c]
+                                v = values[c]
+                                wins = b == b and not v <= b  # larger, or a first NaN
+                                best[c] = v if wins else b
+                                best_tap[c] = tap if wins else best_tap[c]
+
+
+@parallel_kernel
+def max_pool_backward(dy, pos, cover_ptr, cover_out, cover_tap, extent, dx):
+    """Channels-last :func:`poolgrad.kernels.max_pool.max_pool_backward`."""
+    n_batch, in_d, in_h, in_w, n_chan = dx.shape
+    ext_h, ext_w = extent[1], extent[2]
+    for row in prange(n_batch * in_d * in_h):
+        ih = row % in_h
+        rest = row // in_h
+        i_d = rest % in_d
+        n = rest // in_d
+        for iw in range(in_w):
+            total = dx[n, i_d, ih, iw]
+            total[:] = 0
+            for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+                od = cover_out[0, a]
+                tap_d = cover_tap[0, a]
+                for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                    oh = cover_out[1, b]
+                    tap_dh = (tap_d * ext_h + cover_tap[1, b]) * ext_w
+                    for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
+                        ow = cover_out[2, e]
+                        tap = tap_dh + cover_tap[2, e]
+                        grad = dy[n, od, oh, ow]
+                        won = pos[n, od, oh, ow]
+                        for c in range(n_chan):
+                            # adding 0 leaves total's bits alone (it is never -0), and
+                            # the select vectorizes where a branch would not
+                            total[c] += grad[c] if won[c] == tap else 0
+
+
+@parallel_kernel
+def avg_pool_forward(x, table, dilation, divisor, y):
+    """Channels-last :func:`poolgrad.kernels.sum_pool.avg_pool_forward`."""
+    n_batch, n_chan = x.shape[0], x.shape[4]
+    out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3]
+    dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
+    for row in prange(n_batch * out_d * out_h):
+        oh = row % out_h
+        rest = row // out_h
+        od = rest % out_d
+        n = rest // out_d
+        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        for ow in range(out_w):
+            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+            total = y[n, od, oh, ow]
+            total[:] = 0
+            for jd in range(first_d, end_d):
+                xd = start_d + jd * dil_d
+                for jh in range(first_h, end_h):
+                    xh = start_h + jh * dil_h
+                    for jw in range(first_w, end_w):
+                        values = x[n, xd, xh, start_w + jw * dil_w]
+                        for c in range(n_chan):
+                            total[c] += values[c]
+            window = divisor[0, od] * divisor[1, oh] * divisor[2, ow]
+            for c in range(n_chan):
+                total[c] = total[c] / window
+
+
+@parallel_kernel
+def avg_pool_backward(dy, divisor, cover_ptr, cover_out, dx):
+    """Channels-last :func:`poolgrad.kernels.sum_pool.avg_pool_backward`."""
+    n_batch, in_d, in_h, in_w, n_chan = dx.shape
+    for row in prange(n_batch * in_d * in_h):
+        ih = row % in_h
+        rest = row // in_h
+        i_d = rest % in_d
+        n = rest // in_d
+        for iw in range(in_w):
+            total = dx[n, i_d, ih, iw]
+            total[:] = 0
+            for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+                od = cover_out[0, a]
+                for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                    oh = cover_out[1, b]
+                    for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
+                        ow = cover_out[2, e]
+                        window = divisor[0, od] * divisor[1, oh] * divisor[2, ow]
+                        grad = dy[n, od, oh, ow]
+                        for c in range(n_chan):
+                            total[c] += grad[c] / window

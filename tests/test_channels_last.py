@@ -1,0 +1,109 @@
+"""Channels-last inputs (C fastest in memory, PyTorch's channels_last format) against the
+same data stored NCHW: the same bits, winners, NaN routing and gradients, and outputs
+and gradients that keep the channels-last format."""
+
+import numpy as np
+import pytest
+
+import poolgrad as pg
+from poolgrad.bench import channels_last
+
+# (spatial, keyword arguments): 1, 2 and 3 dims, the row-pass geometries and others,
+# padding, dilation, ceil_mode, overlapping windows
+GEOMETRIES = [
+    ((13,), {"kernel_size": 4, "stride": 4}),
+    ((13,), {"kernel_size": 3, "stride": 1, "padding": 1, "dilation": 2}),
+    ((9, 11), {"kernel_size": 2, "stride": 2}),
+    ((9, 11), {"kernel_size": 3, "stride": 2, "padding": 1}),
+    ((8, 13), {"kernel_size": (3, 2), "stride": (1, 3), "padding": ((2, 0), (1, 1)),
+               "ceil_mode": True}),
+    ((7, 9), {"kernel_size": 3, "stride": 1, "padding": "same", "dilation": (1, 2)}),
+    ((5, 6, 7), {"kernel_size": 2, "stride": 2, "ceil_mode": True}),
+    ((5, 6, 7), {"kernel_size": 3, "stride": 2, "padding": 1}),
+]
+
+OPS = {
+    "max": (pg.max_pool, {}),
+    "max-split": (pg.max_pool, {"ties": "split"}),
+    "avg": (pg.avg_pool, {}),
+    "avg-real": (pg.avg_pool, {"count_include_pad": False}),
+    "lp": (pg.lp_pool, {"p": 3}),
+}
+
+
+def is_channels_last(a: np.ndarray) -> bool:
+    order = (0,) + tuple(range(2, a.ndim)) + (1,)
+    return a.transpose(order).flags.c_contiguous and not a.flags.c_contiguous
+
+
+def sample(spatial, dtype, seed, channels=5):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2, 3, (3, channels) + spatial).astype(dtype)  # many ties
+    x[1, 2].flat[::4] = np.nan  # NaN must win, the first one
+    return x
+
+
+@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.parametrize("case", range(len(GEOMETRIES)))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_channels_last_gives_the_nchw_bits(op_name, case, dtype):
+    spatial, kwargs = GEOMETRIES[case]
+    op, extra = OPS[op_name]
+    kwargs = {**kwargs, **extra}
+    x = sample(spatial, dtype, case)
+    x_cl = channels_last(x)
+    assert is_channels_last(x_cl)
+    kept = x_cl.copy()
+
+    y, pullback = pg.vjp(op, x, **kwargs)
+    y_cl, pullback_cl = pg.vjp(op, x_cl, **kwargs)
+    np.testing.assert_array_equal(y_cl, y)
+    dy = np.random.default_rng(1).standard_normal(y.shape).astype(dtype)
+    dx = pullback(dy)
+    np.testing.assert_array_equal(pullback_cl(channels_last(dy)), dx)
+    np.testing.assert_array_equal(pullback_cl(dy), dx)  # an NCHW dy works too
+    np.testing.assert_array_equal(x_cl, kept)  # the input is never modified
+    if op_name in ("max", "avg", "avg-real"):  # the kernels that run along C
+        assert is_channels_last(y_cl)
+        assert is_channels_last(pullback_cl(channels_last(dy)))
+
+
+@pytest.mark.parametrize("case", range(len(GEOMETRIES)))
+def test_channels_last_indices_and_unpool(case):
+    spatial, kwargs = GEOMETRIES[case]
+    x = sample(spatial, np.float32, case)
+    y, indices = pg.max_pool(x, return_indices=True, **kwargs)
+    y_cl, indices_cl = pg.max_pool(channels_last(x), return_indices=True, **kwargs)
+    np.testing.assert_array_equal(y_cl, y)
+    np.testing.assert_array_equal(indices_cl, indices)
+    if set(kwargs) - {"kernel_size", "stride"}:
+        return  # max_unpool takes no dilation or ceil_mode; the indices are checked
+    window = (kwargs["kernel_size"], kwargs["stride"])
+    np.testing.assert_array_equal(pg.max_unpool(y_cl, indices_cl, *window, output_size=spatial),
+                                  pg.max_unpool(y, indices, *window, output_size=spatial))
+
+
+def test_channels_last_global_average_pool():
+    x = sample((7, 7), np.float32, 0, channels=16)
+    y, pullback = pg.vjp(pg.global_avg_pool, x)
+    y_cl, pullback_cl = pg.vjp(pg.global_avg_pool, channels_last(x))
+    np.testing.assert_allclose(y_cl, y, rtol=1e-6)  # the sums may run in another order
+    dy = np.random.default_rng(2).standard_normal(y.shape).astype(np.float32)
+    np.testing.assert_array_equal(pullback_cl(dy), pullback(dy))
+
+
+def test_channels_last_matches_torch_channels_last():
+    torch = pytest.importorskip("torch")
+    # no NaN: PyTorch routes a NaN window to its last NaN, poolgrad to its first
+    x = np.nan_to_num(sample((10, 12), np.float32, 3, channels=8), nan=7.0)
+    x[0, 0, :4, :4] = 1.0  # tied windows
+    xt = torch.from_numpy(x).contiguous(memory_format=torch.channels_last).requires_grad_()
+    yt, it = torch.nn.functional.max_pool2d(xt, 3, 2, 1, return_indices=True)
+    dy = np.random.default_rng(4).standard_normal(yt.shape).astype(np.float32)
+    yt.backward(torch.from_numpy(dy).contiguous(memory_format=torch.channels_last))
+
+    (y, indices), pullback = pg.vjp(pg.max_pool, channels_last(x), 3, 2, 1,
+                                    return_indices=True)
+    np.testing.assert_array_equal(y, yt.detach().numpy())
+    np.testing.assert_array_equal(indices, it.numpy())
+    np.testing.assert_array_equal(pullback(channels_last(dy)), xt.grad.numpy())
