@@ -17,13 +17,13 @@ import math
 import os
 import platform
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from . import ops
+from ._files import write_atomically
 
 
 @dataclass(frozen=True)
@@ -280,13 +280,4 @@ def format_table(result: dict) -> str:
 
 def write_json(result: dict, path: str) -> None:
     """Write atomically: a crash never leaves a half-written file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".bench-", suffix=".json")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(result, stream, indent=2)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    write_atomically(path, lambda stream: stream.write(json.dumps(result, indent=2).encode()))

@@ -2,11 +2,13 @@
 
 ``poolgrad demo``: max-pool a random batch and print where each example's gradient goes.
 ``poolgrad bench``: time the speed suite against PyTorch (see :mod:`poolgrad.bench`).
+``poolgrad train``: train a small CNN on a local dataset (see :mod:`poolgrad.train`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -84,7 +86,59 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=_positive, default=None,
                    help="threads for both libraries (default: all cores)")
     b.add_argument("--out", default="bench.json", help="where to write the JSON results")
+    t = commands.add_parser("train", help="train a CNN with poolgrad's layers on a local dataset")
+    t.add_argument("--dataset", default="digits",
+                   help="digits (default), mnist1d, or idx:PATH (a folder of MNIST IDX files)")
+    t.add_argument("--pool", default="max", help="downsampling layer: max (default), avg, lp "
+                                                 "(p = 2), or strided-conv")
+    t.add_argument("--gap-head", action="store_true",
+                   help="global-average-pool the last features before the linear head")
+    t.add_argument("--epochs", type=_positive, default=None, help="default: per dataset")
+    t.add_argument("--batch-size", type=_positive, default=100)
+    t.add_argument("--optimizer", default=None,
+                   help="sgd, adagrad, rmsprop or adam (default: per dataset)")
+    t.add_argument("--lr", type=_positive_float, default=None,
+                   help="learning rate (default: per dataset)")
+    t.add_argument("--seed", type=_at_least(0), default=0)
+    t.add_argument("--out", default=None, help="output folder (default: runs/DATASET)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue from OUT/checkpoint.npz (--epochs may extend the run)")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def train(args) -> None:
+    from . import train as trainer
+    from .datasets import DatasetError
+    if args.pool not in trainer.POOLS:
+        raise ValueError(f"unknown --pool {args.pool!r}: choose one of "
+                         f"{', '.join(trainer.POOLS)}")
+    if not (args.dataset in ("digits", "mnist1d") or args.dataset.startswith("idx:")):
+        raise DatasetError(f"unknown --dataset {args.dataset!r}: choose digits, mnist1d or "
+                           "idx:PATH (a folder of MNIST-style IDX files)")
+    out = args.out or os.path.join("runs", args.dataset.replace("idx:", "idx-").replace(
+        os.sep, "_"))
+    metrics = trainer.train(args.dataset, out, pool=args.pool, gap_head=args.gap_head,
+                            epochs=args.epochs, batch_size=args.batch_size,
+                            optimizer=args.optimizer, lr=args.lr, seed=args.seed,
+                            resume=args.resume, progress=not args.quiet)
+    settings = metrics["settings"]
+    print(f"{settings['dataset']}, {settings['pool']} pooling: test accuracy "
+          f"{metrics['test_accuracy']:.2%} ({metrics['test_examples']} test examples) after "
+          f"{metrics['epochs_run']} epochs, {metrics['train_time_s']:.1f} s of training")
+    print(f"plot: {metrics['plot']}")
+    print(f"checkpoint: {metrics['checkpoint']}")
+    print(f"metrics: {os.path.join(out, trainer.METRICS)}")
 
 
 def bench(args) -> None:
@@ -103,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             print(demo(args.batch, args.size, args.kernel, args.stride, args.seed))
         elif args.command == "bench":
             bench(args)
+        elif args.command == "train":
+            train(args)
     except (ValueError, TypeError, OSError) as error:
         print(f"poolgrad {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ def test_quick_benchmark_writes_table_and_json(tmp_path, capsys):
         assert row["poolgrad_ms"] > 0 and row["roofline_fraction"] > 0
     assert result["machine"]["copy_bandwidth_GBps"] > 0
     assert "VGG 2x2/2" in printed and "results written to" in printed
-    assert not list(out.parent.glob(".bench-*"))  # the atomic write left no temporary
+    assert not list(out.parent.glob(".poolgrad-*"))  # the atomic write left no temporary
 
 
 def test_channels_last_view_is_the_same_logical_array():

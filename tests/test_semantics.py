@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import poolgrad as pg
+from poolgrad import kernels
 
 
 def grid(rows):
@@ -234,7 +235,9 @@ DETERMINISM_CASES = [
 
 
 @pytest.mark.parametrize("case", range(len(DETERMINISM_CASES)))
-def test_backward_bits_do_not_depend_on_thread_count(case):
+def test_backward_bits_do_not_depend_on_thread_count(case, monkeypatch):
+    # small arrays normally run on one thread: make this one use the whole pool
+    monkeypatch.setattr(kernels, "SERIAL_BELOW", 0)
     op, args, kwargs = DETERMINISM_CASES[case]
     rng = np.random.default_rng(case)
     # rounded values give ties for the split rule; heavy window overlap everywhere
@@ -252,3 +255,20 @@ def test_backward_bits_do_not_depend_on_thread_count(case):
         numba.set_num_threads(before)
     for other in results[1:]:
         assert other.tobytes() == results[0].tobytes()
+
+
+@kernels.parallel_kernel
+def threads_used(x):
+    for i in numba.prange(1):
+        x[i] = numba.get_num_threads()
+
+
+@pytest.mark.filterwarnings("ignore:Cannot cache compiled function")  # a test-only kernel
+def test_small_calls_run_on_one_thread_and_restore_the_pool():
+    small, large = np.zeros(8), np.zeros(kernels.SERIAL_BELOW)
+    before = numba.get_num_threads()
+    threads_used(small)
+    threads_used(large)
+    seen = [small[0], large[0]]
+    assert seen == [1, before]
+    assert numba.get_num_threads() == before

@@ -9,7 +9,10 @@ which gathers through the plan's cover tables), so there are no races and no
 atomics, and every sum has a fixed order: the same bits at any thread count.
 """
 
+import functools
+
 import numba
+import numpy as np
 
 # Set in one place. Never "nnan"/"ninf": max pooling must see and propagate NaN and
 # -inf. No "reassoc" (sums keep their order) and no "contract" (no fused multiply-add,
@@ -19,5 +22,29 @@ import numba
 # changing them, delete the caches (__pycache__/*.nbi, *.nbc) so every kernel recompiles.
 FASTMATH = frozenset({"nsz"})
 
-# Compiled once per signature and cached on disk next to the package.
-parallel_kernel = numba.njit(parallel=True, cache=True, nogil=True, fastmath=set(FASTMATH))
+# Below this many elements in its largest array, a kernel runs on the calling thread
+# alone. Waking the thread pool costs more than it saves on small arrays, and in a
+# training loop BLAS's threads are still spinning from the last matrix product: both
+# pools then fight over the cores and a 100 us pooling call takes milliseconds.
+SERIAL_BELOW = 2**18
+
+
+def parallel_kernel(fn):
+    """Compile ``fn`` with ``parallel=True`` (once per signature, cached on disk next to
+    the package); calls on small arrays run it on one thread."""
+    compiled = numba.njit(parallel=True, cache=True, nogil=True, fastmath=set(FASTMATH))(fn)
+
+    @functools.wraps(fn)
+    def call(*args):
+        work = max(a.size for a in args if isinstance(a, np.ndarray))
+        if work >= SERIAL_BELOW:
+            return compiled(*args)
+        threads = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            return compiled(*args)
+        finally:
+            numba.set_num_threads(threads)
+
+    call.compiled = compiled
+    return call

@@ -1,0 +1,197 @@
+"""Training end to end on small data: the loss falls, checkpoints resume exactly, the
+IDX reader round-trips, and bad input gives one clear line and a non-zero exit."""
+
+import gzip
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from poolgrad import datasets, train
+
+
+def toy_data(n_train=200, n_test=60, seed=0):
+    """Two classes of 1x8x8 images: a bright top-left or bottom-right quadrant."""
+    rng = np.random.default_rng(seed)
+
+    def make(n):
+        labels = rng.integers(0, 2, n)
+        x = rng.random((n, 1, 8, 8)).astype(np.float32) * 0.5
+        for i, label in enumerate(labels):
+            x[i, 0, 4 * label:4 * label + 4, 4 * label:4 * label + 4] += 1
+        return x, labels.astype(np.int64)
+
+    return datasets.Dataset("toy", *make(n_train), *make(n_test))
+
+
+def run(tmp_path, name, **kwargs):
+    options = {"epochs": 2, "batch_size": 32, "progress": False, "data": toy_data()}
+    options.update(kwargs)
+    return train.train("digits", str(tmp_path / name), **options)
+
+
+def test_training_lowers_the_loss_and_writes_its_files(tmp_path):
+    metrics = run(tmp_path, "run", epochs=4)
+    losses = [h["train_loss"] for h in metrics["history"]]
+    assert losses[-1] < 0.5 * losses[0]
+    assert metrics["test_accuracy"] > 0.9  # the task is easy; chance is 0.5
+    out = tmp_path / "run"
+    written = json.loads((out / "metrics.json").read_text())
+    assert 0 <= written["test_accuracy"] <= 1 and written["train_time_s"] > 0
+    assert written["settings"]["pool"] == "max" and written["settings"]["batch_size"] == 32
+    assert (out / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with np.load(out / "checkpoint.npz") as checkpoint:
+        assert "weight/0.W" in checkpoint.files and "optimizer/m.0" in checkpoint.files
+    assert not [name for name in os.listdir(out) if name.startswith(".poolgrad-")]
+
+
+@pytest.mark.parametrize("pool", train.POOLS)
+def test_every_pool_and_the_gap_head_train(tmp_path, pool):
+    metrics = run(tmp_path, pool, pool=pool, gap_head=pool == "avg", epochs=3,
+                  optimizer="sgd", lr=0.1)
+    assert metrics["history"][-1]["train_loss"] < metrics["history"][0]["train_loss"]
+
+
+def test_resume_reaches_the_weights_of_an_uninterrupted_run(tmp_path):
+    run(tmp_path, "straight", epochs=3, optimizer="rmsprop", lr=0.003)
+    run(tmp_path, "resumed", epochs=1, optimizer="rmsprop", lr=0.003)
+    resumed = train.train("digits", str(tmp_path / "resumed"), epochs=3, resume=True,
+                          progress=False, data=toy_data())
+    straight_weights = train.load_checkpoint(str(tmp_path / "straight" / "checkpoint.npz"))
+    resumed_weights = train.load_checkpoint(str(tmp_path / "resumed" / "checkpoint.npz"))
+    for part in (0, 1):  # weights, optimizer state
+        assert straight_weights[part].keys() == resumed_weights[part].keys()
+        for key, value in straight_weights[part].items():
+            np.testing.assert_array_equal(resumed_weights[part][key], value, err_msg=key)
+    assert resumed["epochs_run"] == 3 and resumed["settings"]["optimizer"] == "rmsprop"
+
+
+def test_same_seed_same_numbers_and_another_seed_differs(tmp_path):
+    a, b = run(tmp_path, "a", seed=3), run(tmp_path, "b", seed=3)
+    c = run(tmp_path, "c", seed=4)
+
+    def numbers(metrics):
+        return [(h["train_loss"], h["test_loss"]) for h in metrics["history"]]
+
+    assert numbers(a) == numbers(b)
+    assert numbers(a) != numbers(c)
+
+
+def test_digits_split_is_fixed_and_documented():
+    pytest.importorskip("sklearn")
+    data = datasets.load("digits")
+    assert data.x_train.shape == (1437, 1, 8, 8) and data.x_test.shape == (360, 1, 8, 8)
+    assert data.x_train.dtype == np.float32 and 0 <= data.x_train.min() <= data.x_train.max() <= 1
+    again = datasets.load("digits")
+    np.testing.assert_array_equal(again.y_test, data.y_test)
+
+
+# ------------------------------------------------------------------------------- IDX
+
+
+def write_idx(path, array, type_code=0x08, gz=False):
+    header = bytes([0, 0, type_code, array.ndim]) + struct.pack(f">{array.ndim}I",
+                                                                 *array.shape)
+    payload = header + array.astype(">u1" if type_code == 0x08 else ">i4").tobytes()
+    with (gzip.open if gz else open)(path, "wb") as stream:
+        stream.write(payload)
+
+
+def write_mnist(folder, n_train=30, n_test=10, gz=False, seed=0):
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    suffix = ".gz" if gz else ""
+    parts = {}
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        images = rng.integers(0, 256, (n, 28, 28)).astype(np.uint8)
+        labels = rng.integers(0, 10, n).astype(np.uint8)
+        write_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}", images, gz=gz)
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte{suffix}", labels, gz=gz)
+        parts[prefix] = images, labels
+    return parts
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_idx_reader_round_trip(tmp_path, gz):
+    parts = write_mnist(tmp_path / "mnist", gz=gz)
+    data = datasets.load(f"idx:{tmp_path / 'mnist'}")
+    images, labels = parts["train"]
+    np.testing.assert_array_equal(data.x_train[:, 0], images.astype(np.float32) / 255)
+    np.testing.assert_array_equal(data.y_train, labels)
+    np.testing.assert_array_equal(data.y_test, parts["t10k"][1])
+    ints = np.arange(-6, 6, dtype=np.int32).reshape(3, 4)
+    write_idx(tmp_path / "ints", ints, type_code=0x0C)
+    np.testing.assert_array_equal(datasets.read_idx(str(tmp_path / "ints")), ints)
+
+
+def test_idx_errors(tmp_path):
+    write_mnist(tmp_path / "m")
+    (tmp_path / "m" / "t10k-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01\x00\x00")
+    with pytest.raises(datasets.DatasetError, match="corrupt IDX header"):
+        datasets.load(f"idx:{tmp_path / 'm'}")
+    (tmp_path / "m" / "t10k-labels-idx1-ubyte").write_bytes(b"PK\x03\x04garbage")
+    with pytest.raises(datasets.DatasetError, match="is not an IDX file"):
+        datasets.load(f"idx:{tmp_path / 'm'}")
+    write_idx(tmp_path / "m" / "t10k-labels-idx1-ubyte", np.zeros(9, np.uint8))
+    with pytest.raises(datasets.DatasetError, match="10 t10k images but 9 labels"):
+        datasets.load(f"idx:{tmp_path / 'm'}")
+    os.remove(tmp_path / "m" / "t10k-labels-idx1-ubyte")
+    with pytest.raises(datasets.DatasetError, match="IDX file not found"):
+        datasets.load(f"idx:{tmp_path / 'm'}")
+    data = tmp_path / "short"
+    write_idx(data, np.zeros((2, 3), np.uint8))
+    data.write_bytes(data.read_bytes()[:-1])
+    with pytest.raises(datasets.DatasetError, match="promises shape"):
+        datasets.read_idx(str(data))
+
+
+# ----------------------------------------------------------------------- command line
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "poolgrad.cli", "train", *args],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def test_cli_trains_on_idx_files(tmp_path):
+    write_mnist(tmp_path / "mnist", gz=True)
+    out = tmp_path / "out"
+    done = cli("--dataset", f"idx:{tmp_path / 'mnist'}", "--epochs", "1", "--batch-size", "8",
+               "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "test accuracy" in done.stdout and f"checkpoint: {out}" in done.stdout
+    assert (out / "training.png").stat().st_size > 0
+    assert json.loads((out / "metrics.json").read_text())["epochs_run"] == 1
+
+
+def bad_cases(tmp_path):
+    write_mnist(tmp_path / "bad-header")
+    (tmp_path / "bad-header" / "train-images-idx3-ubyte").write_bytes(b"\x01\x02\x03\x04")
+    write_mnist(tmp_path / "mismatch")
+    write_idx(tmp_path / "mismatch" / "train-labels-idx1-ubyte", np.zeros(29, np.uint8))
+    (tmp_path / "a-file").write_text("not a folder")
+    return [
+        (["--dataset", "cifar"], "unknown --dataset 'cifar'"),
+        (["--dataset", f"idx:{tmp_path / 'nowhere'}"], "IDX folder not found"),
+        (["--dataset", f"idx:{tmp_path / 'a-file'}"], "IDX folder not found"),
+        (["--dataset", f"idx:{tmp_path / 'bad-header'}"], "is not an IDX file"),
+        (["--dataset", f"idx:{tmp_path / 'mismatch'}"], "30 train images but 29 labels"),
+        (["--pool", "median"], "unknown --pool 'median'"),
+        (["--batch-size", "0"], "--batch-size: must be an integer >= 1"),
+        (["--optimizer", "lbfgs"], "unknown optimizer 'lbfgs'"),
+        (["--lr", "-1"], "--lr: must be a finite number > 0"),
+        (["--out", str(tmp_path / "a-file" / "run")], "cannot write to the output folder"),
+        (["--resume", "--out", str(tmp_path / "empty")], "no checkpoint to resume from"),
+    ]
+
+
+def test_cli_bad_input_gives_one_line_and_non_zero_exit(tmp_path):
+    for args, message in bad_cases(tmp_path):
+        done = cli(*args, "--epochs", "1", cwd=tmp_path)
+        assert done.returncode != 0, args
+        assert "Traceback" not in done.stderr, (args, done.stderr)
+        assert message in done.stderr.strip().splitlines()[-1], (args, done.stderr)
