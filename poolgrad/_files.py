@@ -20,7 +20,14 @@ def write_atomically(path: str, write: Callable[[IO[bytes]], None]) -> None:
             write(stream)
             stream.flush()
             os.fsync(stream.fileno())
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private (0600)
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -3,6 +3,7 @@
 ``poolgrad demo``: max-pool a random batch and print where each example's gradient goes.
 ``poolgrad bench``: time the speed suite against PyTorch (see :mod:`poolgrad.bench`).
 ``poolgrad train``: train a small CNN on a local dataset (see :mod:`poolgrad.train`).
+``poolgrad explain``: draw where each example's gradient goes (see :mod:`poolgrad.explain`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,28 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true",
                    help="continue from OUT/checkpoint.npz (--epochs may extend the run)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    e = commands.add_parser("explain", help="draw where each example's gradient goes through "
+                                            "a pooling layer")
+    e.add_argument("--source", default="digits",
+                   help="random, digits (default), mnist1d, a .npy file of (N, H, W) maps, or "
+                        "checkpoint:DIR (the input of a trained model's first pooling layer)")
+    e.add_argument("--kind", default="max", help="max (default), avg or lp")
+    e.add_argument("--kernel", type=_positive, default=2)
+    e.add_argument("--stride", type=_positive, default=None, help="default: the kernel")
+    e.add_argument("--padding", type=_at_least(0), default=0)
+    e.add_argument("--ties", default="first", help="first (default) or split")
+    e.add_argument("--p", type=_positive_float, default=2.0, help="the p of lp pooling")
+    e.add_argument("--batch", type=_positive, default=16, help="examples in the batch")
+    e.add_argument("--examples", type=_positive, default=3, help="examples drawn one by one")
+    e.add_argument("--channel", type=_at_least(0), default=0,
+                   help="which channel of a checkpoint's pooling input")
+    e.add_argument("--seed", type=_at_least(0), default=0)
+    e.add_argument("--invariance", action="store_true",
+                   help="the translation-invariance demonstration instead")
+    e.add_argument("--out", default="explain", help="folder for the figures")
+    e.add_argument("--dy", default="random",
+                   help="upstream gradient: random (default, integers 1-9) or ones")
+    e.add_argument("--no-color", action="store_true", help="plain terminal output")
     return parser
 
 
@@ -150,6 +173,44 @@ def bench(args) -> None:
     print(f"results written to {args.out}")
 
 
+def explain(args) -> None:
+    from . import explain as explainer
+    if args.kind not in explainer.KINDS:
+        raise ValueError(f"unknown --kind {args.kind!r}: choose one of "
+                         f"{', '.join(explainer.KINDS)}")
+    if args.invariance:
+        result = explainer.explain_invariance(args.source, args.out, kernel=args.kernel,
+                                              batch=max(args.batch, 100), seed=args.seed)
+        print(f"translation invariance, {args.kernel}x{args.kernel} windows with stride "
+              f"{args.kernel}, on {result['description']}")
+        print("shift  max: outputs unchanged  avg: outputs unchanged")
+        for row in result["rows"]:
+            inside = "inside the window" if row["shift"] < args.kernel else ""
+            print(f"{row['shift']:5d}  {row['max']:22.1%}  {row['avg']:22.1%}  {inside}")
+    else:
+        result = explainer.explain(args.source, args.out, kind=args.kind, kernel=args.kernel,
+                                   stride=args.stride, padding=args.padding, ties=args.ties,
+                                   p=args.p, batch=args.batch, examples=args.examples,
+                                   seed=args.seed, channel=args.channel, dy=args.dy)
+        summary = result["summary"]
+        rendered = explainer.render_terminal(result["routing"], color=not args.no_color)
+        _print_rich(rendered)
+        print(f"{result['description']}: each example sends gradient to "
+              f"{summary['mean_positions_reached_per_example']:.1f} of {summary['positions']} "
+              f"positions; the batch reaches {summary['positions_reached_by_batch']}; batch "
+              f"pullback == each example alone: {summary['batch_equals_examples_alone']}")
+    for name, path in result["files"].items():
+        print(f"{name}: {path}")
+
+
+def _print_rich(rendered) -> None:
+    if isinstance(rendered, str):
+        print(rendered)
+        return
+    from rich.console import Console
+    Console(highlight=False).print(rendered)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -159,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             bench(args)
         elif args.command == "train":
             train(args)
+        elif args.command == "explain":
+            explain(args)
     except (ValueError, TypeError, OSError) as error:
         print(f"poolgrad {args.command}: error: {error}", file=sys.stderr)
         return 2

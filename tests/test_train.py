@@ -195,3 +195,14 @@ def test_cli_bad_input_gives_one_line_and_non_zero_exit(tmp_path):
         assert done.returncode != 0, args
         assert "Traceback" not in done.stderr, (args, done.stderr)
         assert message in done.stderr.strip().splitlines()[-1], (args, done.stderr)
+
+
+def test_atomic_writes_get_the_usual_permissions(tmp_path):
+    from poolgrad._files import write_atomically
+    old = os.umask(0o022)
+    try:
+        write_atomically(str(tmp_path / "f.json"), lambda stream: stream.write(b"{}"))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "f.json").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+    assert (tmp_path / "f.json").read_bytes() == b"{}"

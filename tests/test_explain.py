@@ -1,0 +1,166 @@
+"""poolgrad explain: its numbers are the core's pullback, the classic 4x4 example is
+right by hand, every mode writes its figures, and bad arguments get one clear line."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import poolgrad as pg
+from poolgrad import cli, explain
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_golden_four_by_four():
+    routings = explain.classic_routings()
+    np.testing.assert_array_equal(routings["max"].y[0], [[4, 5], [6, 2]])
+    expected = np.zeros((4, 4))
+    # each window's winner: 4, 5, 6, and the first of the tied 2s (row-major)
+    expected[1, 0] = expected[1, 3] = expected[3, 1] = expected[2, 2] = 1
+    np.testing.assert_array_equal(routings["max"].dx[0], expected)
+    np.testing.assert_array_equal(routings["avg"].dx[0], np.full((4, 4), 0.25))
+    first = np.zeros((4, 4))
+    first[0, 0] = first[0, 3] = first[2, 0] = first[2, 2] = 1
+    np.testing.assert_array_equal(routings["ties first"].dx[0], first)
+    split = np.array([[1 / 3, 1 / 3, 0, 0.5], [0, 1 / 3, 0.5, 0],
+                      [0.25, 0.25, 0.25, 0.25], [0.25, 0.25, 0.25, 0.25]])
+    np.testing.assert_allclose(routings["ties split"].dx[0], split, rtol=1e-15)
+    assert routings["max"].coverage.tolist() == np.ones((4, 4)).tolist()
+
+
+@pytest.mark.parametrize("kind, kwargs", [
+    ("max", {"kernel": 3, "stride": 2, "padding": 1}),
+    ("max", {"kernel": 2, "ties": "split"}),
+    ("avg", {"kernel": 3, "stride": 2, "padding": 1}),
+    ("lp", {"kernel": 2, "stride": 1, "p": 3.0}),
+])
+def test_tables_are_the_core_pullback(kind, kwargs):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 4, (6, 7, 9)).astype(np.float64)  # ties included
+    dy_shape = route_shape = explain.route(x[:1], kind, **kwargs).y.shape[1:]
+    dy = rng.integers(1, 10, (6,) + dy_shape).astype(np.float64)
+    routing = explain.route(x, kind, dy=dy, **kwargs)
+
+    op = {"max": pg.max_pool, "avg": pg.avg_pool, "lp": pg.lp_pool}[kind]
+    options = {"kernel_size": kwargs["kernel"], "stride": kwargs.get("stride"),
+               "padding": kwargs.get("padding", 0)}
+    if kind == "max":
+        options["ties"] = kwargs.get("ties", "first")
+    if kind == "lp":
+        options["p"] = kwargs["p"]
+    y, pullback = pg.vjp(op, x[:, None], **options)
+    dx = pullback(dy[:, None])[:, 0]
+    assert routing.y.shape[1:] == route_shape
+    np.testing.assert_array_equal(routing.y, y[:, 0])
+    np.testing.assert_array_equal(routing.dx, dx)
+    np.testing.assert_array_equal(routing.senders, (dx != 0).sum(axis=0))
+    np.testing.assert_array_equal(routing.batch_gradient, dx.sum(axis=0))
+    assert routing.summary()["batch_equals_examples_alone"]
+
+    # coverage: count, for each position, the windows (by their start and size) holding it
+    k, s, p = kwargs["kernel"], kwargs.get("stride") or kwargs["kernel"], kwargs.get("padding", 0)
+    coverage = np.zeros(x.shape[1:], dtype=int)
+    for oh in range(y.shape[2]):
+        for ow in range(y.shape[3]):
+            rows = slice(max(oh * s - p, 0), max(oh * s - p + k, 0))
+            cols = slice(max(ow * s - p, 0), max(ow * s - p + k, 0))
+            coverage[rows, cols] += 1
+    np.testing.assert_array_equal(routing.coverage, coverage)
+
+
+def test_one_dimensional_sequences():
+    x = np.random.default_rng(1).standard_normal((5, 12))
+    routing = explain.route(x, "max", kernel=3, stride=2)
+    y, pullback = pg.vjp(pg.max_pool, x[:, None], 3, 2)
+    np.testing.assert_array_equal(routing.y[:, 0], y[:, 0])
+    np.testing.assert_array_equal(routing.dx[:, 0], pullback(np.ones_like(y))[:, 0])
+
+
+def test_invariance_is_local_to_the_window():
+    x = np.random.default_rng(2).random((20, 8, 8))
+    rows = explain.invariance(x, kernel=2)
+    assert [r["shift"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[0]["max"] == rows[0]["avg"] == 1.0
+    # a one-column shift keeps some window maxima, never (almost) an average of
+    # random values; whole-window shifts move every output to another cell
+    assert rows[1]["max"] > rows[1]["avg"]
+    assert rows[1]["max"] > rows[4]["max"]
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "poolgrad.cli", "explain", *args],
+                          capture_output=True, text=True)
+
+
+def assert_figures(folder, names):
+    for name in names:
+        assert (folder / name).read_bytes()[:8] == PNG, name
+        assert (folder / name).stat().st_size > 10_000, name
+
+
+def test_default_set_on_digits_and_the_printed_numbers(tmp_path, capsys):
+    pytest.importorskip("sklearn")
+    assert cli.main(["explain", "--out", str(tmp_path), "--no-color"]) == 0
+    out = capsys.readouterr().out
+    assert_figures(tmp_path, ["examples.png", "batch.png", "overlap.png", "max_vs_avg.png"])
+    x, _, _ = explain.load_batch("digits", 16, 0)
+    summary = explain.route(x, "max").summary()
+    assert (f"each example sends gradient to {summary['mean_positions_reached_per_example']:.1f}"
+            f" of 64 positions; the batch reaches {summary['positions_reached_by_batch']}") in out
+    assert "batch pullback == each example alone: True" in out
+
+
+@pytest.mark.parametrize("args", [
+    ["--source", "random", "--kind", "avg", "--kernel", "3", "--stride", "2", "--padding", "1"],
+    ["--source", "random", "--kind", "lp", "--p", "3"],
+    ["--source", "random", "--ties", "split", "--dy", "ones"],
+    ["--source", "mnist1d", "--kernel", "4"],
+])
+def test_modes_write_their_figures(tmp_path, args):
+    if "mnist1d" in args:
+        pytest.importorskip("mnist1d")
+    done = run_cli(*args, "--out", str(tmp_path), "--no-color")
+    assert done.returncode == 0, done.stderr
+    assert_figures(tmp_path, ["examples.png", "batch.png", "overlap.png", "max_vs_avg.png"])
+
+
+def test_npy_file_and_invariance(tmp_path):
+    maps = np.random.default_rng(3).random((4, 1, 10, 10))
+    np.save(tmp_path / "maps.npy", maps)
+    done = run_cli("--source", str(tmp_path / "maps.npy"), "--out", str(tmp_path / "a"))
+    assert done.returncode == 0, done.stderr
+    assert "4 maps from" in done.stdout
+    assert_figures(tmp_path / "a", ["examples.png", "batch.png"])
+    done = run_cli("--invariance", "--source", "random", "--out", str(tmp_path / "b"))
+    assert done.returncode == 0, done.stderr
+    assert "shift" in done.stdout and "inside the window" in done.stdout
+    assert_figures(tmp_path / "b", ["invariance.png"])
+
+
+def test_checkpoint_pooling_layer_on_real_examples(tmp_path):
+    pytest.importorskip("sklearn")
+    from poolgrad import train
+    train.train("digits", str(tmp_path / "run"), epochs=1, progress=False, plot=False)
+    done = run_cli("--source", f"checkpoint:{tmp_path / 'run'}", "--channel", "3",
+                   "--out", str(tmp_path / "figures"))
+    assert done.returncode == 0, done.stderr
+    assert "channel 3 of the input of layer 2 (MaxPool(" in done.stdout
+    assert_figures(tmp_path / "figures", ["examples.png", "batch.png"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kind", "median"], "unknown --kind 'median'"),
+    (["--source", "random", "--kernel", "7"], "output would be empty"),
+    (["--source", "missing.npy"], ".npy file not found: missing.npy"),
+    (["--source", "cifar"], "unknown source 'cifar'"),
+    (["--invariance", "--source", "random", "--kernel", "9"], "kernel 9 is larger than"),
+    (["--source", "random", "--ties", "last"], "ties must be one of"),
+    (["--source", "random", "--dy", "zeros"], "dy must be 'random' or 'ones'"),
+])
+def test_bad_arguments(tmp_path, args, message):
+    done = run_cli(*args, "--out", str(tmp_path))
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert message in done.stderr.strip().splitlines()[-1], done.stderr
