@@ -3,31 +3,41 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Callable
 from typing import IO
 
 
 def write_atomically(path: str, write: Callable[[IO[bytes]], None]) -> None:
-    """Call ``write(stream)`` on a temporary file beside ``path``, then rename it onto
-    ``path`` (an atomic replace on POSIX and Windows)."""
+    """Call ``write(stream)`` on a new temporary file beside ``path``, flush it to disk,
+    then rename it onto ``path`` (an atomic replace on POSIX and Windows). The file gets
+    the usual permissions (0666 less the umask)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    suffix = os.path.splitext(path)[1]
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".poolgrad-", suffix=suffix)
+    temporary = os.path.join(directory, f".poolgrad-{secrets.token_hex(8)}"
+                                        f"{os.path.splitext(path)[1]}")
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(handle, "wb") as stream:
             write(stream)
             stream.flush()
             os.fsync(stream.fileno())
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private (0600)
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
+    _sync_directory(directory)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _sync_directory(directory: str) -> None:
+    """Make the rename itself durable (POSIX; a no-op where directories can't be opened)."""
+    try:
+        handle = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)

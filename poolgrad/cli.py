@@ -109,14 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
                                             "a pooling layer")
     e.add_argument("--source", default="digits",
                    help="random, digits (default), mnist1d, a .npy file of (N, H, W) maps, or "
-                        "checkpoint:DIR (the input of a trained model's first pooling layer)")
+                        "checkpoint:DIR (the input of a trained model's first pooling layer, "
+                        "with that layer's kind, kernel, stride and padding)")
     e.add_argument("--kind", default="max", help="max (default), avg or lp")
     e.add_argument("--kernel", type=_positive, default=2)
     e.add_argument("--stride", type=_positive, default=None, help="default: the kernel")
     e.add_argument("--padding", type=_at_least(0), default=0)
     e.add_argument("--ties", default="first", help="first (default) or split")
     e.add_argument("--p", type=_positive_float, default=2.0, help="the p of lp pooling")
-    e.add_argument("--batch", type=_positive, default=16, help="examples in the batch")
+    e.add_argument("--batch", type=_positive, default=None,
+                   help="examples in the batch (default 16; 100 with --invariance)")
     e.add_argument("--examples", type=_positive, default=3, help="examples drawn one by one")
     e.add_argument("--channel", type=_at_least(0), default=0,
                    help="which channel of a checkpoint's pooling input")
@@ -149,6 +151,15 @@ def train(args) -> None:
     if not (args.dataset in ("digits", "mnist1d") or args.dataset.startswith("idx:")):
         raise DatasetError(f"unknown --dataset {args.dataset!r}: choose digits, mnist1d or "
                            "idx:PATH (a folder of MNIST-style IDX files)")
+    if args.resume:
+        given = [flag for flag, value, default in [
+            ("--pool", args.pool, "max"),
+            ("--gap-head", args.gap_head, False), ("--batch-size", args.batch_size, 100),
+            ("--optimizer", args.optimizer, None), ("--lr", args.lr, None),
+            ("--seed", args.seed, 0)] if value != default]
+        if given:
+            raise ValueError(f"--resume takes its settings from the checkpoint; only --epochs "
+                             f"may change, but {', '.join(given)} was given")
     out = args.out or os.path.join("runs", args.dataset.replace("idx:", "idx-").replace(
         os.sep, "_"))
     metrics = trainer.train(args.dataset, out, pool=args.pool, gap_head=args.gap_head,
@@ -180,7 +191,7 @@ def explain(args) -> None:
                          f"{', '.join(explainer.KINDS)}")
     if args.invariance:
         result = explainer.explain_invariance(args.source, args.out, kernel=args.kernel,
-                                              batch=max(args.batch, 100), seed=args.seed)
+                                              batch=args.batch or 100, seed=args.seed)
         print(f"translation invariance, {args.kernel}x{args.kernel} windows with stride "
               f"{args.kernel}, on {result['description']}")
         print("shift  max: outputs unchanged  avg: outputs unchanged")
@@ -190,7 +201,7 @@ def explain(args) -> None:
     else:
         result = explainer.explain(args.source, args.out, kind=args.kind, kernel=args.kernel,
                                    stride=args.stride, padding=args.padding, ties=args.ties,
-                                   p=args.p, batch=args.batch, examples=args.examples,
+                                   p=args.p, batch=args.batch or 16, examples=args.examples,
                                    seed=args.seed, channel=args.channel, dy=args.dy)
         summary = result["summary"]
         rendered = explainer.render_terminal(result["routing"], color=not args.no_color)

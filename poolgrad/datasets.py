@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,7 +66,11 @@ def digits() -> Dataset:
 
 def mnist1d() -> Dataset:
     data = _need("mnist1d.data", "mnist1d", "mnist1d")
-    made = data.make_dataset(data.get_dataset_args())
+    state = np.random.get_state()  # make_dataset seeds NumPy's global generator
+    try:
+        made = data.make_dataset(data.get_dataset_args())
+    finally:
+        np.random.set_state(state)
     return Dataset("mnist1d", made["x"].astype(np.float32)[:, None],
                    made["y"].astype(np.int64), made["x_test"].astype(np.float32)[:, None],
                    made["y_test"].astype(np.int64))
@@ -84,7 +89,7 @@ def read_idx(path: str) -> np.ndarray:
             raw = stream.read()
     except FileNotFoundError:
         raise DatasetError(f"IDX file not found: {path}") from None
-    except (OSError, EOFError) as error:
+    except (OSError, EOFError, zlib.error) as error:
         raise DatasetError(f"cannot read IDX file {path}: {error}") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
         raise DatasetError(f"{path} is not an IDX file: its header must start with two zero "

@@ -175,18 +175,18 @@ def _checkpoint_batch(folder, batch, seed, channel):
                               gap_head=settings["gap_head"], seed=settings["seed"])
     model.load_state_dict(weights)
     model.eval()
-    pools = [i for i, layer in enumerate(model.layers) if isinstance(layer, nn.Pool)]
+    kinds = {nn.MaxPool: "max", nn.AvgPool: "avg", nn.LpPool: "lp"}
+    pools = [i for i, layer in enumerate(model.layers) if type(layer) in kinds]
     if not pools:
-        raise ExplainError(f"the model in {folder} has no pooling layer (--pool "
-                           f"{settings['pool']})")
+        raise ExplainError(f"the model in {folder} has no max, avg or lp pooling layer "
+                           f"(it was trained with --pool {settings['pool']})")
     layer = model.layers[pools[0]]
     rng = np.random.default_rng(seed)
     chosen = rng.choice(len(data.y_test), size=min(batch, len(data.y_test)), replace=False)
     features = nn.Sequential(*model.layers[:pools[0]]).eval().forward(data.x_test[chosen])
     if not 0 <= channel < features.shape[1]:
         raise ExplainError(f"channel must be in [0, {features.shape[1]}), got {channel}")
-    kind = {"MaxPool": "max", "AvgPool": "avg", "LpPool": "lp"}[type(layer).__name__]
-    options = dict(layer.options, kind=kind)
+    options = dict(layer.options, kind=kinds[type(layer)])
     x = features[:, channel].astype(np.float64)
     return (x, f"channel {channel} of the input of layer {pools[0]} ({layer!r}) of the model in "
                f"{folder}, on {len(chosen)} {settings['dataset']} test examples", options)
@@ -195,22 +195,22 @@ def _checkpoint_batch(folder, batch, seed, channel):
 # --------------------------------------------------------------------------- figures
 
 
-def _plt():
+def _subplots(rows, cols, figsize, squeeze=True):
+    """A matplotlib figure and its axes, made without pyplot (which would change the
+    caller's backend and keep figures alive)."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         raise ExplainError("the figures need matplotlib: pip install matplotlib "
                            "(or pip install 'poolgrad[explain]')") from None
-    return plt
+    figure = Figure(figsize=figsize)
+    return figure, figure.subplots(rows, cols, squeeze=squeeze)
 
 
 def _save(figure, path):
     figure.tight_layout(rect=(0, 0, 1, 0.9))  # room for the two-line title
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    _plt().close(figure)
     write_atomically(path, lambda stream: stream.write(buffer.getvalue()))
     return path
 
@@ -252,9 +252,8 @@ def _outline_windows(axes, routing, example=None, color="red"):
 def draw_examples(routing: Routing, path: str, examples: int = 3, description: str = ""):
     """For a few examples: the input with the windows and the winners (or the averaging
     weights), the pooled output, the upstream gradient and the gradient routed back."""
-    plt = _plt()
     examples = min(examples, len(routing.x))
-    figure, grid = plt.subplots(examples, 4, figsize=(13, 3.2 * examples), squeeze=False)
+    figure, grid = _subplots(examples, 4, (13, 3.2 * examples), squeeze=False)
     for n in range(examples):
         left = grid[n, 0]
         _grid(left, routing.x[n], f"example {n}: input, windows"
@@ -272,9 +271,8 @@ def draw_examples(routing: Routing, path: str, examples: int = 3, description: s
 def draw_batch(routing: Routing, path: str, description: str = ""):
     """The whole batch: how many examples send gradient to each input position, one
     example's sparse gradient, and the batch gradient (the sum of the per-example ones)."""
-    plt = _plt()
     info = routing.summary()
-    figure, (a, b, c) = plt.subplots(1, 3, figsize=(13, 4.2))
+    figure, (a, b, c) = _subplots(1, 3, (13, 4.2))
     _grid(a, routing.dx[0], "example 0 alone: its gradient", cmap="coolwarm", centered=True)
     image = _grid(b, routing.senders, f"how many of the {info['examples']} examples\nsend "
                   "gradient to each position", cmap="magma", fmt="{:.0f}")
@@ -293,8 +291,7 @@ def draw_batch(routing: Routing, path: str, description: str = ""):
 def draw_overlap(routing: Routing, path: str):
     """Overlapping windows: how many windows cover each position, and where one
     example's contributions add up (positions that won, or share, several windows)."""
-    plt = _plt()
-    figure, (a, b, c) = plt.subplots(1, 3, figsize=(13, 4.2))
+    figure, (a, b, c) = _subplots(1, 3, (13, 4.2))
     _grid(a, routing.x[0], "example 0: input and windows", cmap="Greys")
     _outline_windows(a, routing, 0)
     _grid(b, routing.coverage, "windows covering each position", cmap="magma", fmt="{:.0f}")
@@ -332,9 +329,8 @@ def classic_routings():
 
 
 def draw_classic(path: str):
-    plt = _plt()
     routings = classic_routings()
-    figure, grid = plt.subplots(2, 4, figsize=(13, 6.6))
+    figure, grid = _subplots(2, 4, (13, 6.6))
     for row, (first, second) in enumerate([("max", "avg"), ("ties first", "ties split")]):
         r = routings[first]
         _grid(grid[row, 0], r.x[0], "input (2x2 windows, stride 2)", cmap="Greys", fmt="{:g}")
@@ -396,8 +392,7 @@ def invariance(x, kernel: int = 2, shifts=None) -> list[dict]:
 
 
 def draw_invariance(rows: list[dict], kernel: int, path: str, description: str = ""):
-    plt = _plt()
-    figure, axes = plt.subplots(figsize=(7, 4))
+    figure, axes = _subplots(1, 1, (7, 4))
     shifts = [r["shift"] for r in rows]
     for kind in ("max", "avg"):
         axes.plot(shifts, [100 * r[kind] for r in rows], marker="o", label=f"{kind} pooling")

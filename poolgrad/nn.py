@@ -370,9 +370,15 @@ class SoftmaxCrossEntropy:
     ``backward() -> dlogits``, which is ``(softmax - one_hot) / N``."""
 
     def forward(self, logits: np.ndarray, labels: np.ndarray) -> float:
+        labels = np.asarray(labels)
         if logits.ndim != 2 or labels.shape != (logits.shape[0],):
             raise ValueError(f"logits must be (N, classes) and labels (N,), got "
                              f"{logits.shape} and {labels.shape}")
+        if not np.issubdtype(labels.dtype, np.integer):
+            raise TypeError(f"labels must be integers, got {labels.dtype}")
+        if labels.size and (labels.min() < 0 or labels.max() >= logits.shape[1]):
+            raise ValueError(f"labels must be in [0, {logits.shape[1]}) (the number of "
+                             f"classes), got values from {labels.min()} to {labels.max()}")
         shifted = logits - logits.max(axis=1, keepdims=True)
         log_sum = np.log(np.exp(shifted).sum(axis=1))
         self._probs = np.exp(shifted - log_sum[:, None])

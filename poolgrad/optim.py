@@ -47,6 +47,14 @@ class Optimizer:
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        expected = self.state_dict()
+        if set(state) != set(expected):
+            raise ValueError(f"optimizer state does not fit: expected {sorted(expected)}, "
+                             f"got {sorted(state)}")
+        for key, value in state.items():
+            if np.shape(value) != np.shape(expected[key]):
+                raise ValueError(f"optimizer state {key} has shape {np.shape(value)}, "
+                                 f"expected {np.shape(expected[key])}")
         self.steps = int(state["steps"])
         for slot, arrays in self.state.items():
             for i in range(len(arrays)):
@@ -69,7 +77,7 @@ class SGD(Optimizer):
 
     slots = ("momentum_buffer",)
 
-    def __init__(self, parameters, lr: float = 0.01, momentum: float = 0.0,
+    def __init__(self, parameters, lr: float = 0.001, momentum: float = 0.0,
                  nesterov: bool = False, weight_decay: float = 0.0):
         super().__init__(parameters, lr, weight_decay)
         _check_number("momentum", momentum, below_one=True)

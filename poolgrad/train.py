@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import sys
 import time
+import zipfile
 
 import numpy as np
 
@@ -45,7 +47,10 @@ class TrainError(ValueError):
 
 
 def defaults_for(dataset: str) -> dict:
-    return DEFAULTS["idx" if dataset.startswith("idx:") else dataset]
+    key = "idx" if isinstance(dataset, str) and dataset.startswith("idx:") else dataset
+    if key not in DEFAULTS:
+        raise TrainError(f"unknown dataset {dataset!r}: choose digits, mnist1d or idx:PATH")
+    return DEFAULTS[key]
 
 
 def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, pool: str = "max",
@@ -83,7 +88,8 @@ def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, poo
 
 
 def evaluate(model: nn.Sequential, x: np.ndarray, y: np.ndarray, batch: int = 500):
-    """(mean loss, accuracy) of ``model`` in evaluation mode."""
+    """(mean loss, accuracy) of ``model`` in evaluation mode; its mode is restored."""
+    was_training = model.training
     model.eval()
     loss_fn = nn.SoftmaxCrossEntropy()
     total_loss, correct = 0.0, 0
@@ -91,7 +97,7 @@ def evaluate(model: nn.Sequential, x: np.ndarray, y: np.ndarray, batch: int = 50
         logits = model.forward(x[start:start + batch])
         total_loss += loss_fn.forward(logits, y[start:start + batch]) * len(logits)
         correct += int((logits.argmax(axis=1) == y[start:start + batch]).sum())
-    model.train()
+    model.train(was_training)
     return total_loss / len(y), correct / len(y)
 
 
@@ -126,9 +132,12 @@ def load_checkpoint(path: str):
         with np.load(path, allow_pickle=False) as archive:
             arrays = {k: archive[k] for k in archive.files}
         meta = json.loads(str(arrays.pop("meta")))
+        missing = {"settings", "epoch", "history", "train_time_s"} - set(meta)
+        if missing:
+            raise ValueError(f"its metadata lacks {sorted(missing)}")
     except FileNotFoundError:
         raise TrainError(f"no checkpoint to resume from: {path} does not exist") from None
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
         raise TrainError(f"{path} is not a poolgrad checkpoint ({error})") from None
     weights = {k[len("weight/"):]: v for k, v in arrays.items() if k.startswith("weight/")}
     state = {k[len("optimizer/"):]: v for k, v in arrays.items() if k.startswith("optimizer/")}
@@ -160,11 +169,14 @@ def _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed):
     if settings["optimizer"] not in optim.OPTIMIZERS:
         raise TrainError(f"unknown optimizer {settings['optimizer']!r}: choose one of "
                          f"{', '.join(optim.OPTIMIZERS)}")
-    for name in ("epochs", "batch_size"):
-        if not isinstance(settings[name], int) or settings[name] < 1:
-            raise TrainError(f"{name} must be an integer >= 1, got {settings[name]!r}")
-    if not (isinstance(settings["lr"], (int, float)) and settings["lr"] > 0):
-        raise TrainError(f"lr must be a number > 0, got {settings['lr']!r}")
+    for name in ("epochs", "batch_size", "seed"):
+        value = settings[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < (name != "seed"):
+            raise TrainError(f"{name} must be an integer >= {int(name != 'seed')}, got {value!r}")
+    lr = settings["lr"]
+    if (not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr)
+            or lr <= 0):
+        raise TrainError(f"lr must be a finite number > 0, got {lr!r}")
     return settings
 
 
@@ -184,14 +196,22 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
     if resume:
         weights, optimizer_state, meta = load_checkpoint(checkpoint_path)
         settings = dict(meta["settings"])
+        if data is None and dataset != settings["dataset"]:
+            raise TrainError(f"the checkpoint in {out} was trained on {settings['dataset']}, "
+                             f"not {dataset}")
         if epochs is not None:
-            if not isinstance(epochs, int) or epochs < 1:
+            if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
                 raise TrainError(f"epochs must be an integer >= 1, got {epochs!r}")
+            if epochs < meta["epoch"]:
+                raise TrainError(f"the checkpoint has already run {meta['epoch']} epochs; "
+                                 f"--epochs {epochs} would go back")
             settings["epochs"] = epochs
         history, start_epoch, train_time = meta["history"], meta["epoch"], meta["train_time_s"]
     else:
         settings = _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed)
     _check_writable(out)
+    if plot:
+        _matplotlib_figure()  # fail before training, not after, when matplotlib is missing
     data = data if data is not None else datasets.load(settings["dataset"])
 
     model = build_model(data.x_train.shape[1], data.spatial, data.classes,
@@ -238,8 +258,8 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
                "train_examples": n, "test_examples": len(data.y_test),
                "settings": settings, "history": history,
                "checkpoint": checkpoint_path, "plot": os.path.join(out, PLOT) if plot else None}
-    write_atomically(os.path.join(out, METRICS),
-                     lambda stream: stream.write(json.dumps(metrics, indent=2).encode()))
+    text = json.dumps(_json_safe(metrics), indent=2, allow_nan=False)
+    write_atomically(os.path.join(out, METRICS), lambda stream: stream.write(text.encode()))
     if plot:
         plot_history(history, os.path.join(out, PLOT), title=(
             f"{settings['dataset']}, {settings['pool']} pooling: test accuracy "
@@ -247,17 +267,32 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
     return metrics
 
 
-def plot_history(history: list[dict], path: str, title: str = "") -> None:
-    """Loss and accuracy per epoch (train and test) as a PNG, written atomically."""
+def _json_safe(value):
+    """NaN and infinities (a diverged run) become null: JSON has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _matplotlib_figure():
+    """matplotlib's ``Figure`` class (no pyplot, so the caller's backend is untouched)."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         raise TrainError("the training plot needs matplotlib: pip install matplotlib "
                          "(or pip install 'poolgrad[train]')") from None
+    return Figure
+
+
+def plot_history(history: list[dict], path: str, title: str = "") -> None:
+    """Loss and accuracy per epoch (train and test) as a PNG, written atomically."""
+    figure = _matplotlib_figure()(figsize=(10, 4))
+    left, right = figure.subplots(1, 2)
     epochs = [h["epoch"] for h in history]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for split in ("train", "test"):
         left.plot(epochs, [h[f"{split}_loss"] for h in history], marker=".", label=split)
         right.plot(epochs, [100 * h[f"{split}_accuracy"] for h in history], marker=".",
@@ -271,5 +306,4 @@ def plot_history(history: list[dict], path: str, title: str = "") -> None:
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
-    plt.close(figure)
     write_atomically(path, lambda stream: stream.write(buffer.getvalue()))

@@ -164,3 +164,13 @@ def test_bad_arguments(tmp_path, args, message):
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     assert message in done.stderr.strip().splitlines()[-1], done.stderr
+
+
+def test_checkpoint_without_a_sliding_pool_says_so(tmp_path):
+    pytest.importorskip("sklearn")
+    from poolgrad import train
+    train.train("digits", str(tmp_path / "run"), pool="strided-conv", gap_head=True, epochs=1,
+                progress=False, plot=False)
+    done = run_cli("--source", f"checkpoint:{tmp_path / 'run'}", "--out", str(tmp_path / "f"))
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "has no max, avg or lp pooling layer" in done.stderr.strip().splitlines()[-1]

@@ -158,6 +158,18 @@ def test_state_dict_round_trip_and_mismatch():
         other.load_state_dict({"0.W": state["0.W"]})
 
 
+def test_loss_rejects_bad_labels():
+    loss = nn.SoftmaxCrossEntropy()
+    logits = np.zeros((3, 4))
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 4\)"):
+        loss.forward(logits, np.array([0, -1, 2]))
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 4\)"):
+        loss.forward(logits, np.array([0, 4, 2]))
+    with pytest.raises(TypeError, match="labels must be integers"):
+        loss.forward(logits, np.array([0.0, 1.0, 2.0]))
+    assert loss.forward(logits, np.array([0, 1, 3])) == pytest.approx(np.log(4))
+
+
 def test_layers_reject_wrong_shapes():
     with pytest.raises(ValueError, match=r"Linear expects \(N, 4\) input"):
         nn.Linear(4, 2).forward(np.zeros((3, 5), np.float32))

@@ -56,6 +56,15 @@ def test_every_pool_and_the_gap_head_train(tmp_path, pool):
     assert metrics["history"][-1]["train_loss"] < metrics["history"][0]["train_loss"]
 
 
+def test_resume_cannot_go_back_or_change_dataset(tmp_path):
+    run(tmp_path, "done", epochs=2)
+    with pytest.raises(train.TrainError, match="already run 2 epochs"):
+        train.train("digits", str(tmp_path / "done"), epochs=1, resume=True, progress=False,
+                    data=toy_data())
+    with pytest.raises(train.TrainError, match="trained on digits, not mnist1d"):
+        train.train("mnist1d", str(tmp_path / "done"), epochs=3, resume=True, progress=False)
+
+
 def test_resume_reaches_the_weights_of_an_uninterrupted_run(tmp_path):
     run(tmp_path, "straight", epochs=3, optimizer="rmsprop", lr=0.003)
     run(tmp_path, "resumed", epochs=1, optimizer="rmsprop", lr=0.003)
@@ -171,15 +180,24 @@ def test_cli_trains_on_idx_files(tmp_path):
 def bad_cases(tmp_path):
     write_mnist(tmp_path / "bad-header")
     (tmp_path / "bad-header" / "train-images-idx3-ubyte").write_bytes(b"\x01\x02\x03\x04")
+    write_mnist(tmp_path / "bad-gzip", gz=True)
+    (tmp_path / "bad-gzip" / "t10k-labels-idx1-ubyte.gz").write_bytes(
+        gzip.compress(b"\x00" * 64)[:-12] + b"\xff" * 12)
     write_mnist(tmp_path / "mismatch")
     write_idx(tmp_path / "mismatch" / "train-labels-idx1-ubyte", np.zeros(29, np.uint8))
     (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "checkpoint.npz").write_bytes(b"PK\x03\x04 not really a zip")
     return [
+        (["--resume", "--out", str(tmp_path / "corrupt")], "is not a poolgrad checkpoint"),
+        (["--resume", "--lr", "0.1", "--out", str(tmp_path / "corrupt")],
+         "--resume takes its settings from the checkpoint; only --epochs may change"),
         (["--dataset", "cifar"], "unknown --dataset 'cifar'"),
         (["--dataset", f"idx:{tmp_path / 'nowhere'}"], "IDX folder not found"),
         (["--dataset", f"idx:{tmp_path / 'a-file'}"], "IDX folder not found"),
         (["--dataset", f"idx:{tmp_path / 'bad-header'}"], "is not an IDX file"),
         (["--dataset", f"idx:{tmp_path / 'mismatch'}"], "30 train images but 29 labels"),
+        (["--dataset", f"idx:{tmp_path / 'bad-gzip'}"], "cannot read IDX file"),
         (["--pool", "median"], "unknown --pool 'median'"),
         (["--batch-size", "0"], "--batch-size: must be an integer >= 1"),
         (["--optimizer", "lbfgs"], "unknown optimizer 'lbfgs'"),
