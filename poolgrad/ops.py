@@ -244,8 +244,10 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     pos = _empty(out_shape, geometry.position_dtype(plan.window_size), channels_last)
     interior = row_kernels.row_pass_geometry(plan, xk)
     if channels_last:
+        # taps as wide as the values, so the kernel's fold vectorizes
+        tap_like = np.empty(0, np.int32 if xk.dtype == np.float32 else np.int64)
         cl_kernels.max_pool_forward(_to_channels_last(xk), plan.table, plan.dilation,
-                                    plan.extent, _to_channels_last(yk),
+                                    plan.extent, tap_like, _to_channels_last(yk),
                                     _to_channels_last(pos))
     elif interior is not None:
         row_kernels.max_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,

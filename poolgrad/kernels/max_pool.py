@@ -1,50 +1,54 @@
 """Max pooling: forward keeps the winning tap of each window; backward routes to it."""
 
 import numpy as np
-from numba import prange
+from numba import njit, prange
 
-from . import parallel_kernel
+from . import FASTMATH, parallel_kernel
+
+
+@njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
+def max_pool_row(x, table, dilation, extent, y, pos, n, c, od, oh):
+    """Output row ``y[n, c, od, oh, :]`` window by window, exactly: the maximum of each
+    window's real taps, and in ``pos`` its tap number (row-major over ``extent``). The
+    first maximum wins; a NaN beats everything and the first NaN wins. Padding is never
+    read, so it never wins. The row-pass kernels call it for rows that hold a NaN."""
+    dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
+    ext_h, ext_w = extent[1], extent[2]
+    start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+    start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+    for ow in range(y.shape[4]):
+        start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+        best = x[n, c, start_d + first_d * dil_d, start_h + first_h * dil_h,
+                 start_w + first_w * dil_w]
+        best_tap = (first_d * ext_h + first_h) * ext_w + first_w
+        for jd in range(first_d, end_d):
+            xd = start_d + jd * dil_d
+            for jh in range(first_h, end_h):
+                xh = start_h + jh * dil_h
+                tap_dh = (jd * ext_h + jh) * ext_w
+                for jw in range(first_w, end_w):
+                    v = x[n, c, xd, xh, start_w + jw * dil_w]
+                    # larger, or a NaN; once best is NaN nothing replaces it. Selects,
+                    # not a branch: the winner of random data is unpredictable
+                    wins = (best == best) & ((v > best) | (v != v))
+                    best = v if wins else best
+                    best_tap = tap_dh + jw if wins else best_tap
+        y[n, c, od, oh, ow] = best
+        pos[n, c, od, oh, ow] = best_tap
 
 
 @parallel_kernel
 def max_pool_forward(x, table, dilation, extent, y, pos):
-    """``y[n, c, o]`` = max over the real taps of window ``o``; ``pos`` = its tap number.
-
-    Taps are numbered row-major over ``extent`` (three ints). The first maximum in that
-    order wins, so ``pos`` is PyTorch's argmax. A NaN beats everything and the first NaN
-    wins. Padding is never read, so it never wins.
-    """
+    """``y[n, c, o]`` = max over the real taps of window ``o``; ``pos`` = its tap number
+    (see :func:`max_pool_row`): the first maximum, PyTorch's argmax."""
     n_batch, n_chan = x.shape[0], x.shape[1]
-    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
-    dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
-    ext_h, ext_w = extent[1], extent[2]
+    out_d, out_h = y.shape[2], y.shape[3]
     for row in prange(n_batch * n_chan * out_d * out_h):
         oh = row % out_h
         rest = row // out_h
         od = rest % out_d
         rest //= out_d
-        c = rest % n_chan
-        n = rest // n_chan
-        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
-        for ow in range(out_w):
-            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
-            best = x[n, c, start_d + first_d * dil_d, start_h + first_h * dil_h,
-                     start_w + first_w * dil_w]
-            best_tap = (first_d * ext_h + first_h) * ext_w + first_w
-            for jd in range(first_d, end_d):
-                xd = start_d + jd * dil_d
-                for jh in range(first_h, end_h):
-                    xh = start_h + jh * dil_h
-                    tap_dh = (jd * ext_h + jh) * ext_w
-                    for jw in range(first_w, end_w):
-                        v = x[n, c, xd, xh, start_w + jw * dil_w]
-                        # larger, or a NaN; once best is NaN nothing replaces it
-                        if best == best and not v <= best:
-                            best = v
-                            best_tap = tap_dh + jw
-            y[n, c, od, oh, ow] = best
-            pos[n, c, od, oh, ow] = best_tap
+        max_pool_row(x, table, dilation, extent, y, pos, rest // n_chan, rest % n_chan, od, oh)
 
 
 @parallel_kernel

@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit, prange, uint64
 
 from . import FASTMATH, parallel_kernel
+from .max_pool import max_pool_row
 
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
 ENABLED = True  # the tests switch the row passes off to compare with the general kernels
@@ -30,68 +31,100 @@ _inline = njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
 
 @_inline
 def _fold_max(best, tap, v, v_tap):
-    """One strict max step: the later value wins only if larger, or NaN over a number."""
-    keep = (v <= best) | (best != best)
-    return (best if keep else v), (tap if keep else v_tap)
+    """One max step: the later value wins only if larger. ``v > best ? v : best`` is
+    x86's maxss/maxps and the tap a cmov/blend: no branch, in vector loops and in the
+    scalar tails of short rows alike (a float select written any other way became a
+    branch there, mispredicted on random data). A NaN ``v`` does not win here: the
+    passes report NaNs and the kernel redoes those rows exactly."""
+    wins = v > best
+    return (v if wins else best), (v_tap if wins else tap)
 
 
 @_inline
-def _max_of_row(xf, i, kw, best, tap, t):
-    """Fold the ``kw`` taps ``xf[i:i+kw]``, numbered from ``t``, into (best, tap)."""
-    best, tap = _fold_max(best, tap, xf[i], t)
-    return _max_of_rest(xf, i, kw, best, tap, t)
+def _max_of_row(xf, i, kw, best, tap, t, nan):
+    """Fold the ``kw`` taps ``xf[i:i+kw]``, numbered from ``t``, into (best, tap); ``nan``
+    becomes true if one of them is NaN."""
+    v = xf[i]
+    best, tap = _fold_max(best, tap, v, t)
+    return _max_of_rest(xf, i, kw, best, tap, t, nan | (v != v))
 
 
 @_inline
-def _max_of_rest(xf, i, kw, best, tap, t):
+def _max_of_rest(xf, i, kw, best, tap, t, nan):
     """Fold the taps ``xf[i+1:i+kw]`` (numbered from ``t + 1``) into (best, tap)."""
-    best, tap = _fold_max(best, tap, xf[i + uint64(1)], t + 1)
+    v = xf[i + uint64(1)]
+    nan |= v != v
+    best, tap = _fold_max(best, tap, v, t + 1)
     if kw >= 3:
-        best, tap = _fold_max(best, tap, xf[i + uint64(2)], t + 2)
+        v = xf[i + uint64(2)]
+        nan |= v != v
+        best, tap = _fold_max(best, tap, v, t + 2)
     if kw >= 4:
-        best, tap = _fold_max(best, tap, xf[i + uint64(3)], t + 3)
-    return best, tap
+        v = xf[i + uint64(3)]
+        nan |= v != v
+        best, tap = _fold_max(best, tap, v, t + 3)
+    return best, tap, nan
 
 
 @_inline
 def _max_loop(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
+    nan = False
     for ow in range(lo, hi):
         i = uint64(r0 + sw * ow)
-        best, tap = _max_of_rest(xf, i, kw, xf[i], t0, t0)
+        v = xf[i]
+        best, tap, nan = _max_of_rest(xf, i, kw, v, t0, t0, nan | (v != v))
         if n_rows >= 2:
-            best, tap = _max_of_row(xf, uint64(r1 + sw * ow), kw, best, tap, t1)
+            best, tap, nan = _max_of_row(xf, uint64(r1 + sw * ow), kw, best, tap, t1, nan)
         o = uint64(yb + ow)
         if not first:
             best, tap = _fold_max(yf[o], np.int64(pf[o]), best, tap)
         yf[o] = best
         pf[o] = tap
+    return nan
 
 
 @_row
 def _max_pass(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
     """Fold ``n_rows`` (1 or 2) tap rows into ``yf/pf[yb + ow]``, ow in [lo, hi): row ``k``
     reads ``xf[r<k> + ow*sw + jw]`` (jw < kw) as taps ``t<k> + jw``. ``first``: nothing
-    folded in yet. Each branch has constant geometry, so its loop vectorizes."""
+    folded in yet. Returns whether a tap was NaN (the result is then not PyTorch's).
+
+    Each branch has constant geometry and a constant ``first``, so its loop has no
+    branch and no conditional load, and vectorizes: left to LLVM, the test of ``first``
+    stayed inside the loop on AVX2 CPUs (Zen 3), which ran it scalar, 10x slower."""
+    if first:
+        return _max_geometry(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, True)
+    return _max_geometry(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, False)
+
+
+@_inline
+def _max_geometry(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
     if kw == 2 and sw == 2:
         if n_rows == 1:
-            _max_loop(xf, r0, r1, 1, 2, 2, yf, pf, yb, lo, hi, t0, t1, first)
-        else:
-            _max_loop(xf, r0, r1, 2, 2, 2, yf, pf, yb, lo, hi, t0, t1, first)
-    elif kw == 3 and sw == 2:
+            return _max_loop(xf, r0, r1, 1, 2, 2, yf, pf, yb, lo, hi, t0, t1, first)
+        return _max_loop(xf, r0, r1, 2, 2, 2, yf, pf, yb, lo, hi, t0, t1, first)
+    if kw == 3 and sw == 2:
         if n_rows == 1:
-            _max_loop(xf, r0, r1, 1, 3, 2, yf, pf, yb, lo, hi, t0, t1, first)
-        else:
-            _max_loop(xf, r0, r1, 2, 3, 2, yf, pf, yb, lo, hi, t0, t1, first)
-    else:  # kw == 4 and sw == 4
-        if n_rows == 1:
-            _max_loop(xf, r0, r1, 1, 4, 4, yf, pf, yb, lo, hi, t0, t1, first)
-        else:
-            _max_loop(xf, r0, r1, 2, 4, 4, yf, pf, yb, lo, hi, t0, t1, first)
+            return _max_loop(xf, r0, r1, 1, 3, 2, yf, pf, yb, lo, hi, t0, t1, first)
+        return _max_loop(xf, r0, r1, 2, 3, 2, yf, pf, yb, lo, hi, t0, t1, first)
+    # kw == 4 and sw == 4
+    if n_rows == 1:
+        return _max_loop(xf, r0, r1, 1, 4, 4, yf, pf, yb, lo, hi, t0, t1, first)
+    return _max_loop(xf, r0, r1, 2, 4, 4, yf, pf, yb, lo, hi, t0, t1, first)
 
 
 @_row
 def _sum_pass(xf, xb, kw, sw, yf, yb, lo, hi, first):
-    """Add the taps ``xf[xb + ow*sw + jw]`` to ``yf[yb + ow]`` one by one, in order."""
+    """Add the taps ``xf[xb + ow*sw + jw]`` to ``yf[yb + ow]`` one by one, in order
+    (``first``: ``yf`` holds nothing yet; constant in each loop, as in :func:`_max_pass`)."""
+    if first:
+        _sum_geometry(xf, xb, kw, sw, yf, yb, lo, hi, True)
+    else:
+        _sum_geometry(xf, xb, kw, sw, yf, yb, lo, hi, False)
+
+
+@_inline
+def _sum_geometry(xf, xb, kw, sw, yf, yb, lo, hi, first):
     if kw == 2 and sw == 2:
         for ow in range(lo, hi):
             i = uint64(xb + 2 * ow)
@@ -119,7 +152,8 @@ def _sum_pass(xf, xb, kw, sw, yf, yb, lo, hi, first):
 def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
     """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_forward` for plans that
     :func:`row_pass_geometry` accepts. ``interior`` = (lo, hi, stride): the output columns
-    whose windows lie wholly inside the input along W, and the W stride."""
+    whose windows lie wholly inside the input along W, and the W stride. A row whose
+    windows read a NaN is redone window by window (NaN must win, the first one)."""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     dil_d, dil_h = dilation[0], dilation[1]
@@ -138,6 +172,7 @@ def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
         n_rows = 0
         first = True  # no tap row folded in yet
         passed = False  # no pass over the interior yet
+        nan = False  # a tap read so far is NaN
         for jd in range(first_d, end_d):
             for jh in range(first_h, end_h):
                 xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h + jh * dil_h) * in_w
@@ -148,6 +183,7 @@ def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
                     o = uint64(yb + ow)
                     for jw in range(table[2, 1, ow], table[2, 2, ow]):
                         v = xf[uint64(xb + table[2, 0, ow] + jw)]
+                        nan |= v != v
                         if first and jw == table[2, 1, ow]:
                             yf[o] = v
                             pf[o] = tap0 + jw
@@ -162,10 +198,13 @@ def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
                     r1, t1 = xb + table[2, 0, 0], tap0
                 n_rows += 1
                 if n_rows == 2 or (jd == end_d - 1 and jh == end_h - 1):
-                    _max_pass(xf, r0, r1, n_rows, ext_w, stride_w, yf, pf, yb, lo, hi,
-                              t0, t1, not passed)
+                    nan |= _max_pass(xf, r0, r1, n_rows, ext_w, stride_w, yf, pf, yb, lo, hi,
+                                     t0, t1, not passed)
                     passed = True
                     n_rows = 0
+        if nan:
+            max_pool_row(x, table, dilation, extent, y, pos, plane // n_chan, plane % n_chan,
+                         od, oh)
 
 
 @parallel_kernel
