@@ -186,6 +186,16 @@ class AxisWindows:
         return len(self.start)
 
     @functools.cached_property
+    def tiles(self) -> bool:
+        """Whether the windows tile the axis: window ``o`` is exactly the coordinates
+        ``[o*extent, (o+1)*extent)``, all real, so every coordinate is read by at most
+        one window (those past the last window by none)."""
+        whole = np.arange(self.count, dtype=np.int64) * self.extent
+        return bool((self.dilation == 1 or self.extent == 1)
+                    and np.array_equal(self.start, whole) and np.all(self.first == 0)
+                    and np.all(self.end == self.extent))
+
+    @functools.cached_property
     def cover(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which (output, tap) pairs read each input coordinate, in CSR form.
 
@@ -277,6 +287,11 @@ class WindowPlan:
         # a leading axis of length 1 with a one-tap window changes nothing
         unit = sliding_axis(1, 1, 1, 1, 0, 0, False)
         return (unit,) * (KERNEL_AXES - len(self.axes)) + self.axes
+
+    @property
+    def tiles(self) -> bool:
+        """Whether the windows tile every axis (see :attr:`AxisWindows.tiles`)."""
+        return all(a.tiles for a in self.axes)
 
     @property
     def out_spatial(self) -> tuple[int, ...]:

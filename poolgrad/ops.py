@@ -273,6 +273,8 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
                 cl_kernels.max_pool_backward(
                     _kernel_dy(layout, dy, True), _to_channels_last(pos), ptr, outs, taps,
                     plan.extent, _to_channels_last(dx))
+            elif interior is not None and plan.tiles:
+                _max_backward_tiled(_kernel_dy(layout, dy, False), pos, plan, dx)
             elif interior is not None:
                 row_kernels.max_pool_backward_rows(
                     _kernel_dy(layout, dy, False), pos, ptr, outs, taps,
@@ -295,6 +297,15 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
         saved = {"x": xk, "y": yk, "tie_count": tie_count, "window_positions": pos}
     y_shape = y[0].shape if return_indices else y.shape
     return y, Pullback(op, backward, y_shape, x.shape, x.dtype, saved)
+
+
+def _max_backward_tiled(dy, pos, plan, dx):
+    """Max-pool backward for windows that tile the input: each element is written once,
+    the gradients moved as integer bits (see :func:`row_kernels.max_pool_backward_tiled`)."""
+    bits = np.dtype(f"i{dx.itemsize}")
+    negative_zero = np.array(-0.0, dtype=dx.dtype).view(bits)[()]
+    row_kernels.max_pool_backward_tiled(dy.view(bits), pos, plan.extent, negative_zero,
+                                        dx.view(bits))
 
 
 def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, op):

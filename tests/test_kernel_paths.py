@@ -15,6 +15,9 @@ CASES = [
     ((17,), 4, 4, 0), ((18,), 4, 4, ((1, 3),)), ((3,), 4, 4, ((1, 0),)), ((9,), 4, 4, 2),
     ((9, 11), 2, 2, 0), ((9, 11), 2, 2, 1), ((9, 11), 3, 2, 1), ((8, 13), 3, 2, ((2, 0), (1, 2))),
     ((2, 3), 3, 2, 1), ((7, 4), 3, 2, ((0, 1), (2, 1))), ((5, 6, 9), 2, 2, 1), ((5, 6, 9), 3, 2, 0),
+    # windows that tile the input (the tiled max backward), with rows, columns and slices
+    # that no window reads
+    ((5, 6, 9), 2, 2, 0), ((4, 8), 2, 2, 0), ((16,), 4, 4, 0),
 ]
 
 
@@ -64,3 +67,23 @@ def test_row_passes_serve_the_common_layers():
     read_only = x.copy()
     read_only.flags.writeable = False
     assert rows.row_pass_geometry(plan, read_only) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tiled_max_backward_moves_every_gradient_value_exactly(dtype, monkeypatch):
+    """The tiled backward copies gradient bits: -0, infinities and NaN in dy must arrive
+    as the general gather's ``0 + dy`` (so -0 becomes +0), and losers get +0."""
+    x = np.random.default_rng(5).standard_normal((2, 3, 5, 6, 9)).astype(dtype)
+    plan = geometry.sliding_plan((5, 6, 9), (2, 2, 2), (2, 2, 2), (1, 1, 1),
+                                 ((0, 0),) * 3, False)
+    assert plan.tiles and not geometry.sliding_plan(
+        (5, 6, 9), (3, 3, 3), (2, 2, 2), (1, 1, 1), ((0, 0),) * 3, False).tiles
+    y, pullback = pg.vjp(pg.max_pool, x, 2)
+    dy = np.random.default_rng(6).standard_normal(y.shape).astype(dtype)
+    dy.flat[::7] = -0.0
+    dy.flat[1::11] = np.inf
+    dy.flat[2::13] = -np.inf
+    dy.flat[3::17] = np.nan
+    fast, slow = both_paths(lambda: pullback(dy), monkeypatch)
+    assert fast.tobytes() == slow.tobytes()
+    assert not np.signbit(fast[fast == 0]).any()

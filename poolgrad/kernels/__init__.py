@@ -48,3 +48,12 @@ def parallel_kernel(fn):
 
     call.compiled = compiled
     return call
+
+
+@numba.njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
+def beats(v, best):
+    """Whether a later tap ``v`` replaces the running maximum ``best`` under the exact
+    rule: it is larger, or it is the first NaN (once ``best`` is NaN nothing replaces
+    it). Bitwise & and |, never the short-circuit and/or, whose branch would keep a
+    loop scalar and mispredict on random data."""
+    return (best == best) & ((v > best) | (v != v))

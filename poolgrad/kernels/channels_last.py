@@ -13,7 +13,7 @@ Parallel loops own whole output rows ``(n, od, oh)`` (forward) or input rows
 import numpy as np
 from numba import prange
 
-from . import parallel_kernel
+from . import beats, parallel_kernel
 
 
 @parallel_kernel
@@ -56,12 +56,8 @@ def max_pool_forward(x, table, dilation, extent, tap_like, y, pos):
                             first = False
                         else:
                             for c in range(n_chan):
-                                b = best[c]
-                                v = values[c]
-                                # larger, or a first NaN; bitwise & and |, never the
-                                # short-circuit and/or, whose branch keeps a loop scalar
-                                wins = (b == b) & ((v > b) | (v != v))
-                                best[c] = v if wins else b
+                                wins = beats(values[c], best[c])
+                                best[c] = values[c] if wins else best[c]
                                 best_tap[c] = tap if wins else best_tap[c]
             out = y[n, od, oh, ow]
             won = pos[n, od, oh, ow]

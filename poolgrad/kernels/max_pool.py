@@ -3,7 +3,7 @@
 import numpy as np
 from numba import njit, prange
 
-from . import FASTMATH, parallel_kernel
+from . import FASTMATH, beats, parallel_kernel
 
 
 @njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
@@ -28,9 +28,7 @@ def max_pool_row(x, table, dilation, extent, y, pos, n, c, od, oh):
                 tap_dh = (jd * ext_h + jh) * ext_w
                 for jw in range(first_w, end_w):
                     v = x[n, c, xd, xh, start_w + jw * dil_w]
-                    # larger, or a NaN; once best is NaN nothing replaces it. Selects,
-                    # not a branch: the winner of random data is unpredictable
-                    wins = (best == best) & ((v > best) | (v != v))
+                    wins = beats(v, best)
                     best = v if wins else best
                     best_tap = tap_dh + jw if wins else best_tap
         y[n, c, od, oh, ow] = best

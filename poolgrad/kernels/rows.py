@@ -414,3 +414,83 @@ def avg_pool_backward_rows(dy, divisor, cover_ptr, cover_out, table, extent, int
                 if hi == out_w:
                     _avg_back_pass(dyf, ob, factor, divisor, dxf, xb + table[2, 0, 0],
                                    extent[2], stride_w, lo, hi)
+
+
+# ------------------------------------------------------------------ tiling windows
+#
+# Where the windows tile the input (stride = kernel, no padding, no dilation: VGG's
+# 2x2/2), every input element is read by at most one window, so backward writes each
+# element once instead of gathering. The gradients are moved as integer bit patterns:
+# an integer select is a cmov (or a blend), where a float select in the scalar tail of
+# a short row (VGG's 7-wide rows are nothing but tail) became a mispredicted branch.
+
+
+@_inline
+def _route_bits(dyi, pf, o, t, negative_zero):
+    """The bits of the gradient output ``o`` sends to its tap ``t``: ``dy[o]`` if ``t``
+    won, else +0. A -0 is sent as +0, as the gather's ``0 + dy`` would."""
+    g = dyi[o]
+    g = g if g != negative_zero else 0
+    return g if pf[o] == t else 0
+
+
+@_inline
+def _route_row(dyi, pf, ob, out_w, dxi, xb, kw, t, negative_zero):
+    """Input row ``dxi[xb:xb + out_w*kw]`` from output row ``ob``, whose taps along W
+    are numbered from ``t``; constant ``kw`` branches unroll the window."""
+    if kw == 2:
+        for ow in range(out_w):
+            o, i = uint64(ob + ow), uint64(xb + 2 * ow)
+            dxi[i] = _route_bits(dyi, pf, o, t, negative_zero)
+            dxi[i + uint64(1)] = _route_bits(dyi, pf, o, t + 1, negative_zero)
+    elif kw == 4:
+        for ow in range(out_w):
+            o, i = uint64(ob + ow), uint64(xb + 4 * ow)
+            dxi[i] = _route_bits(dyi, pf, o, t, negative_zero)
+            dxi[i + uint64(1)] = _route_bits(dyi, pf, o, t + 1, negative_zero)
+            dxi[i + uint64(2)] = _route_bits(dyi, pf, o, t + 2, negative_zero)
+            dxi[i + uint64(3)] = _route_bits(dyi, pf, o, t + 3, negative_zero)
+    else:
+        for ow in range(out_w):
+            o = uint64(ob + ow)
+            for jw in range(kw):
+                dxi[uint64(xb + kw * ow + jw)] = _route_bits(dyi, pf, o, t + jw, negative_zero)
+
+
+@parallel_kernel
+def max_pool_backward_tiled(dy_bits, pos, extent, negative_zero, dx_bits):
+    """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_backward` for plans whose
+    windows tile the input (:attr:`~poolgrad.geometry.WindowPlan.tiles`), on the integer
+    views of C-contiguous ``dy`` and ``dx``. ``negative_zero``: the bits of -0.0.
+
+    Each parallel step owns one output row and writes the ``kd * kh`` input rows it
+    covers; the last rows of a plane also zero the input rows no window reads."""
+    n_batch, n_chan, in_d, in_h, in_w = dx_bits.shape
+    out_d, out_h, out_w = dy_bits.shape[2], dy_bits.shape[3], dy_bits.shape[4]
+    ext_d, ext_h, ext_w = extent[0], extent[1], extent[2]
+    dyi, pf, dxi = dy_bits.ravel(), pos.ravel(), dx_bits.ravel()
+    covered_w = out_w * ext_w
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        oh = row % out_h
+        od = (row // out_h) % out_d
+        plane = row // (out_h * out_d)
+        ob = row * out_w
+        for jd in range(ext_d):
+            for jh in range(ext_h):
+                xb = ((plane * in_d + od * ext_d + jd) * in_h + oh * ext_h + jh) * in_w
+                _route_row(dyi, pf, ob, out_w, dxi, xb, ext_w,
+                           (jd * ext_h + jh) * ext_w, negative_zero)
+                for iw in range(covered_w, in_w):
+                    dxi[uint64(xb + iw)] = 0
+        # input rows that no window reads: below the last output row of each slice,
+        # and the slices behind the last output slice
+        if oh == out_h - 1:
+            for jd in range(ext_d):
+                base = (plane * in_d + od * ext_d + jd) * in_h
+                for ih in range(out_h * ext_h, in_h):
+                    for iw in range(in_w):
+                        dxi[uint64((base + ih) * in_w + iw)] = 0
+            if od == out_d - 1:
+                for i_d in range(out_d * ext_d, in_d):
+                    for iw in range(in_h * in_w):
+                        dxi[uint64((plane * in_d + i_d) * in_h * in_w + iw)] = 0
