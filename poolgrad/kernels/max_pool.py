@@ -6,7 +6,8 @@ from numba import njit, prange
 from . import FASTMATH, beats, parallel_kernel
 
 
-@njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
+# a plain call, not inlined: inlined into the parallel kernels it tripled their compile time
+@njit(cache=True, nogil=True, fastmath=set(FASTMATH))
 def max_pool_row(x, table, dilation, extent, y, pos, n, c, od, oh):
     """Output row ``y[n, c, od, oh, :]`` window by window, exactly: the maximum of each
     window's real taps, and in ``pos`` its tap number (row-major over ``extent``). The
