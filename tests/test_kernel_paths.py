@@ -87,3 +87,23 @@ def test_tiled_max_backward_moves_every_gradient_value_exactly(dtype, monkeypatc
     fast, slow = both_paths(lambda: pullback(dy), monkeypatch)
     assert fast.tobytes() == slow.tobytes()
     assert not np.signbit(fast[fast == 0]).any()
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_inference_forward_gives_the_values_of_the_recorded_forward(case, dtype):
+    """A forward without pullback or indices folds values only (row passes and
+    channels-last); it must give the bits of the forward that records the winners."""
+    from poolgrad.bench import channels_last
+
+    spatial, kernel, stride, padding = CASES[case]
+    rng = np.random.default_rng(case)
+    x = rng.integers(-2, 3, (2, 8) + spatial).astype(dtype)  # many ties
+    x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)  # +0/-0 ties
+    x[0, 0].flat[::5] = np.nan
+    x[1, 3].flat[::3] = np.inf
+    args = (kernel, stride, padding)
+    recorded, _ = pg.vjp(pg.max_pool, x, *args)
+    for layout in (x, channels_last(x)):
+        values = pg.max_pool(layout, *args)
+        assert np.ascontiguousarray(values).tobytes() == recorded.tobytes()

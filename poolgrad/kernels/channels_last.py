@@ -67,6 +67,39 @@ def max_pool_forward(x, table, dilation, extent, tap_like, y, pos):
 
 
 @parallel_kernel
+def max_values_forward(x, table, dilation, y):
+    """The ``y`` of :func:`max_pool_forward` without the winners (inference), folded in
+    place: a float select alone vectorizes."""
+    n_batch, n_chan = x.shape[0], x.shape[4]
+    out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3]
+    dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
+    for row in prange(n_batch * out_d * out_h):
+        oh = row % out_h
+        rest = row // out_h
+        od = rest % out_d
+        n = rest // out_d
+        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        for ow in range(out_w):
+            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+            best = y[n, od, oh, ow]
+            first = True
+            for jd in range(first_d, end_d):
+                xd = start_d + jd * dil_d
+                for jh in range(first_h, end_h):
+                    xh = start_h + jh * dil_h
+                    for jw in range(first_w, end_w):
+                        values = x[n, xd, xh, start_w + jw * dil_w]
+                        if first:
+                            for c in range(n_chan):
+                                best[c] = values[c]
+                            first = False
+                        else:
+                            for c in range(n_chan):
+                                best[c] = values[c] if beats(values[c], best[c]) else best[c]
+
+
+@parallel_kernel
 def max_pool_backward(dy, pos, cover_ptr, cover_out, cover_tap, extent, dx):
     """Channels-last :func:`poolgrad.kernels.max_pool.max_pool_backward`."""
     n_batch, in_d, in_h, in_w, n_chan = dx.shape

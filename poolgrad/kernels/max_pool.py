@@ -8,16 +8,17 @@ from . import FASTMATH, beats, parallel_kernel
 
 # a plain call, not inlined: inlined into the parallel kernels it tripled their compile time
 @njit(cache=True, nogil=True, fastmath=set(FASTMATH))
-def max_pool_row(x, table, dilation, extent, y, pos, n, c, od, oh):
-    """Output row ``y[n, c, od, oh, :]`` window by window, exactly: the maximum of each
-    window's real taps, and in ``pos`` its tap number (row-major over ``extent``). The
-    first maximum wins; a NaN beats everything and the first NaN wins. Padding is never
-    read, so it never wins. The row-pass kernels call it for rows that hold a NaN."""
+def max_pool_row(x, table, dilation, extent, y_row, pos_row, n, c, od, oh):
+    """Output row ``(n, c, od, oh)`` window by window, exactly: in ``y_row`` the maximum
+    of each window's real taps, in ``pos_row`` its tap number (row-major over
+    ``extent``). The first maximum wins; a NaN beats everything and the first NaN wins.
+    Padding is never read, so it never wins. The row-pass kernels call it for rows that
+    hold a NaN."""
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
     ext_h, ext_w = extent[1], extent[2]
     start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
     start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
-    for ow in range(y.shape[4]):
+    for ow in range(len(y_row)):
         start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
         best = x[n, c, start_d + first_d * dil_d, start_h + first_h * dil_h,
                  start_w + first_w * dil_w]
@@ -32,8 +33,8 @@ def max_pool_row(x, table, dilation, extent, y, pos, n, c, od, oh):
                     wins = beats(v, best)
                     best = v if wins else best
                     best_tap = tap_dh + jw if wins else best_tap
-        y[n, c, od, oh, ow] = best
-        pos[n, c, od, oh, ow] = best_tap
+        y_row[ow] = best
+        pos_row[ow] = best_tap
 
 
 @parallel_kernel
@@ -47,7 +48,8 @@ def max_pool_forward(x, table, dilation, extent, y, pos):
         rest = row // out_h
         od = rest % out_d
         rest //= out_d
-        max_pool_row(x, table, dilation, extent, y, pos, rest // n_chan, rest % n_chan, od, oh)
+        n, c = rest // n_chan, rest % n_chan
+        max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh], n, c, od, oh)
 
 
 @parallel_kernel

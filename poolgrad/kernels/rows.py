@@ -240,8 +240,91 @@ def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
                     passed = True
                     n_rows = 0
         if nan:
-            max_pool_row(x, table, dilation, extent, y, pos, plane // n_chan, plane % n_chan,
-                         od, oh)
+            n, c = plane // n_chan, plane % n_chan
+            max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh],
+                         n, c, od, oh)
+
+
+# Values only: a forward that wants no gradient and no indices (inference) keeps no
+# winners, so it folds nothing but values, one tap row per pass.
+
+
+@_inline
+def _max_values_loop(xf, r, kw, sw, yf, yb, lo, hi, first):
+    nan = False
+    for ow in range(lo, hi):
+        i = uint64(r + sw * ow)
+        best = xf[i]
+        nan |= best != best
+        for jw in range(1, kw):  # a constant count: unrolled
+            v = xf[i + uint64(jw)]
+            nan |= v != v
+            best = v if v > best else best
+        o = uint64(yb + ow)
+        if not first:
+            earlier = yf[o]
+            best = best if best > earlier else earlier  # the earlier taps win ties
+        yf[o] = best
+    return nan
+
+
+@_row
+def _max_values_pass(xf, r, kw, sw, yf, yb, lo, hi, first):
+    """Fold tap row ``xf[r + ow*sw + jw]`` (jw < kw) into ``yf[yb + ow]``, ow in [lo, hi)
+    (``first``: write). Returns whether a tap was NaN. Constant geometry and ``first``
+    per loop, as in :func:`_max_pass`."""
+    if kw == 2:
+        if first:
+            return _max_values_loop(xf, r, 2, 2, yf, yb, lo, hi, True)
+        return _max_values_loop(xf, r, 2, 2, yf, yb, lo, hi, False)
+    if kw == 3:
+        if first:
+            return _max_values_loop(xf, r, 3, 2, yf, yb, lo, hi, True)
+        return _max_values_loop(xf, r, 3, 2, yf, yb, lo, hi, False)
+    if first:  # kw == 4 and sw == 4
+        return _max_values_loop(xf, r, 4, 4, yf, yb, lo, hi, True)
+    return _max_values_loop(xf, r, 4, 4, yf, yb, lo, hi, False)
+
+
+@parallel_kernel
+def max_values_forward_rows(x, table, extent, dilation, interior, y, scratch_pos):
+    """The ``y`` of :func:`max_pool_forward_rows` without the winners. A row whose
+    windows read a NaN is redone exactly (``scratch_pos``: a template of the tap dtype
+    for that)."""
+    n_batch, n_chan, in_d, in_h, in_w = x.shape
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    dil_d, dil_h = dilation[0], dilation[1]
+    lo, hi, stride_w = interior[0], interior[1], interior[2]
+    xf, yf = x.ravel(), y.ravel()
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        oh = row % out_h
+        od = (row // out_h) % out_d
+        plane = row // (out_h * out_d)
+        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        yb = row * out_w
+        first = True
+        nan = False
+        for jd in range(first_d, end_d):
+            for jh in range(first_h, end_h):
+                xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h + jh * dil_h) * in_w
+                nan |= _max_values_pass(xf, xb + table[2, 0, 0], extent[2], stride_w, yf, yb,
+                                        lo, hi, first)
+                for edge in range(out_w - (hi - lo)):
+                    ow = edge if edge < lo else edge + hi - lo
+                    o = uint64(yb + ow)
+                    for jw in range(table[2, 1, ow], table[2, 2, ow]):
+                        v = xf[uint64(xb + table[2, 0, ow] + jw)]
+                        nan |= v != v
+                        if first and jw == table[2, 1, ow]:
+                            yf[o] = v
+                        else:
+                            yf[o] = v if v > yf[o] else yf[o]
+                first = False
+        if nan:
+            n, c = plane // n_chan, plane % n_chan
+            max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
+                         np.empty(out_w, scratch_pos.dtype), n, c, od, oh)
 
 
 @parallel_kernel
