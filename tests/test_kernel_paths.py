@@ -69,16 +69,18 @@ def test_row_passes_serve_the_common_layers():
     assert rows.row_pass_geometry(plan, read_only) is None
 
 
+@pytest.mark.parametrize("args", [(2,), (3, 2), (3, 2, 1), (4, 4, 1)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_tiled_max_backward_moves_every_gradient_value_exactly(dtype, monkeypatch):
-    """The tiled backward copies gradient bits: -0, infinities and NaN in dy must arrive
-    as the general gather's ``0 + dy`` (so -0 becomes +0), and losers get +0."""
+def test_max_backward_moves_every_gradient_value_exactly(args, dtype, monkeypatch):
+    """The fast backwards (tiled: gradient bits copied; overlapping: ``dy * (0 or 1)``
+    with rows that come out non-finite redone) against the general gather: -0,
+    infinities and NaN in dy must arrive as its ``0 + dy`` (so -0 becomes +0)."""
     x = np.random.default_rng(5).standard_normal((2, 3, 5, 6, 9)).astype(dtype)
     plan = geometry.sliding_plan((5, 6, 9), (2, 2, 2), (2, 2, 2), (1, 1, 1),
                                  ((0, 0),) * 3, False)
     assert plan.tiles and not geometry.sliding_plan(
         (5, 6, 9), (3, 3, 3), (2, 2, 2), (1, 1, 1), ((0, 0),) * 3, False).tiles
-    y, pullback = pg.vjp(pg.max_pool, x, 2)
+    y, pullback = pg.vjp(pg.max_pool, x, *args)
     dy = np.random.default_rng(6).standard_normal(y.shape).astype(dtype)
     dy.flat[::7] = -0.0
     dy.flat[1::11] = np.inf

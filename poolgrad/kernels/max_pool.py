@@ -52,6 +52,29 @@ def max_pool_forward(x, table, dilation, extent, y, pos):
         max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh], n, c, od, oh)
 
 
+@njit(cache=True, nogil=True, fastmath=set(FASTMATH))
+def max_backward_row(dy, pos, cover_ptr, cover_out, cover_tap, extent, dx_row, n, c, i_d, ih):
+    """Input row ``(n, c, i_d, ih)`` of the max-pool gradient, exactly, into ``dx_row``:
+    each element sums ``dy[o]`` over the windows ``o`` whose winning tap reads it, in
+    increasing output order. The row-pass kernels call it for rows whose gradient holds
+    an infinity or a NaN."""
+    ext_h, ext_w = extent[1], extent[2]
+    zero = np.zeros(1, dx_row.dtype)[0]
+    for iw in range(len(dx_row)):
+        total = zero
+        for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+            od = cover_out[0, a]
+            tap_d = cover_tap[0, a]
+            for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                oh = cover_out[1, b]
+                tap_dh = (tap_d * ext_h + cover_tap[1, b]) * ext_w
+                for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
+                    ow = cover_out[2, e]
+                    if pos[n, c, od, oh, ow] == tap_dh + cover_tap[2, e]:
+                        total += dy[n, c, od, oh, ow]
+        dx_row[iw] = total
+
+
 @parallel_kernel
 def max_pool_backward(dy, pos, cover_ptr, cover_out, cover_tap, extent, dx):
     """``dx[i]`` = sum of ``dy[o]`` over the windows ``o`` whose winning tap reads ``i``.
@@ -59,29 +82,15 @@ def max_pool_backward(dy, pos, cover_ptr, cover_out, cover_tap, extent, dx):
     Gathers per input element through the cover tables, visiting windows in increasing
     output order: the same additions, in the same order, as a serial scatter.
     """
-    n_batch, n_chan, in_d, in_h, in_w = dx.shape
-    ext_h, ext_w = extent[1], extent[2]
-    zero = np.zeros(1, dx.dtype)[0]
+    n_batch, n_chan, in_d, in_h = dx.shape[0], dx.shape[1], dx.shape[2], dx.shape[3]
     for row in prange(n_batch * n_chan * in_d * in_h):
         ih = row % in_h
         rest = row // in_h
         i_d = rest % in_d
         rest //= in_d
-        c = rest % n_chan
-        n = rest // n_chan
-        for iw in range(in_w):
-            total = zero
-            for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
-                od = cover_out[0, a]
-                tap_d = cover_tap[0, a]
-                for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
-                    oh = cover_out[1, b]
-                    tap_dh = (tap_d * ext_h + cover_tap[1, b]) * ext_w
-                    for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
-                        ow = cover_out[2, e]
-                        if pos[n, c, od, oh, ow] == tap_dh + cover_tap[2, e]:
-                            total += dy[n, c, od, oh, ow]
-            dx[n, c, i_d, ih, iw] = total
+        n, c = rest // n_chan, rest % n_chan
+        max_backward_row(dy, pos, cover_ptr, cover_out, cover_tap, extent, dx[n, c, i_d, ih],
+                         n, c, i_d, ih)
 
 
 @parallel_kernel

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit, prange, uint64
 
 from . import FASTMATH, parallel_kernel
-from .max_pool import max_pool_row
+from .max_pool import max_backward_row, max_pool_row
 
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
 ENABLED = True  # the tests switch the row passes off to compare with the general kernels
@@ -399,37 +399,42 @@ def row_pass_geometry(plan, x: np.ndarray):
 
 
 @_inline
-def _routed(dyf, pf, o, t, zero):
-    """The gradient output ``o`` sends to its tap ``t``: all of it if ``t`` won."""
-    return dyf[o] if pf[o] == t else zero
+def _routed(dyf, pf, o, t, zero, one):
+    """The gradient output ``o`` sends to its tap ``t``: ``dy * 1`` if ``t`` won, else
+    ``dy * 0``. For a finite ``dy`` that is ``dy`` or a zero, and adding a zero leaves
+    the sum's bits alone (it starts at +0 and is never -0): the bits of the gather's
+    ``if won: total += dy``, without a float select, which in the scalar tails of short
+    rows became a mispredicted branch. An infinite or NaN ``dy`` leaves a non-finite
+    value in its row, and the kernel redoes such rows exactly."""
+    return dyf[o] * (one if pf[o] == t else zero)
 
 
 @_row
-def _max_back_pass(dyf, pf, ob, dxf, xb, kw, sw, lo, hi, t, zero):
+def _max_back_pass(dyf, pf, ob, dxf, xb, kw, sw, lo, hi, t, zero, one):
     """Add output row ``ob``'s routed gradients for ow in [lo, hi) to the input row whose
     window ``ow`` starts at column ``xb + ow*sw``; its taps are numbered from ``t``."""
     if kw == 2 and sw == 2:
         for ow in range(lo, hi):
             i, o = uint64(xb + 2 * ow), uint64(ob + ow)
-            dxf[i] += _routed(dyf, pf, o, t, zero)
-            dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero)
+            dxf[i] += _routed(dyf, pf, o, t, zero, one)
+            dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero, one)
     elif kw == 4 and sw == 4:
         for ow in range(lo, hi):
             i, o = uint64(xb + 4 * ow), uint64(ob + ow)
-            dxf[i] += _routed(dyf, pf, o, t, zero)
-            dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero)
-            dxf[i + uint64(2)] += _routed(dyf, pf, o, t + 2, zero)
-            dxf[i + uint64(3)] += _routed(dyf, pf, o, t + 3, zero)
+            dxf[i] += _routed(dyf, pf, o, t, zero, one)
+            dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero, one)
+            dxf[i + uint64(2)] += _routed(dyf, pf, o, t + 2, zero, one)
+            dxf[i + uint64(3)] += _routed(dyf, pf, o, t + 3, zero, one)
     elif hi > lo:  # kw == 3, sw == 2: column 2*ow is tap 2 of ow - 1, then tap 0 of ow
         i, o = uint64(xb + 2 * lo), uint64(ob + lo)
-        dxf[i] += _routed(dyf, pf, o, t, zero)
-        dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero)
+        dxf[i] += _routed(dyf, pf, o, t, zero, one)
+        dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero, one)
         for ow in range(lo + 1, hi):
             i, o = uint64(xb + 2 * ow), uint64(ob + ow)
-            dxf[i] = (dxf[i] + _routed(dyf, pf, o - uint64(1), t + 2, zero)
-                      + _routed(dyf, pf, o, t, zero))
-            dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero)
-        dxf[uint64(xb + 2 * hi)] += _routed(dyf, pf, uint64(ob + hi - 1), t + 2, zero)
+            dxf[i] = (dxf[i] + _routed(dyf, pf, o - uint64(1), t + 2, zero, one)
+                      + _routed(dyf, pf, o, t, zero, one))
+            dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero, one)
+        dxf[uint64(xb + 2 * hi)] += _routed(dyf, pf, uint64(ob + hi - 1), t + 2, zero, one)
 
 
 @_row
@@ -468,13 +473,15 @@ def _avg_back_pass(dyf, ob, factor, divisor, dxf, xb, kw, sw, lo, hi):
 def max_pool_backward_rows(dy, pos, cover_ptr, cover_out, cover_tap, table, extent,
                            interior, dx):
     """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_backward` for C-contiguous
-    ``dy`` and plans that :func:`row_pass_geometry` accepts."""
+    ``dy`` and plans that :func:`row_pass_geometry` accepts. Rows that come out with an
+    infinity or a NaN are redone exactly (see :func:`_routed`)."""
     n_batch, n_chan, in_d, in_h, in_w = dx.shape
     out_d, out_h, out_w = dy.shape[2], dy.shape[3], dy.shape[4]
     ext_h, ext_w = extent[1], extent[2]
     lo, hi, stride_w = interior[0], interior[1], interior[2]
     dyf, pf, dxf = dy.ravel(), pos.ravel(), dx.ravel()
     zero = np.zeros(1, dx.dtype)[0]
+    one = np.ones(1, dx.dtype)[0]
     for row in prange(n_batch * n_chan * in_d * in_h):
         ih = row % in_h
         i_d = (row // in_h) % in_d
@@ -492,13 +499,21 @@ def max_pool_backward_rows(dy, pos, cover_ptr, cover_out, cover_tap, table, exte
                     ow = edge if edge < lo else edge + hi - lo
                     if ow == hi:  # the front-cut windows are done: now the interior
                         _max_back_pass(dyf, pf, ob, dxf, xb + table[2, 0, 0], ext_w, stride_w,
-                                       lo, hi, t, zero)
+                                       lo, hi, t, zero, one)
                     for jw in range(table[2, 1, ow], table[2, 2, ow]):
                         i = uint64(xb + table[2, 0, ow] + jw)
-                        dxf[i] += _routed(dyf, pf, uint64(ob + ow), t + jw, zero)
+                        dxf[i] += _routed(dyf, pf, uint64(ob + ow), t + jw, zero, one)
                 if hi == out_w:
                     _max_back_pass(dyf, pf, ob, dxf, xb + table[2, 0, 0], ext_w, stride_w,
-                                   lo, hi, t, zero)
+                                   lo, hi, t, zero, one)
+        finite = True
+        for iw in range(in_w):
+            v = dxf[uint64(xb + iw)]
+            finite &= v - v == zero  # false for an infinity or a NaN
+        if not finite:
+            n, c = plane // n_chan, plane % n_chan
+            max_backward_row(dy, pos, cover_ptr, cover_out, cover_tap, extent,
+                             dx[n, c, i_d, ih], n, c, i_d, ih)
 
 
 @parallel_kernel
