@@ -314,8 +314,12 @@ def _max_backward_tiled(dy, pos, plan, dx):
     """Max-pool backward for windows that tile the input: each element is written once,
     the gradients moved as integer bits (see :func:`row_kernels.max_pool_backward_tiled`)."""
     bits = np.dtype(f"i{dx.itemsize}")
+    info = np.finfo(dx.dtype)
+    exponent = ((1 << info.iexp) - 1) << info.nmant
+    quiet = 1 << (info.nmant - 1)
     negative_zero = np.array(-0.0, dtype=dx.dtype).view(bits)[()]
-    row_kernels.max_pool_backward_tiled(dy.view(bits), pos, plan.extent, negative_zero,
+    float_bits = np.array([negative_zero, exponent, quiet], dtype=bits)
+    row_kernels.max_pool_backward_tiled(dy.view(bits), pos, plan.extent, float_bits,
                                         dx.view(bits))
 
 

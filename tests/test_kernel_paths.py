@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import poolgrad as pg
-from poolgrad import geometry
+from poolgrad import geometry, ops
 from poolgrad.kernels import rows
 
 # (spatial, kernel, stride, padding): every (kernel, stride) with a vectorized W pass,
@@ -19,6 +19,18 @@ CASES = [
     # that no window reads
     ((5, 6, 9), 2, 2, 0), ((4, 8), 2, 2, 0), ((16,), 4, 4, 0),
 ]
+
+
+def put_nan_payloads(plane):
+    """NaNs with different bits (quiet and signalling payloads, both signs), so that a
+    kernel that lets the wrong NaN win gives different bits."""
+    bits = plane.view(np.uint32 if plane.dtype == np.float32 else np.uint64)
+    top = np.array(np.inf, plane.dtype).view(bits.dtype)[()]  # exponent all ones
+    sign = np.array(-0.0, plane.dtype).view(bits.dtype)[()]
+    flat = bits.reshape(-1)
+    for k in range(0, flat.size, 3):
+        payload = bits.dtype.type(k % 7 + 1)
+        flat[k] = (top | payload) | (sign if k % 2 else bits.dtype.type(0))
 
 
 def both_paths(fn, monkeypatch):
@@ -37,6 +49,7 @@ def test_row_passes_match_the_general_kernels(case, dtype, monkeypatch):
     rng = np.random.default_rng(case)
     x = rng.integers(-2, 3, (2, 3) + spatial).astype(dtype)  # many ties
     x[0, 0].flat[::5] = np.nan  # NaN must win, the first one
+    put_nan_payloads(x[1, 2])
     args = (kernel, stride, padding)
 
     def max_run():
@@ -47,6 +60,9 @@ def test_row_passes_match_the_general_kernels(case, dtype, monkeypatch):
     fast, slow = both_paths(max_run, monkeypatch)
     for a, b in zip(fast, slow, strict=True):
         assert a.tobytes() == b.tobytes()
+    # a sum's NaN carries the bits of one of its NaN operands, and which one is the
+    # compiler's choice (it may commute an addition): one kind of NaN for the sums
+    x[1, 2] = np.nan
     for include in (True, False):
         def avg_run(include=include):
             y, pullback = pg.vjp(pg.avg_pool, x, *args, count_include_pad=include)
@@ -86,9 +102,40 @@ def test_max_backward_moves_every_gradient_value_exactly(args, dtype, monkeypatc
     dy.flat[1::11] = np.inf
     dy.flat[2::13] = -np.inf
     dy.flat[3::17] = np.nan
+    put_nan_payloads(dy[1, 1])  # signalling NaNs must come out quieted, as 0 + dy does
+
+    def garbage(shape, dtype, channels_last):  # dx as uninitialised memory may hold
+        return np.full(shape, 12345.0, dtype)  # no element may be left unwritten
+
+    monkeypatch.setattr(ops, "_empty", garbage)
     fast, slow = both_paths(lambda: pullback(dy), monkeypatch)
     assert fast.tobytes() == slow.tobytes()
     assert not np.signbit(fast[fast == 0]).any()
+    assert not (fast == 12345.0).any()
+
+
+def test_fast_paths_on_arrays_that_run_in_parallel(monkeypatch):
+    """Arrays above SERIAL_BELOW run on the thread pool: every parallel step must write
+    only its own rows."""
+    from poolgrad.kernels import SERIAL_BELOW
+
+    rng = np.random.default_rng(9)
+    x = rng.integers(-3, 4, (2, 16, 97, 96)).astype(np.float32)
+    assert x.size > SERIAL_BELOW
+    put_nan_payloads(x[1, 7])
+    for args in ((2,), (3, 2, 1)):
+        def run(args=args):
+            y, pullback = pg.vjp(pg.max_pool, x, *args)
+            return pg.max_pool(x, *args), y, pullback(rng.standard_normal(y.shape,
+                                                                        dtype=np.float32))
+        rng = np.random.default_rng(10)
+        fast = run()
+        rng = np.random.default_rng(10)
+        with monkeypatch.context() as patch:
+            patch.setattr(rows, "ENABLED", False)
+            slow = run()
+        for a, b in zip(fast, slow, strict=True):
+            assert a.tobytes() == b.tobytes()
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -103,6 +150,7 @@ def test_inference_forward_gives_the_values_of_the_recorded_forward(case, dtype)
     x = rng.integers(-2, 3, (2, 8) + spatial).astype(dtype)  # many ties
     x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)  # +0/-0 ties
     x[0, 0].flat[::5] = np.nan
+    put_nan_payloads(x[1, 5])  # which NaN wins shows in its bits: the first one must
     x[1, 3].flat[::3] = np.inf
     args = (kernel, stride, padding)
     recorded, _ = pg.vjp(pg.max_pool, x, *args)

@@ -76,22 +76,22 @@ def _fold_values(best, row, start_w, first_w, end_w, dil_w, first):
     if count == 1:
         a = row[w0]
         for c in range(len(best)):
-            best[c] = a[c] if first or beats(a[c], best[c]) else best[c]
+            best[c] = a[c] if first | beats(a[c], best[c]) else best[c]
     elif count == 2:
         a, b = row[w0], row[w0 + dil_w]
         for c in range(len(best)):
-            m = a[c] if first or beats(a[c], best[c]) else best[c]
+            m = a[c] if first | beats(a[c], best[c]) else best[c]
             best[c] = b[c] if beats(b[c], m) else m
     elif count == 3:
         a, b, d = row[w0], row[w0 + dil_w], row[w0 + 2 * dil_w]
         for c in range(len(best)):
-            m = a[c] if first or beats(a[c], best[c]) else best[c]
+            m = a[c] if first | beats(a[c], best[c]) else best[c]
             m = b[c] if beats(b[c], m) else m
             best[c] = d[c] if beats(d[c], m) else m
     elif count == 4:
         a, b, d, e = row[w0], row[w0 + dil_w], row[w0 + 2 * dil_w], row[w0 + 3 * dil_w]
         for c in range(len(best)):
-            m = a[c] if first or beats(a[c], best[c]) else best[c]
+            m = a[c] if first | beats(a[c], best[c]) else best[c]
             m = b[c] if beats(b[c], m) else m
             m = d[c] if beats(d[c], m) else m
             best[c] = e[c] if beats(e[c], m) else m
@@ -100,7 +100,7 @@ def _fold_values(best, row, start_w, first_w, end_w, dil_w, first):
             a = row[start_w + jw * dil_w]
             take_all = first and jw == first_w
             for c in range(len(best)):
-                best[c] = a[c] if take_all or beats(a[c], best[c]) else best[c]
+                best[c] = a[c] if take_all | beats(a[c], best[c]) else best[c]
 
 
 @parallel_kernel

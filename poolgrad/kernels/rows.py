@@ -565,42 +565,47 @@ def avg_pool_backward_rows(dy, divisor, cover_ptr, cover_out, table, extent, int
 
 
 @_inline
-def _route_bits(dyi, pf, o, t, negative_zero):
+def _route_bits(dyi, pf, o, t, float_bits):
     """The bits of the gradient output ``o`` sends to its tap ``t``: ``dy[o]`` if ``t``
-    won, else +0. A -0 is sent as +0, as the gather's ``0 + dy`` would."""
+    won, else +0, with the gather's ``0 + dy`` applied to the bits: a -0 becomes +0 and
+    a signalling NaN is quieted. ``float_bits``: the bits of -0, of the exponent field
+    and of the quiet-NaN flag."""
+    negative_zero, exponent, quiet = float_bits[0], float_bits[1], float_bits[2]
     g = dyi[o]
     g = g if g != negative_zero else 0
+    nan = ((g & exponent) == exponent) & ((g & (quiet | (quiet - 1))) != 0)
+    g = g | quiet if nan else g
     return g if pf[o] == t else 0
 
 
 @_inline
-def _route_row(dyi, pf, ob, out_w, dxi, xb, kw, t, negative_zero):
+def _route_row(dyi, pf, ob, out_w, dxi, xb, kw, t, float_bits):
     """Input row ``dxi[xb:xb + out_w*kw]`` from output row ``ob``, whose taps along W
     are numbered from ``t``; constant ``kw`` branches unroll the window."""
     if kw == 2:
         for ow in range(out_w):
             o, i = uint64(ob + ow), uint64(xb + 2 * ow)
-            dxi[i] = _route_bits(dyi, pf, o, t, negative_zero)
-            dxi[i + uint64(1)] = _route_bits(dyi, pf, o, t + 1, negative_zero)
+            dxi[i] = _route_bits(dyi, pf, o, t, float_bits)
+            dxi[i + uint64(1)] = _route_bits(dyi, pf, o, t + 1, float_bits)
     elif kw == 4:
         for ow in range(out_w):
             o, i = uint64(ob + ow), uint64(xb + 4 * ow)
-            dxi[i] = _route_bits(dyi, pf, o, t, negative_zero)
-            dxi[i + uint64(1)] = _route_bits(dyi, pf, o, t + 1, negative_zero)
-            dxi[i + uint64(2)] = _route_bits(dyi, pf, o, t + 2, negative_zero)
-            dxi[i + uint64(3)] = _route_bits(dyi, pf, o, t + 3, negative_zero)
+            dxi[i] = _route_bits(dyi, pf, o, t, float_bits)
+            dxi[i + uint64(1)] = _route_bits(dyi, pf, o, t + 1, float_bits)
+            dxi[i + uint64(2)] = _route_bits(dyi, pf, o, t + 2, float_bits)
+            dxi[i + uint64(3)] = _route_bits(dyi, pf, o, t + 3, float_bits)
     else:
         for ow in range(out_w):
             o = uint64(ob + ow)
             for jw in range(kw):
-                dxi[uint64(xb + kw * ow + jw)] = _route_bits(dyi, pf, o, t + jw, negative_zero)
+                dxi[uint64(xb + kw * ow + jw)] = _route_bits(dyi, pf, o, t + jw, float_bits)
 
 
 @parallel_kernel
-def max_pool_backward_tiled(dy_bits, pos, extent, negative_zero, dx_bits):
+def max_pool_backward_tiled(dy_bits, pos, extent, float_bits, dx_bits):
     """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_backward` for plans whose
     windows tile the input (:attr:`~poolgrad.geometry.WindowPlan.tiles`), on the integer
-    views of C-contiguous ``dy`` and ``dx``. ``negative_zero``: the bits of -0.0.
+    views of C-contiguous ``dy`` and ``dx``. ``float_bits``: see :func:`_route_bits`.
 
     Each parallel step owns one output row and writes the ``kd * kh`` input rows it
     covers; the last rows of a plane also zero the input rows no window reads."""
@@ -618,7 +623,7 @@ def max_pool_backward_tiled(dy_bits, pos, extent, negative_zero, dx_bits):
             for jh in range(ext_h):
                 xb = ((plane * in_d + od * ext_d + jd) * in_h + oh * ext_h + jh) * in_w
                 _route_row(dyi, pf, ob, out_w, dxi, xb, ext_w,
-                           (jd * ext_h + jh) * ext_w, negative_zero)
+                           (jd * ext_h + jh) * ext_w, float_bits)
                 for iw in range(covered_w, in_w):
                     dxi[uint64(xb + iw)] = 0
         # input rows that no window reads: below the last output row of each slice,
