@@ -111,47 +111,43 @@ def _max_pass(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
     return _max_fold_4(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
 
 
-# (kernel, stride) along W: (2, 2), (3, 2), (4, 4); "first" writes, "fold" folds in
+@_inline
+def _max_rows(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
+    if n_rows == 1:
+        return _max_loop(xf, r0, r1, 1, kw, sw, yf, pf, yb, lo, hi, t0, t1, first)
+    return _max_loop(xf, r0, r1, 2, kw, sw, yf, pf, yb, lo, hi, t0, t1, first)
+
+
+# One compiled function per (kernel, stride) along W and first ("first" writes, "fold"
+# folds in), each with constant geometry
 @_row
 def _max_first_2(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    if n_rows == 1:
-        return _max_loop(xf, r0, r1, 1, 2, 2, yf, pf, yb, lo, hi, t0, t1, True)
-    return _max_loop(xf, r0, r1, 2, 2, 2, yf, pf, yb, lo, hi, t0, t1, True)
+    return _max_rows(xf, r0, r1, n_rows, 2, 2, yf, pf, yb, lo, hi, t0, t1, True)
 
 
 @_row
 def _max_fold_2(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    if n_rows == 1:
-        return _max_loop(xf, r0, r1, 1, 2, 2, yf, pf, yb, lo, hi, t0, t1, False)
-    return _max_loop(xf, r0, r1, 2, 2, 2, yf, pf, yb, lo, hi, t0, t1, False)
+    return _max_rows(xf, r0, r1, n_rows, 2, 2, yf, pf, yb, lo, hi, t0, t1, False)
 
 
 @_row
 def _max_first_3(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    if n_rows == 1:
-        return _max_loop(xf, r0, r1, 1, 3, 2, yf, pf, yb, lo, hi, t0, t1, True)
-    return _max_loop(xf, r0, r1, 2, 3, 2, yf, pf, yb, lo, hi, t0, t1, True)
+    return _max_rows(xf, r0, r1, n_rows, 3, 2, yf, pf, yb, lo, hi, t0, t1, True)
 
 
 @_row
 def _max_fold_3(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    if n_rows == 1:
-        return _max_loop(xf, r0, r1, 1, 3, 2, yf, pf, yb, lo, hi, t0, t1, False)
-    return _max_loop(xf, r0, r1, 2, 3, 2, yf, pf, yb, lo, hi, t0, t1, False)
+    return _max_rows(xf, r0, r1, n_rows, 3, 2, yf, pf, yb, lo, hi, t0, t1, False)
 
 
 @_row
 def _max_first_4(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    if n_rows == 1:
-        return _max_loop(xf, r0, r1, 1, 4, 4, yf, pf, yb, lo, hi, t0, t1, True)
-    return _max_loop(xf, r0, r1, 2, 4, 4, yf, pf, yb, lo, hi, t0, t1, True)
+    return _max_rows(xf, r0, r1, n_rows, 4, 4, yf, pf, yb, lo, hi, t0, t1, True)
 
 
 @_row
 def _max_fold_4(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    if n_rows == 1:
-        return _max_loop(xf, r0, r1, 1, 4, 4, yf, pf, yb, lo, hi, t0, t1, False)
-    return _max_loop(xf, r0, r1, 2, 4, 4, yf, pf, yb, lo, hi, t0, t1, False)
+    return _max_rows(xf, r0, r1, n_rows, 4, 4, yf, pf, yb, lo, hi, t0, t1, False)
 
 
 @_row
