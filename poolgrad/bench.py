@@ -156,16 +156,23 @@ def _time_torch(layer: Layer, x: np.ndarray, layout: str, repeats: int, torch):
 
 def _machine(threads: int, bandwidth: float) -> dict:
     cpu = platform.processor() or platform.machine()
+    # the compiler vectorizes per CPU, so a table is only comparable with the same
+    # CPU generation: record family, model and the widest vector instructions
+    fields = {}
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    cpu = fields.get("model name", cpu)
+    flags = set(fields.get("flags", "").split())
+    simd = next((name for name in ("avx512f", "avx2", "avx", "sse4_2", "neon", "asimd")
+                 if name in flags), None)
     import numba
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads,
+    return {"cpu": cpu, "cpu_family": fields.get("cpu family"), "cpu_model": fields.get("model"),
+            "simd": simd, "cores": os.cpu_count(), "threads": threads,
             "copy_bandwidth_GBps": round(bandwidth / 1e9, 2), "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__}
 
@@ -251,8 +258,10 @@ def _is_max(name: str) -> bool:
 def format_table(result: dict) -> str:
     machine = result["machine"]
     lines = [
-        f"poolgrad bench: {machine['cpu']}, {machine['threads']} threads, NumPy copy "
-        f"{machine['copy_bandwidth_GBps']} GB/s, float32, median of {result['repeats']}"
+        f"poolgrad bench: {machine['cpu']} (family {machine.get('cpu_family')} model "
+        f"{machine.get('cpu_model')}, {machine.get('simd')}), {machine['threads']} threads, "
+        f"NumPy copy {machine['copy_bandwidth_GBps']} GB/s, float32, median of "
+        f"{result['repeats']}"
         + (" (quick mode: tiny shapes)" if result["quick"] else ""),
         "",
         f"{'layer':<22} {'layout':<14} {'pass':<17} {'poolgrad ms':>11} {'torch ms':>9} "
