@@ -241,20 +241,20 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     out_shape = layout.kernel_shape(plan.out_spatial)
     channels_last = _is_channels_last(xk)
     yk = _empty(out_shape, xk.dtype, channels_last)
-    tap_dtype = geometry.position_dtype(plan.window_size)
     interior = row_kernels.row_pass_geometry(plan, xk)
-    if not want_pullback and not return_indices and (channels_last or interior is not None):
-        # inference: the same values, and no winners to record (as PyTorch's forward
-        # without autograd keeps no indices)
-        if channels_last:
-            cl_kernels.max_values_forward(_to_channels_last(xk), plan.table, plan.dilation,
-                                          _to_channels_last(yk))
-        else:
-            row_kernels.max_values_forward_rows(xk, plan.table, plan.extent, plan.dilation,
-                                                interior, yk, np.empty(0, tap_dtype))
-        return yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial)), None
-    pos = _empty(out_shape, tap_dtype, channels_last)
-    if channels_last:
+    # inference: the same values, and no winners to record (as PyTorch's forward without
+    # autograd keeps no indices)
+    values_only = (not want_pullback and not return_indices
+                   and (channels_last or interior is not None))
+    pos = None if values_only else _empty(
+        out_shape, geometry.position_dtype(plan.window_size), channels_last)
+    if values_only and channels_last:
+        cl_kernels.max_values_forward(_to_channels_last(xk), plan.table, plan.dilation,
+                                      _to_channels_last(yk))
+    elif values_only:
+        row_kernels.max_values_forward_rows(xk, plan.table, plan.extent, plan.dilation,
+                                            interior, yk)
+    elif channels_last:
         # taps as wide as the values, so the kernel's fold vectorizes
         tap_like = np.empty(0, np.int32 if xk.dtype == np.float32 else np.int64)
         cl_kernels.max_pool_forward(_to_channels_last(xk), plan.table, plan.dilation,
@@ -284,7 +284,7 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
                 cl_kernels.max_pool_backward(
                     _kernel_dy(layout, dy, True), _to_channels_last(pos), ptr, outs, taps,
                     plan.extent, _to_channels_last(dx))
-            elif interior is not None and plan.tiles:
+            elif row_kernels.serves_tiled_backward(plan):
                 _max_backward_tiled(_kernel_dy(layout, dy, False), pos, plan, dx)
             elif interior is not None:
                 row_kernels.max_pool_backward_rows(

@@ -17,7 +17,7 @@ CASES = [
     ((2, 3), 3, 2, 1), ((7, 4), 3, 2, ((0, 1), (2, 1))), ((5, 6, 9), 2, 2, 1), ((5, 6, 9), 3, 2, 0),
     # windows that tile the input (the tiled max backward), with rows, columns and slices
     # that no window reads
-    ((5, 6, 9), 2, 2, 0), ((4, 8), 2, 2, 0), ((16,), 4, 4, 0),
+    ((5, 6, 9), 2, 2, 0), ((4, 8), 2, 2, 0), ((16,), 4, 4, 0), ((7, 10), 3, 3, 0),
 ]
 
 
@@ -85,7 +85,7 @@ def test_row_passes_serve_the_common_layers():
     assert rows.row_pass_geometry(plan, read_only) is None
 
 
-@pytest.mark.parametrize("args", [(2,), (3, 2), (3, 2, 1), (4, 4, 1)])
+@pytest.mark.parametrize("args", [(2,), (3,), (3, 2), (3, 2, 1), (4, 4, 1)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_max_backward_moves_every_gradient_value_exactly(args, dtype, monkeypatch):
     """The fast backwards (tiled: gradient bits copied; overlapping: ``dy * (0 or 1)``

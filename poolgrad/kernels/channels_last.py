@@ -70,14 +70,11 @@ def max_pool_forward(x, table, dilation, extent, tap_like, y, pos):
 def _fold_values(best, row, start_w, first_w, end_w, dil_w, first):
     """Fold the taps ``[first_w, end_w)`` of one window row (``row[w]`` the C values at
     column ``w``) into ``best``, in tap order: two to four taps in one pass over C, so
-    ``best`` is loaded and stored once per tap row, not once per tap."""
+    ``best`` is loaded and stored once per tap row, not once per tap (one tap, or more
+    than four, one pass per tap)."""
     count = end_w - first_w
     w0 = start_w + first_w * dil_w
-    if count == 1:
-        a = row[w0]
-        for c in range(len(best)):
-            best[c] = a[c] if first | beats(a[c], best[c]) else best[c]
-    elif count == 2:
+    if count == 2:
         a, b = row[w0], row[w0 + dil_w]
         for c in range(len(best)):
             m = a[c] if first | beats(a[c], best[c]) else best[c]

@@ -287,10 +287,9 @@ def _max_values_pass(xf, r, kw, sw, yf, yb, lo, hi, first):
 
 
 @parallel_kernel
-def max_values_forward_rows(x, table, extent, dilation, interior, y, scratch_pos):
+def max_values_forward_rows(x, table, extent, dilation, interior, y):
     """The ``y`` of :func:`max_pool_forward_rows` without the winners. A row whose
-    windows read a NaN is redone exactly (``scratch_pos``: a template of the tap dtype
-    for that)."""
+    windows read a NaN is redone exactly (its winners go to a scratch row)."""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     dil_d, dil_h = dilation[0], dilation[1]
@@ -324,7 +323,7 @@ def max_values_forward_rows(x, table, extent, dilation, interior, y, scratch_pos
         if nan:
             n, c = plane // n_chan, plane % n_chan
             max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
-                         np.empty(out_w, scratch_pos.dtype), n, c, od, oh)
+                         np.empty(out_w, np.int64), n, c, od, oh)
 
 
 @parallel_kernel
@@ -359,6 +358,12 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, y):
         for ow in range(out_w):
             o = uint64(yb + ow)
             yf[o] = yf[o] / (factor * divisor[2, ow])
+
+
+def serves_tiled_backward(plan) -> bool:
+    """Whether :func:`max_pool_backward_tiled` serves this plan: its windows tile the
+    input. It needs nothing else: ``dy`` and ``dx`` reach it C-contiguous."""
+    return ENABLED and plan.tiles
 
 
 def row_pass_geometry(plan, x: np.ndarray):
