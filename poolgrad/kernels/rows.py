@@ -565,7 +565,7 @@ def avg_pool_backward_rows(dy, divisor, cover_ptr, cover_out, table, extent, int
 # a short row (VGG's 7-wide rows are nothing but tail) became a mispredicted branch.
 
 
-@_inline
+@_row
 def _route_bits(dyi, pf, o, t, float_bits):
     """The bits of the gradient output ``o`` sends to its tap ``t``: ``dy[o]`` if ``t``
     won, else +0, with the gather's ``0 + dy`` applied to the bits: a -0 becomes +0 and
