@@ -253,7 +253,8 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
                                       _to_channels_last(yk))
     elif values_only:
         row_kernels.max_values_forward_rows(xk, plan.table, plan.extent, plan.dilation,
-                                            interior, yk)
+                                            interior, row_kernels.width_witness(plan.extent[2]),
+                                            yk)
     elif channels_last:
         # taps as wide as the values, so the kernel's fold vectorizes
         tap_like = np.empty(0, np.int32 if xk.dtype == np.float32 else np.int64)

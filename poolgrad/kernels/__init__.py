@@ -18,9 +18,17 @@ import numpy as np
 # -inf. No "reassoc" (sums keep their order) and no "contract" (no fused multiply-add,
 # whose use would depend on the CPU): results are the same on every x86-64 machine
 # except where libm's pow differs (Lp pooling with p other than 1 or 2).
-# Numba's disk cache is keyed on each kernel file's timestamp, not on these flags: after
-# changing them, delete the caches (__pycache__/*.nbi, *.nbc) so every kernel recompiles.
+# Numba's disk cache is keyed on each kernel file's timestamp, not on these flags or
+# JIT_OPTIONS: after changing them, delete the caches (__pycache__/*.nbi, *.nbc) so
+# every kernel recompiles.
 FASTMATH = frozenset({"nsz"})
+
+# How every kernel and helper compiles: cached on disk next to the package, without the
+# GIL, and with NumPy's error model, under which a float division is just a division.
+# Python's model tests every divisor for zero and raises: a branch that keeps a loop
+# scalar. No kernel divides by zero (divisors are window sizes or overrides >= 1).
+JIT_OPTIONS = {"cache": True, "nogil": True, "fastmath": set(FASTMATH),
+               "error_model": "numpy"}
 
 # Below this many elements in its largest array, a kernel runs on the calling thread
 # alone. Waking the thread pool costs more than it saves on small arrays, and in a
@@ -32,7 +40,7 @@ SERIAL_BELOW = 2**18
 def parallel_kernel(fn):
     """Compile ``fn`` with ``parallel=True`` (once per signature, cached on disk next to
     the package); calls on small arrays run it on one thread."""
-    compiled = numba.njit(parallel=True, cache=True, nogil=True, fastmath=set(FASTMATH))(fn)
+    compiled = numba.njit(parallel=True, **JIT_OPTIONS)(fn)
 
     @functools.wraps(fn)
     def call(*args):
@@ -50,7 +58,7 @@ def parallel_kernel(fn):
     return call
 
 
-@numba.njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
+@numba.njit(inline="always", **JIT_OPTIONS)
 def beats(v, best):
     """Whether a later tap ``v`` replaces the running maximum ``best`` under the exact
     rule: it is larger, or it is the first NaN (once ``best`` is NaN nothing replaces

@@ -13,7 +13,7 @@ Parallel loops own whole output rows ``(n, od, oh)`` (forward) or input rows
 import numpy as np
 from numba import njit, prange
 
-from . import FASTMATH, beats, parallel_kernel
+from . import JIT_OPTIONS, beats, parallel_kernel
 
 
 @parallel_kernel
@@ -66,7 +66,7 @@ def max_pool_forward(x, table, dilation, extent, tap_like, y, pos):
                 won[c] = best_tap[c]
 
 
-@njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
+@njit(inline="always", **JIT_OPTIONS)
 def _fold_values(best, row, start_w, first_w, end_w, dil_w, first):
     """Fold the taps ``[first_w, end_w)`` of one window row (``row[w]`` the C values at
     column ``w``) into ``best``, in tap order: two to four taps in one pass over C, so

@@ -17,8 +17,9 @@ blocks vectorization) is never compiled in.
 
 import numpy as np
 from numba import njit, prange, uint64
+from numba.extending import overload
 
-from . import FASTMATH, parallel_kernel
+from . import JIT_OPTIONS, parallel_kernel
 from .max_pool import max_backward_row, max_pool_row
 
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
@@ -29,8 +30,8 @@ _SERVED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # them inlined by Numba itself to vectorize (``_inline``, which compiles slower: the
 # per-tap helpers of the max passes as plain calls cut a first vjp's compile by 6 s at
 # the same speed).
-_row = njit(cache=True, nogil=True, fastmath=set(FASTMATH))
-_inline = njit(inline="always", cache=True, nogil=True, fastmath=set(FASTMATH))
+_row = njit(**JIT_OPTIONS)
+_inline = njit(inline="always", **JIT_OPTIONS)
 
 
 @_inline
@@ -245,21 +246,57 @@ def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
                          n, c, od, oh)
 
 
+@_row
+def row_steps(n_rows):
+    """``(steps, rows per step)``: a parallel step takes a run of consecutive rows (up to
+    32, keeping at least 256 steps), so that only its first row's (plane, od, oh) costs
+    integer divisions. Short rows (VGG's deep 7-wide ones) spent a third of their time
+    on them."""
+    per_step = max(1, min(32, n_rows // 256))
+    return (n_rows + per_step - 1) // per_step, per_step
+
+
+@_row
+def step_start(row, out_h, out_d):
+    """``(oh, od, plane)`` of output row ``row``."""
+    return row % out_h, (row // out_h) % out_d, row // (out_h * out_d)
+
+
+@_row
+def next_row(oh, od, plane, out_h, out_d):
+    """``(oh, od, plane)`` of the row after ``(oh, od, plane)``."""
+    oh += 1
+    if oh == out_h:
+        oh = 0
+        od += 1
+        if od == out_d:
+            od = 0
+            plane += 1
+    return oh, od, plane
+
+
 # Values only: a forward that wants no gradient and no indices (inference) keeps no
-# winners, so it folds nothing but values, one tap row per pass.
+# winners, so it folds nothing but values, the first up to three tap rows in one pass
+# (the whole window of a 2-d 3x3 or 2x2 layer, so ``y`` is written once).
 
 
 @_inline
-def _max_values_loop(xf, r, kw, sw, yf, yb, lo, hi, first):
+def _max_values_loop(xf, r0, r1, r2, n_rows, kw, sw, yf, yb, lo, hi, first):
     nan = False
     for ow in range(lo, hi):
-        i = uint64(r + sw * ow)
+        i = uint64(r0 + sw * ow)
         best = xf[i]
         nan |= best != best
-        for jw in range(1, kw):  # a constant count: unrolled
+        for jw in range(1, kw):  # constant counts: unrolled
             v = xf[i + uint64(jw)]
             nan |= v != v
             best = v if v > best else best
+        for k in range(1, n_rows):
+            i = uint64((r1 if k == 1 else r2) + sw * ow)
+            for jw in range(kw):
+                v = xf[i + uint64(jw)]
+                nan |= v != v
+                best = v if v > best else best
         o = uint64(yb + ow)
         if not first:
             earlier = yf[o]
@@ -268,26 +305,62 @@ def _max_values_loop(xf, r, kw, sw, yf, yb, lo, hi, first):
     return nan
 
 
+@_inline
+def _max_values_group(xf, r0, r1, r2, n_rows, kw, sw, yf, yb, lo, hi, first):
+    if not first:  # the later passes take one row each
+        return _max_values_loop(xf, r0, r1, r2, 1, kw, sw, yf, yb, lo, hi, False)
+    if n_rows == 1:
+        return _max_values_loop(xf, r0, r1, r2, 1, kw, sw, yf, yb, lo, hi, True)
+    if n_rows == 2:
+        return _max_values_loop(xf, r0, r1, r2, 2, kw, sw, yf, yb, lo, hi, True)
+    return _max_values_loop(xf, r0, r1, r2, 3, kw, sw, yf, yb, lo, hi, True)
+
+
+# one compiled function per (kernel, stride) along W, each with constant geometry
 @_row
-def _max_values_pass(xf, r, kw, sw, yf, yb, lo, hi, first):
-    """Fold tap row ``xf[r + ow*sw + jw]`` (jw < kw) into ``yf[yb + ow]``, ow in [lo, hi)
-    (``first``: write). Returns whether a tap was NaN. Constant geometry and ``first``
-    per loop, as in :func:`_max_pass`."""
-    if kw == 2:
-        if first:
-            return _max_values_loop(xf, r, 2, 2, yf, yb, lo, hi, True)
-        return _max_values_loop(xf, r, 2, 2, yf, yb, lo, hi, False)
-    if kw == 3:
-        if first:
-            return _max_values_loop(xf, r, 3, 2, yf, yb, lo, hi, True)
-        return _max_values_loop(xf, r, 3, 2, yf, yb, lo, hi, False)
-    if first:  # kw == 4 and sw == 4
-        return _max_values_loop(xf, r, 4, 4, yf, yb, lo, hi, True)
-    return _max_values_loop(xf, r, 4, 4, yf, yb, lo, hi, False)
+def _max_values_2(xf, r0, r1, r2, n_rows, yf, yb, lo, hi, first):
+    return _max_values_group(xf, r0, r1, r2, n_rows, 2, 2, yf, yb, lo, hi, first)
+
+
+@_row
+def _max_values_3(xf, r0, r1, r2, n_rows, yf, yb, lo, hi, first):
+    return _max_values_group(xf, r0, r1, r2, n_rows, 3, 2, yf, yb, lo, hi, first)
+
+
+@_row
+def _max_values_4(xf, r0, r1, r2, n_rows, yf, yb, lo, hi, first):
+    return _max_values_group(xf, r0, r1, r2, n_rows, 4, 4, yf, yb, lo, hi, first)
+
+
+def _max_values_pass(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, first):
+    """Fold ``n_rows`` tap rows (1 to 3; ``r<k> + ow*sw + jw`` for jw < kw) into
+    ``yf[yb + ow]``, ow in [lo, hi) (``first``: write). Returns whether a tap was NaN.
+    Constant geometry, row count and ``first`` in each loop, as in :func:`_max_pass`.
+
+    ``width``: an empty array with one dimension per tap along W (:func:`width_witness`).
+    Numba picks the pass for that width when it types the kernel, so a kernel compiles
+    the loops of its own width only (the three widths' loops together doubled the cold
+    start of a first ``max_pool``). Compiled code only."""
+    raise NotImplementedError("only for Numba-compiled kernels")
+
+
+@overload(_max_values_pass, inline="always",
+          jit_options={k: v for k, v in JIT_OPTIONS.items() if k != "cache"})
+def _max_values_pass_of_width(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, first):
+    chosen = {2: _max_values_2, 3: _max_values_3, 4: _max_values_4}[width.ndim]
+
+    def impl(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, first):
+        return chosen(xf, r0, r1, r2, n_rows, yf, yb, lo, hi, first)
+    return impl
+
+
+def width_witness(kernel_w: int) -> np.ndarray:
+    """The ``width`` argument of the values kernel: an empty array of ``kernel_w`` dims."""
+    return np.empty((0,) * kernel_w, np.uint8)
 
 
 @parallel_kernel
-def max_values_forward_rows(x, table, extent, dilation, interior, y):
+def max_values_forward_rows(x, table, extent, dilation, interior, width, y):
     """The ``y`` of :func:`max_pool_forward_rows` without the winners. A row whose
     windows read a NaN is redone exactly (its winners go to a scratch row)."""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
@@ -295,35 +368,55 @@ def max_values_forward_rows(x, table, extent, dilation, interior, y):
     dil_d, dil_h = dilation[0], dilation[1]
     lo, hi, stride_w = interior[0], interior[1], interior[2]
     xf, yf = x.ravel(), y.ravel()
-    for row in prange(n_batch * n_chan * out_d * out_h):
-        oh = row % out_h
-        od = (row // out_h) % out_d
-        plane = row // (out_h * out_d)
-        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
-        yb = row * out_w
-        first = True
-        nan = False
-        for jd in range(first_d, end_d):
-            for jh in range(first_h, end_h):
-                xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h + jh * dil_h) * in_w
-                nan |= _max_values_pass(xf, xb + table[2, 0, 0], extent[2], stride_w, yf, yb,
-                                        lo, hi, first)
-                for edge in range(out_w - (hi - lo)):
-                    ow = edge if edge < lo else edge + hi - lo
-                    o = uint64(yb + ow)
-                    for jw in range(table[2, 1, ow], table[2, 2, ow]):
-                        v = xf[uint64(xb + table[2, 0, ow] + jw)]
-                        nan |= v != v
-                        if first and jw == table[2, 1, ow]:
-                            yf[o] = v
-                        else:
-                            yf[o] = v if v > yf[o] else yf[o]
-                first = False
-        if nan:
-            n, c = plane // n_chan, plane % n_chan
-            max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
-                         np.empty(out_w, np.int64), n, c, od, oh)
+    n_out_rows = n_batch * n_chan * out_d * out_h
+    steps, per_step = row_steps(n_out_rows)
+    for step in prange(steps):
+        oh, od, plane = step_start(step * per_step, out_h, out_d)
+        for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
+            start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+            start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+            yb = row * out_w
+            n_taps = (end_d - first_d) * (end_h - first_h)
+            # the first pass takes up to three tap rows (a 2-d window of up to three rows
+            # is then folded in one pass, writing y once), each later pass one
+            group = min(n_taps, 3)
+            r0 = r1 = r2 = 0
+            n_rows = 0  # tap rows waiting for the next pass
+            done = 0  # tap rows seen
+            nan = False
+            for jd in range(first_d, end_d):
+                for jh in range(first_h, end_h):
+                    xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h
+                          + jh * dil_h) * in_w
+                    for edge in range(out_w - (hi - lo)):  # windows cut by the W padding
+                        ow = edge if edge < lo else edge + hi - lo
+                        o = uint64(yb + ow)
+                        for jw in range(table[2, 1, ow], table[2, 2, ow]):
+                            v = xf[uint64(xb + table[2, 0, ow] + jw)]
+                            nan |= v != v
+                            if done == 0 and jw == table[2, 1, ow]:
+                                yf[o] = v
+                            else:
+                                yf[o] = v if v > yf[o] else yf[o]
+                    r = xb + table[2, 0, 0]
+                    if n_rows == 0:
+                        r0 = r
+                    elif n_rows == 1:
+                        r1 = r
+                    else:
+                        r2 = r
+                    n_rows += 1
+                    done += 1
+                    if n_rows == group or done == n_taps:
+                        nan |= _max_values_pass(xf, r0, r1, r2, n_rows, width, yf, yb,
+                                                lo, hi, done == n_rows)
+                        n_rows = 0
+                        group = 1
+            if nan:
+                n, c = plane // n_chan, plane % n_chan
+                max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
+                             np.empty(out_w, np.int64), n, c, od, oh)
+            oh, od, plane = next_row(oh, od, plane, out_h, out_d)
 
 
 @parallel_kernel
@@ -357,7 +450,7 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, y):
         factor = divisor[0, od] * divisor[1, oh]
         for ow in range(out_w):
             o = uint64(yb + ow)
-            yf[o] = yf[o] / (factor * divisor[2, ow])
+            yf[o] = yf[o] / (factor * divisor[2, uint64(ow)])
 
 
 def serves_tiled_backward(plan) -> bool:
@@ -608,34 +701,36 @@ def max_pool_backward_tiled(dy_bits, pos, extent, float_bits, dx_bits):
     windows tile the input (:attr:`~poolgrad.geometry.WindowPlan.tiles`), on the integer
     views of C-contiguous ``dy`` and ``dx``. ``float_bits``: see :func:`_route_bits`.
 
-    Each parallel step owns one output row and writes the ``kd * kh`` input rows it
-    covers; the last rows of a plane also zero the input rows no window reads."""
+    Each output row writes the ``kd * kh`` input rows it covers (a parallel step owns a
+    run of output rows); the last rows of a plane also zero the input rows no window reads."""
     n_batch, n_chan, in_d, in_h, in_w = dx_bits.shape
     out_d, out_h, out_w = dy_bits.shape[2], dy_bits.shape[3], dy_bits.shape[4]
     ext_d, ext_h, ext_w = extent[0], extent[1], extent[2]
     dyi, pf, dxi = dy_bits.ravel(), pos.ravel(), dx_bits.ravel()
     covered_w = out_w * ext_w
-    for row in prange(n_batch * n_chan * out_d * out_h):
-        oh = row % out_h
-        od = (row // out_h) % out_d
-        plane = row // (out_h * out_d)
-        ob = row * out_w
-        for jd in range(ext_d):
-            for jh in range(ext_h):
-                xb = ((plane * in_d + od * ext_d + jd) * in_h + oh * ext_h + jh) * in_w
-                _route_row(dyi, pf, ob, out_w, dxi, xb, ext_w,
-                           (jd * ext_h + jh) * ext_w, float_bits)
-                for iw in range(covered_w, in_w):
-                    dxi[uint64(xb + iw)] = 0
-        # input rows that no window reads: below the last output row of each slice,
-        # and the slices behind the last output slice
-        if oh == out_h - 1:
+    n_out_rows = n_batch * n_chan * out_d * out_h
+    steps, per_step = row_steps(n_out_rows)
+    for step in prange(steps):
+        oh, od, plane = step_start(step * per_step, out_h, out_d)
+        for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
+            ob = row * out_w
             for jd in range(ext_d):
-                base = (plane * in_d + od * ext_d + jd) * in_h
-                for ih in range(out_h * ext_h, in_h):
-                    for iw in range(in_w):
-                        dxi[uint64((base + ih) * in_w + iw)] = 0
-            if od == out_d - 1:
-                for i_d in range(out_d * ext_d, in_d):
-                    for iw in range(in_h * in_w):
-                        dxi[uint64((plane * in_d + i_d) * in_h * in_w + iw)] = 0
+                for jh in range(ext_h):
+                    xb = ((plane * in_d + od * ext_d + jd) * in_h + oh * ext_h + jh) * in_w
+                    _route_row(dyi, pf, ob, out_w, dxi, xb, ext_w,
+                               (jd * ext_h + jh) * ext_w, float_bits)
+                    for iw in range(covered_w, in_w):
+                        dxi[uint64(xb + iw)] = 0
+            # input rows that no window reads: below the last output row of each slice,
+            # and the slices behind the last output slice
+            if oh == out_h - 1:
+                for jd in range(ext_d):
+                    base = (plane * in_d + od * ext_d + jd) * in_h
+                    for ih in range(out_h * ext_h, in_h):
+                        for iw in range(in_w):
+                            dxi[uint64((base + ih) * in_w + iw)] = 0
+                if od == out_d - 1:
+                    for i_d in range(out_d * ext_d, in_d):
+                        for iw in range(in_h * in_w):
+                            dxi[uint64((plane * in_d + i_d) * in_h * in_w + iw)] = 0
+            oh, od, plane = next_row(oh, od, plane, out_h, out_d)
