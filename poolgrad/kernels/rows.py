@@ -542,13 +542,13 @@ def _avg_back_pass(dyf, ob, factor, divisor, dxf, xb, kw, sw, lo, hi):
     if kw == 2 and sw == 2:
         for ow in range(lo, hi):
             i = uint64(xb + 2 * ow)
-            g = dyf[uint64(ob + ow)] / (factor * divisor[2, ow])
+            g = dyf[uint64(ob + ow)] / (factor * divisor[2, uint64(ow)])
             dxf[i] += g
             dxf[i + uint64(1)] += g
     elif kw == 4 and sw == 4:
         for ow in range(lo, hi):
             i = uint64(xb + 4 * ow)
-            g = dyf[uint64(ob + ow)] / (factor * divisor[2, ow])
+            g = dyf[uint64(ob + ow)] / (factor * divisor[2, uint64(ow)])
             dxf[i] += g
             dxf[i + uint64(1)] += g
             dxf[i + uint64(2)] += g
@@ -560,8 +560,8 @@ def _avg_back_pass(dyf, ob, factor, divisor, dxf, xb, kw, sw, lo, hi):
         dxf[i + uint64(1)] += g
         for ow in range(lo + 1, hi):
             i = uint64(xb + 2 * ow)
-            before = dyf[uint64(ob + ow - 1)] / (factor * divisor[2, ow - 1])
-            g = dyf[uint64(ob + ow)] / (factor * divisor[2, ow])
+            before = dyf[uint64(ob + ow - 1)] / (factor * divisor[2, uint64(ow - 1)])
+            g = dyf[uint64(ob + ow)] / (factor * divisor[2, uint64(ow)])
             dxf[i] = dxf[i] + before + g
             dxf[i + uint64(1)] += g
         dxf[uint64(xb + 2 * hi)] += dyf[uint64(ob + hi - 1)] / (factor * divisor[2, hi - 1])

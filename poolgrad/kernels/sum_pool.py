@@ -7,7 +7,7 @@ The divisor is ``divisor[0, od] * divisor[1, oh] * divisor[2, ow]`` (see
 """
 
 import numpy as np
-from numba import prange
+from numba import prange, uint64
 
 from . import parallel_kernel
 
@@ -168,22 +168,30 @@ def lp_pool_backward(x, y, dy, p, cover_ptr, cover_out, dx):
 def global_avg_forward(x, divisor, y):
     """``y[p] = sum(x[p, :]) / divisor`` for C-contiguous ``(planes, L)`` views.
 
-    Four running sums (elements 4k, 4k+1, 4k+2, 4k+3, then the tail) hide the latency of
-    the additions; the order is fixed, so the result is the same at any thread count.
+    Eight running sums (elements 8k to 8k+7: one vector register of float32, then the
+    tail) hide the latency of the additions; the order is fixed, so the result is the
+    same at any thread count.
     """
     planes, length = x.shape
     zero = np.zeros(1, y.dtype)[0]
-    bulk = length - length % 4
+    bulk = length - length % 8
+    xf = x.ravel()
     for p in prange(planes):
-        s0, s1, s2, s3 = zero, zero, zero, zero
-        for j in range(0, bulk, 4):
-            s0 += x[p, j]
-            s1 += x[p, j + 1]
-            s2 += x[p, j + 2]
-            s3 += x[p, j + 3]
-        total = (s0 + s1) + (s2 + s3)
+        base = uint64(p * length)
+        s0, s1, s2, s3, s4, s5, s6, s7 = zero, zero, zero, zero, zero, zero, zero, zero
+        for j in range(0, bulk, 8):
+            i = base + uint64(j)
+            s0 += xf[i]
+            s1 += xf[i + uint64(1)]
+            s2 += xf[i + uint64(2)]
+            s3 += xf[i + uint64(3)]
+            s4 += xf[i + uint64(4)]
+            s5 += xf[i + uint64(5)]
+            s6 += xf[i + uint64(6)]
+            s7 += xf[i + uint64(7)]
+        total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
         for j in range(bulk, length):
-            total += x[p, j]
+            total += xf[base + uint64(j)]
         y[p] = total / divisor
 
 
