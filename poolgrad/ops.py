@@ -263,7 +263,7 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
                                     _to_channels_last(pos))
     elif interior is not None:
         row_kernels.max_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
-                                          yk, pos)
+                                          row_kernels.width_witness(plan.extent[2]), yk, pos)
     else:
         max_kernels.max_pool_forward(xk, plan.table, plan.dilation, plan.extent, yk, pos)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))

@@ -32,6 +32,9 @@ _SERVED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # the same speed).
 _row = njit(**JIT_OPTIONS)
 _inline = njit(inline="always", **JIT_OPTIONS)
+# Overloads (compiled-code functions whose implementation Numba picks by argument types)
+# are cached with the kernels that call them
+_OVERLOAD_OPTIONS = {key: value for key, value in JIT_OPTIONS.items() if key != "cache"}
 
 
 @_inline
@@ -88,28 +91,30 @@ def _max_loop(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
     return nan
 
 
-@_inline
-def _max_pass(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
+def _max_pass(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
     """Fold ``n_rows`` (1 or 2) tap rows into ``yf/pf[yb + ow]``, ow in [lo, hi): row ``k``
     reads ``xf[r<k> + ow*sw + jw]`` (jw < kw) as taps ``t<k> + jw``. ``first``: nothing
     folded in yet. Returns whether a tap was NaN (the result is then not PyTorch's).
+    ``width``: see :func:`width_witness`; compiled code only.
 
     Each (kw, first) has a function of its own whose loops have constant geometry and a
     constant ``first``, so they have no branch and no conditional load, and vectorize:
     left to LLVM, the test of ``first`` stayed inside the loop on AVX2 CPUs (Zen 3),
     which ran it scalar, 10x slower. Separate functions compile in a third of the time
     of one function holding every loop."""
-    if kw == 2:
+    raise NotImplementedError("only for Numba-compiled kernels")
+
+
+@overload(_max_pass, inline="always", jit_options=_OVERLOAD_OPTIONS)
+def _max_pass_of_width(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
+    first_pass, later_pass = {2: (_max_first_2, _max_fold_2), 3: (_max_first_3, _max_fold_3),
+                              4: (_max_first_4, _max_fold_4)}[width.ndim]
+
+    def impl(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
         if first:
-            return _max_first_2(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
-        return _max_fold_2(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
-    if kw == 3:
-        if first:
-            return _max_first_3(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
-        return _max_fold_3(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
-    if first:  # kw == 4 (and sw == 4)
-        return _max_first_4(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
-    return _max_fold_4(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
+            return first_pass(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
+        return later_pass(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
+    return impl
 
 
 @_inline
@@ -186,66 +191,6 @@ def _sum_geometry(xf, xb, kw, sw, yf, yb, lo, hi, first):
             yf[o] = total + xf[i + uint64(3)]
 
 
-@parallel_kernel
-def max_pool_forward_rows(x, table, extent, dilation, interior, y, pos):
-    """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_forward` for plans that
-    :func:`row_pass_geometry` accepts. ``interior`` = (lo, hi, stride): the output columns
-    whose windows lie wholly inside the input along W, and the W stride. A row whose
-    windows read a NaN is redone window by window (NaN must win, the first one)."""
-    n_batch, n_chan, in_d, in_h, in_w = x.shape
-    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
-    dil_d, dil_h = dilation[0], dilation[1]
-    ext_h, ext_w = extent[1], extent[2]
-    lo, hi, stride_w = interior[0], interior[1], interior[2]
-    xf, yf, pf = x.ravel(), y.ravel(), pos.ravel()
-    for row in prange(n_batch * n_chan * out_d * out_h):
-        oh = row % out_h
-        od = (row // out_h) % out_d
-        plane = row // (out_h * out_d)  # n * n_chan + c
-        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
-        yb = row * out_w
-        # tap rows are folded in passes of up to two: (r0, t0), (r1, t1)
-        r0 = r1 = t0 = t1 = 0
-        n_rows = 0
-        first = True  # no tap row folded in yet
-        passed = False  # no pass over the interior yet
-        nan = False  # a tap read so far is NaN
-        for jd in range(first_d, end_d):
-            for jh in range(first_h, end_h):
-                xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h + jh * dil_h) * in_w
-                tap0 = (jd * ext_h + jh) * ext_w
-                # windows cut by the W padding, one by one
-                for edge in range(out_w - (hi - lo)):
-                    ow = edge if edge < lo else edge + hi - lo
-                    o = uint64(yb + ow)
-                    for jw in range(table[2, 1, ow], table[2, 2, ow]):
-                        v = xf[uint64(xb + table[2, 0, ow] + jw)]
-                        nan |= v != v
-                        if first and jw == table[2, 1, ow]:
-                            yf[o] = v
-                            pf[o] = tap0 + jw
-                        else:
-                            best, tap = _fold_max(yf[o], np.int64(pf[o]), v, tap0 + jw)
-                            yf[o] = best
-                            pf[o] = tap
-                first = False
-                if n_rows == 0:
-                    r0, t0 = xb + table[2, 0, 0], tap0
-                else:
-                    r1, t1 = xb + table[2, 0, 0], tap0
-                n_rows += 1
-                if n_rows == 2 or (jd == end_d - 1 and jh == end_h - 1):
-                    nan |= _max_pass(xf, r0, r1, n_rows, ext_w, stride_w, yf, pf, yb, lo, hi,
-                                     t0, t1, not passed)
-                    passed = True
-                    n_rows = 0
-        if nan:
-            n, c = plane // n_chan, plane % n_chan
-            max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh],
-                         n, c, od, oh)
-
-
 @_row
 def row_steps(n_rows):
     """``(steps, rows per step)``: a parallel step takes a run of consecutive rows (up to
@@ -273,6 +218,69 @@ def next_row(oh, od, plane, out_h, out_d):
             od = 0
             plane += 1
     return oh, od, plane
+
+
+@parallel_kernel
+def max_pool_forward_rows(x, table, extent, dilation, interior, width, y, pos):
+    """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_forward` for plans that
+    :func:`row_pass_geometry` accepts. ``interior`` = (lo, hi, stride): the output columns
+    whose windows lie wholly inside the input along W, and the W stride. A row whose
+    windows read a NaN is redone window by window (NaN must win, the first one)."""
+    n_batch, n_chan, in_d, in_h, in_w = x.shape
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    dil_d, dil_h = dilation[0], dilation[1]
+    ext_h, ext_w = extent[1], extent[2]
+    lo, hi = interior[0], interior[1]
+    xf, yf, pf = x.ravel(), y.ravel(), pos.ravel()
+    n_out_rows = n_batch * n_chan * out_d * out_h
+    steps, per_step = row_steps(n_out_rows)
+    for step in prange(steps):
+        oh, od, plane = step_start(step * per_step, out_h, out_d)  # plane: n * n_chan + c
+        for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
+            start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+            start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+            yb = row * out_w
+            # tap rows are folded in passes of up to two: (r0, t0), (r1, t1)
+            r0 = r1 = t0 = t1 = 0
+            n_rows = 0
+            first = True  # no tap row folded in yet
+            passed = False  # no pass over the interior yet
+            nan = False  # a tap read so far is NaN
+            for jd in range(first_d, end_d):
+                for jh in range(first_h, end_h):
+                    xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h
+                          + jh * dil_h) * in_w
+                    tap0 = (jd * ext_h + jh) * ext_w
+                    # windows cut by the W padding, one by one
+                    for edge in range(out_w - (hi - lo)):
+                        ow = edge if edge < lo else edge + hi - lo
+                        o = uint64(yb + ow)
+                        for jw in range(table[2, 1, ow], table[2, 2, ow]):
+                            v = xf[uint64(xb + table[2, 0, ow] + jw)]
+                            nan |= v != v
+                            if first and jw == table[2, 1, ow]:
+                                yf[o] = v
+                                pf[o] = tap0 + jw
+                            else:
+                                best, tap = _fold_max(yf[o], np.int64(pf[o]), v, tap0 + jw)
+                                yf[o] = best
+                                pf[o] = tap
+                    first = False
+                    if n_rows == 0:
+                        r0, t0 = xb + table[2, 0, 0], tap0
+                    else:
+                        r1, t1 = xb + table[2, 0, 0], tap0
+                    n_rows += 1
+                    if n_rows == 2 or (jd == end_d - 1 and jh == end_h - 1):
+                        nan |= _max_pass(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi,
+                                         t0, t1, not passed)
+                        passed = True
+                        n_rows = 0
+            if nan:
+                n, c = plane // n_chan, plane % n_chan
+                max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh],
+                             n, c, od, oh)
+            oh, od, plane = next_row(oh, od, plane, out_h, out_d)
 
 
 # Values only: a forward that wants no gradient and no indices (inference) keeps no
@@ -344,8 +352,7 @@ def _max_values_pass(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, first):
     raise NotImplementedError("only for Numba-compiled kernels")
 
 
-@overload(_max_values_pass, inline="always",
-          jit_options={k: v for k, v in JIT_OPTIONS.items() if k != "cache"})
+@overload(_max_values_pass, inline="always", jit_options=_OVERLOAD_OPTIONS)
 def _max_values_pass_of_width(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, first):
     chosen = {2: _max_values_2, 3: _max_values_3, 4: _max_values_4}[width.ndim]
 
