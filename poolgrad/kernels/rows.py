@@ -362,7 +362,9 @@ def _max_values_pass_of_width(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, fir
 
 
 def width_witness(kernel_w: int) -> np.ndarray:
-    """The ``width`` argument of the values kernel: an empty array of ``kernel_w`` dims."""
+    """The ``width`` argument of the max-forward row kernels: an empty array with
+    ``kernel_w`` dimensions, whose type tells Numba the W kernel (each width in
+    ``ROW_PASS_W`` has one stride) when it compiles the kernel for it."""
     return np.empty((0,) * kernel_w, np.uint8)
 
 
