@@ -437,29 +437,33 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, y):
     dil_d, dil_h = dilation[0], dilation[1]
     lo, hi, stride_w = interior[0], interior[1], interior[2]
     xf, yf = x.ravel(), y.ravel()
-    for row in prange(n_batch * n_chan * out_d * out_h):
-        oh = row % out_h
-        od = (row // out_h) % out_d
-        plane = row // (out_h * out_d)
-        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
-        yb = row * out_w
-        first = True
-        for jd in range(first_d, end_d):
-            for jh in range(first_h, end_h):
-                xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h + jh * dil_h) * in_w
-                _sum_pass(xf, xb + table[2, 0, 0], extent[2], stride_w, yf, yb, lo, hi, first)
-                for edge in range(out_w - (hi - lo)):
-                    ow = edge if edge < lo else edge + hi - lo
-                    o = uint64(yb + ow)
-                    for jw in range(table[2, 1, ow], table[2, 2, ow]):
-                        v = xf[uint64(xb + table[2, 0, ow] + jw)]
-                        yf[o] = v if first and jw == table[2, 1, ow] else yf[o] + v
-                first = False
-        factor = divisor[0, od] * divisor[1, oh]
-        for ow in range(out_w):
-            o = uint64(yb + ow)
-            yf[o] = yf[o] / (factor * divisor[2, uint64(ow)])
+    n_out_rows = n_batch * n_chan * out_d * out_h
+    steps, per_step = row_steps(n_out_rows)
+    for step in prange(steps):
+        oh, od, plane = step_start(step * per_step, out_h, out_d)
+        for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
+            start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
+            start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+            yb = row * out_w
+            first = True
+            for jd in range(first_d, end_d):
+                for jh in range(first_h, end_h):
+                    xb = ((plane * in_d + start_d + jd * dil_d) * in_h + start_h
+                          + jh * dil_h) * in_w
+                    _sum_pass(xf, xb + table[2, 0, 0], extent[2], stride_w, yf, yb, lo, hi,
+                              first)
+                    for edge in range(out_w - (hi - lo)):
+                        ow = edge if edge < lo else edge + hi - lo
+                        o = uint64(yb + ow)
+                        for jw in range(table[2, 1, ow], table[2, 2, ow]):
+                            v = xf[uint64(xb + table[2, 0, ow] + jw)]
+                            yf[o] = v if first and jw == table[2, 1, ow] else yf[o] + v
+                    first = False
+            factor = divisor[0, od] * divisor[1, oh]
+            for ow in range(out_w):
+                o = uint64(yb + ow)
+                yf[o] = yf[o] / (factor * divisor[2, uint64(ow)])
+            oh, od, plane = next_row(oh, od, plane, out_h, out_d)
 
 
 def serves_tiled_backward(plan) -> bool:
