@@ -335,7 +335,7 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
                                     _to_channels_last(yk))
     elif interior is not None:
         row_kernels.avg_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
-                                          divisor, yk)
+                                          divisor, np.zeros(1, xk.dtype), yk)
     else:
         sum_kernels.avg_pool_forward(xk, plan.table, plan.dilation, divisor, yk)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))

@@ -429,9 +429,16 @@ def max_values_forward_rows(x, table, extent, dilation, interior, width, y):
 
 
 @parallel_kernel
-def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, y):
+def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, plus_zero, y):
     """Same result as :func:`~poolgrad.kernels.sum_pool.avg_pool_forward` for plans that
-    :func:`row_pass_geometry` accepts (see :func:`max_pool_forward_rows`)."""
+    :func:`row_pass_geometry` accepts (see :func:`max_pool_forward_rows`).
+
+    The sums start from their first tap, not from 0, so a window of -0s sums to -0:
+    ``plus_zero`` (a 1-element array holding +0) is added to every mean, which turns that
+    -0 into the +0 of a sum that starts from 0 and leaves every other value alone. It is
+    an array, not a constant, so that the compiler (allowed to ignore the sign of zeros)
+    cannot drop the addition."""
+    zero = plus_zero[0]
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     dil_d, dil_h = dilation[0], dilation[1]
@@ -462,7 +469,7 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, y):
             factor = divisor[0, od] * divisor[1, oh]
             for ow in range(out_w):
                 o = uint64(yb + ow)
-                yf[o] = yf[o] / (factor * divisor[2, uint64(ow)])
+                yf[o] = yf[o] / (factor * divisor[2, uint64(ow)]) + zero
             oh, od, plane = next_row(oh, od, plane, out_h, out_d)
 
 
