@@ -220,6 +220,14 @@ def next_row(oh, od, plane, out_h, out_d):
     return oh, od, plane
 
 
+@_row
+def row_windows(table, od, oh):
+    """``(start, first, end)`` along D of slice ``od``, then along H of row ``oh``: where
+    the output row's windows start and which of their tap rows are real."""
+    return (table[0, 0, od], table[0, 1, od], table[0, 2, od],
+            table[1, 0, oh], table[1, 1, oh], table[1, 2, oh])
+
+
 @parallel_kernel
 def max_pool_forward_rows(x, table, extent, dilation, interior, width, y, pos):
     """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_forward` for plans that
@@ -237,8 +245,7 @@ def max_pool_forward_rows(x, table, extent, dilation, interior, width, y, pos):
     for step in prange(steps):
         oh, od, plane = step_start(step * per_step, out_h, out_d)  # plane: n * n_chan + c
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
-            start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-            start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+            start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
             yb = row * out_w
             # tap rows are folded in passes of up to two: (r0, t0), (r1, t1)
             r0 = r1 = t0 = t1 = 0
@@ -375,15 +382,14 @@ def max_values_forward_rows(x, table, extent, dilation, interior, width, y):
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     dil_d, dil_h = dilation[0], dilation[1]
-    lo, hi, stride_w = interior[0], interior[1], interior[2]
+    lo, hi = interior[0], interior[1]  # the W stride comes with the width (see width_witness)
     xf, yf = x.ravel(), y.ravel()
     n_out_rows = n_batch * n_chan * out_d * out_h
     steps, per_step = row_steps(n_out_rows)
     for step in prange(steps):
         oh, od, plane = step_start(step * per_step, out_h, out_d)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
-            start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-            start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+            start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
             yb = row * out_w
             n_taps = (end_d - first_d) * (end_h - first_h)
             # the first pass takes up to three tap rows (a 2-d window of up to three rows
@@ -449,8 +455,7 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, plus_ze
     for step in prange(steps):
         oh, od, plane = step_start(step * per_step, out_h, out_d)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
-            start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-            start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+            start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
             yb = row * out_w
             first = True
             for jd in range(first_d, end_d):
