@@ -13,6 +13,7 @@ come only from :func:`vjp`, which returns the output and a :class:`Pullback`.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -311,17 +312,26 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     return y, Pullback(op, backward, y_shape, x.shape, x.dtype, saved)
 
 
+@functools.lru_cache(maxsize=None)
+def _float_bits(dtype: np.dtype) -> np.ndarray:
+    """The bits of -0, of the exponent field and of the quiet-NaN flag of ``dtype``, as
+    its same-width signed integers (read-only: shared by every call)."""
+    bits = np.dtype(f"i{dtype.itemsize}")
+    info = np.finfo(dtype)
+    exponent = ((1 << info.iexp) - 1) << info.nmant
+    quiet = 1 << (info.nmant - 1)
+    negative_zero = np.array(-0.0, dtype=dtype).view(bits)[()]
+    table = np.array([negative_zero, exponent, quiet], dtype=bits)
+    table.flags.writeable = False
+    return table
+
+
 def _max_backward_tiled(dy, pos, plan, dx):
     """Max-pool backward for windows that tile the input: each element is written once,
     the gradients moved as integer bits (see :func:`row_kernels.max_pool_backward_tiled`)."""
-    bits = np.dtype(f"i{dx.itemsize}")
-    info = np.finfo(dx.dtype)
-    exponent = ((1 << info.iexp) - 1) << info.nmant
-    quiet = 1 << (info.nmant - 1)
-    negative_zero = np.array(-0.0, dtype=dx.dtype).view(bits)[()]
-    float_bits = np.array([negative_zero, exponent, quiet], dtype=bits)
-    row_kernels.max_pool_backward_tiled(dy.view(bits), pos, plan.extent, float_bits,
-                                        dx.view(bits))
+    float_bits = _float_bits(dx.dtype)
+    row_kernels.max_pool_backward_tiled(dy.view(float_bits.dtype), pos, plan.extent,
+                                        float_bits, dx.view(float_bits.dtype))
 
 
 def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, op):

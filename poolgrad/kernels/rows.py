@@ -97,63 +97,47 @@ def _max_pass(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
     folded in yet. Returns whether a tap was NaN (the result is then not PyTorch's).
     ``width``: see :func:`width_witness`; compiled code only.
 
-    Each (kw, first) has a function of its own whose loops have constant geometry and a
-    constant ``first``, so they have no branch and no conditional load, and vectorize:
-    left to LLVM, the test of ``first`` stayed inside the loop on AVX2 CPUs (Zen 3),
-    which ran it scalar, 10x slower. Separate functions compile in a third of the time
-    of one function holding every loop."""
+    Each W width has a function of its own (:func:`_max_pass_2` ...) whose loops have
+    constant geometry, row count and ``first``, so they have no branch and no
+    conditional load, and vectorize: left to LLVM, the test of ``first`` stayed inside
+    the loop on AVX2 CPUs (Zen 3), which ran it scalar, 10x slower."""
     raise NotImplementedError("only for Numba-compiled kernels")
 
 
 @overload(_max_pass, inline="always", jit_options=_OVERLOAD_OPTIONS)
 def _max_pass_of_width(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
-    first_pass, later_pass = {2: (_max_first_2, _max_fold_2), 3: (_max_first_3, _max_fold_3),
-                              4: (_max_first_4, _max_fold_4)}[width.ndim]
+    chosen = {2: _max_pass_2, 3: _max_pass_3, 4: _max_pass_4}[width.ndim]
 
     def impl(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
-        if first:
-            return first_pass(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
-        return later_pass(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1)
+        return chosen(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1, first)
     return impl
 
 
 @_inline
-def _max_rows(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
+def _max_group(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
+    if first:
+        if n_rows == 1:
+            return _max_loop(xf, r0, r1, 1, kw, sw, yf, pf, yb, lo, hi, t0, t1, True)
+        return _max_loop(xf, r0, r1, 2, kw, sw, yf, pf, yb, lo, hi, t0, t1, True)
     if n_rows == 1:
-        return _max_loop(xf, r0, r1, 1, kw, sw, yf, pf, yb, lo, hi, t0, t1, first)
-    return _max_loop(xf, r0, r1, 2, kw, sw, yf, pf, yb, lo, hi, t0, t1, first)
+        return _max_loop(xf, r0, r1, 1, kw, sw, yf, pf, yb, lo, hi, t0, t1, False)
+    return _max_loop(xf, r0, r1, 2, kw, sw, yf, pf, yb, lo, hi, t0, t1, False)
 
 
-# One compiled function per (kernel, stride) along W and first ("first" writes, "fold"
-# folds in), each with constant geometry
+# one compiled function per (kernel, stride) along W, each with constant geometry
 @_row
-def _max_first_2(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    return _max_rows(xf, r0, r1, n_rows, 2, 2, yf, pf, yb, lo, hi, t0, t1, True)
-
-
-@_row
-def _max_fold_2(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    return _max_rows(xf, r0, r1, n_rows, 2, 2, yf, pf, yb, lo, hi, t0, t1, False)
+def _max_pass_2(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1, first):
+    return _max_group(xf, r0, r1, n_rows, 2, 2, yf, pf, yb, lo, hi, t0, t1, first)
 
 
 @_row
-def _max_first_3(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    return _max_rows(xf, r0, r1, n_rows, 3, 2, yf, pf, yb, lo, hi, t0, t1, True)
+def _max_pass_3(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1, first):
+    return _max_group(xf, r0, r1, n_rows, 3, 2, yf, pf, yb, lo, hi, t0, t1, first)
 
 
 @_row
-def _max_fold_3(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    return _max_rows(xf, r0, r1, n_rows, 3, 2, yf, pf, yb, lo, hi, t0, t1, False)
-
-
-@_row
-def _max_first_4(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    return _max_rows(xf, r0, r1, n_rows, 4, 4, yf, pf, yb, lo, hi, t0, t1, True)
-
-
-@_row
-def _max_fold_4(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1):
-    return _max_rows(xf, r0, r1, n_rows, 4, 4, yf, pf, yb, lo, hi, t0, t1, False)
+def _max_pass_4(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1, first):
+    return _max_group(xf, r0, r1, n_rows, 4, 4, yf, pf, yb, lo, hi, t0, t1, first)
 
 
 @_row
@@ -422,7 +406,7 @@ def max_values_forward_rows(x, table, extent, dilation, interior, width, y):
                         r2 = r
                     n_rows += 1
                     done += 1
-                    if n_rows == group or done == n_taps:
+                    if n_rows == group:  # the last tap row always completes a group
                         nan |= _max_values_pass(xf, r0, r1, r2, n_rows, width, yf, yb,
                                                 lo, hi, done == n_rows)
                         n_rows = 0
