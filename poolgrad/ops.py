@@ -243,15 +243,19 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     channels_last = _is_channels_last(xk)
     yk = _empty(out_shape, xk.dtype, channels_last)
     interior = row_kernels.row_pass_geometry(plan, xk)
+    tiled = not channels_last and row_kernels.serves_tiled_forward(plan, xk)
     # inference: the same values, and no winners to record (as PyTorch's forward without
     # autograd keeps no indices)
     values_only = (not want_pullback and not return_indices
-                   and (channels_last or interior is not None))
+                   and (channels_last or tiled or interior is not None))
     pos = None if values_only else _empty(
         out_shape, geometry.position_dtype(plan.window_size), channels_last)
     if values_only and channels_last:
         cl_kernels.max_values_forward(_to_channels_last(xk), plan.table, plan.dilation,
                                       _to_channels_last(yk))
+    elif values_only and tiled:
+        row_kernels.max_values_forward_tiled(xk, plan.table, plan.extent, plan.dilation,
+                                             row_kernels.width_witness(plan.extent[2]), yk)
     elif values_only:
         row_kernels.max_values_forward_rows(xk, plan.table, plan.extent, plan.dilation,
                                             interior, row_kernels.width_witness(plan.extent[2]),
@@ -262,6 +266,9 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
         cl_kernels.max_pool_forward(_to_channels_last(xk), plan.table, plan.dilation,
                                     plan.extent, tap_like, _to_channels_last(yk),
                                     _to_channels_last(pos))
+    elif tiled:
+        row_kernels.max_pool_forward_tiled(xk, plan.table, plan.extent, plan.dilation,
+                                           row_kernels.width_witness(plan.extent[2]), yk, pos)
     elif interior is not None:
         row_kernels.max_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
                                           row_kernels.width_witness(plan.extent[2]), yk, pos)
@@ -331,7 +338,8 @@ def _max_backward_tiled(dy, pos, plan, dx):
     the gradients moved as integer bits (see :func:`row_kernels.max_pool_backward_tiled`)."""
     float_bits = _float_bits(dx.dtype)
     row_kernels.max_pool_backward_tiled(dy.view(float_bits.dtype), pos, plan.extent,
-                                        float_bits, dx.view(float_bits.dtype))
+                                        row_kernels.tiled_width(plan.extent[2]), float_bits,
+                                        dx.view(float_bits.dtype))
 
 
 def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, op):

@@ -18,6 +18,8 @@ CASES = [
     # windows that tile the input (the tiled max backward), with rows, columns and slices
     # that no window reads
     ((5, 6, 9), 2, 2, 0), ((4, 8), 2, 2, 0), ((16,), 4, 4, 0), ((7, 10), 3, 3, 0),
+    # tiling windows wider than the tiled kernels' constant widths, and one tap wide
+    ((6, 17), (2, 5), (2, 5), 0), ((7, 6), (3, 1), (3, 1), 0),
 ]
 
 

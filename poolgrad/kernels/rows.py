@@ -355,7 +355,8 @@ def _max_values_pass_of_width(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, fir
 def width_witness(kernel_w: int) -> np.ndarray:
     """The ``width`` argument of the max-forward row kernels: an empty array with
     ``kernel_w`` dimensions, whose type tells Numba the W kernel (each width in
-    ``ROW_PASS_W`` has one stride) when it compiles the kernel for it."""
+    ``ROW_PASS_W`` has one stride; in the tiled kernels the stride is the kernel) when
+    it compiles the kernel for it."""
     return np.empty((0,) * kernel_w, np.uint8)
 
 
@@ -416,6 +417,113 @@ def max_values_forward_rows(x, table, extent, dilation, interior, width, y):
                 max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
                              np.empty(out_w, np.int64), n, c, od, oh)
             oh, od, plane = next_row(oh, od, plane, out_h, out_d)
+
+
+# Tiled windows (stride = kernel along every axis, no padding, no dilation: VGG's 2x2/2,
+# 1-d k/k, 3-d 2x2x2/2) read each input element once, and an output row's tap rows lie at
+# fixed offsets from its first. These kernels keep no per-row window table and no W
+# edges: on short rows (VGG's deep 7-wide ones) such per-row bookkeeping cost more than
+# the loads, and the general row kernels ran at a third of these speeds.
+
+
+@_row
+def _tap_row_offset(tap_row, ext_h, in_h, in_w):
+    """Where tap row ``tap_row`` (row-major over (jd, jh)) starts, from the first."""
+    return ((tap_row // ext_h) * in_h + tap_row % ext_h) * in_w
+
+
+@_inline
+def _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h):
+    return ((plane * in_d + od * ext_d) * in_h + oh * ext_h) * in_w
+
+
+@_inline
+def _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h, in_w, ext_d, ext_h):
+    """``(oh, od, plane)`` of the next output row and where its first tap row starts: one
+    step of ``ext_h`` input rows down, or (past a slice's last row) recomputed."""
+    if oh + 1 < out_h:
+        return oh + 1, od, plane, xb + ext_h * in_w
+    oh, od, plane = next_row(oh, od, plane, out_h, out_d)
+    return oh, od, plane, _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
+
+
+@parallel_kernel
+def max_values_forward_tiled(x, table, extent, dilation, width, y):
+    """The ``y`` of :func:`max_values_forward_rows` for plans whose windows tile the input
+    (see :func:`serves_tiled_forward`). ``width``: see :func:`width_witness` (here any
+    W kernel from 2 to 4, its stride the same). The first pass folds the first two tap rows, each later pass
+    one; rows that read a NaN are redone exactly."""
+    n_batch, n_chan, in_d, in_h, in_w = x.shape
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    ext_d, ext_h = extent[0], extent[1]
+    kw = width.ndim
+    n_taps = ext_d * ext_h  # tap rows per window
+    second = _tap_row_offset(1, ext_h, in_h, in_w)
+    xf, yf = x.ravel(), y.ravel()
+    n_out_rows = n_batch * n_chan * out_d * out_h
+    steps, per_step = row_steps(n_out_rows)
+    for step in prange(steps):
+        oh, od, plane = step_start(step * per_step, out_h, out_d)
+        xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
+        for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
+            yb = row * out_w
+            if n_taps == 1:
+                nan = _max_values_loop(xf, xb, xb, xb, 1, kw, kw, yf, yb, 0, out_w, True)
+            else:
+                nan = _max_values_loop(xf, xb, xb + second, xb, 2, kw, kw, yf, yb, 0, out_w,
+                                       True)
+                for tap_row in range(2, n_taps):
+                    r = xb + _tap_row_offset(tap_row, ext_h, in_h, in_w)
+                    nan |= _max_values_loop(xf, r, r, r, 1, kw, kw, yf, yb, 0, out_w, False)
+            if nan:
+                n, c = plane // n_chan, plane % n_chan
+                max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
+                             np.empty(out_w, np.int64), n, c, od, oh)
+            oh, od, plane, xb = _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h,
+                                                in_w, ext_d, ext_h)
+
+
+@parallel_kernel
+def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
+    """:func:`max_pool_forward_rows` (values and winners) for plans whose windows tile the
+    input, with the loop of :func:`max_values_forward_tiled`."""
+    n_batch, n_chan, in_d, in_h, in_w = x.shape
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    ext_d, ext_h = extent[0], extent[1]
+    kw = width.ndim
+    n_taps = ext_d * ext_h
+    second = _tap_row_offset(1, ext_h, in_h, in_w)
+    xf, yf, pf = x.ravel(), y.ravel(), pos.ravel()
+    n_out_rows = n_batch * n_chan * out_d * out_h
+    steps, per_step = row_steps(n_out_rows)
+    for step in prange(steps):
+        oh, od, plane = step_start(step * per_step, out_h, out_d)
+        xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
+        for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
+            yb = row * out_w
+            if n_taps == 1:
+                nan = _max_loop(xf, xb, xb, 1, kw, kw, yf, pf, yb, 0, out_w, 0, 0, True)
+            else:
+                nan = _max_loop(xf, xb, xb + second, 2, kw, kw, yf, pf, yb, 0, out_w, 0, kw,
+                                True)
+                for tap_row in range(2, n_taps):
+                    r = xb + _tap_row_offset(tap_row, ext_h, in_h, in_w)
+                    nan |= _max_loop(xf, r, r, 1, kw, kw, yf, pf, yb, 0, out_w,
+                                     tap_row * kw, 0, False)
+            if nan:
+                n, c = plane // n_chan, plane % n_chan
+                max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh],
+                             n, c, od, oh)
+            oh, od, plane, xb = _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h,
+                                                in_w, ext_d, ext_h)
+
+
+def serves_tiled_forward(plan, x: np.ndarray) -> bool:
+    """Whether the tiled max-forward kernels serve this plan and array: windows that tile
+    the input (:attr:`~poolgrad.geometry.WindowPlan.tiles`), a W kernel from 2 to 4, and
+    (as :func:`row_pass_geometry`) a writeable C-contiguous float32/float64 array."""
+    return (ENABLED and plan.tiles and 2 <= plan.extent[2] <= 4 and x.dtype in _SERVED_DTYPES
+            and x.flags.c_contiguous and x.flags.writeable)
 
 
 @parallel_kernel
@@ -667,69 +775,90 @@ def avg_pool_backward_rows(dy, divisor, cover_ptr, cover_out, table, extent, int
 # a short row (VGG's 7-wide rows are nothing but tail) became a mispredicted branch.
 
 
-@_row
-def _route_bits(dyi, pf, o, t, float_bits):
-    """The bits of the gradient output ``o`` sends to its tap ``t``: ``dy[o]`` if ``t``
-    won, else +0, with the gather's ``0 + dy`` applied to the bits: a -0 becomes +0 and
-    a signalling NaN is quieted. ``float_bits``: the bits of -0, of the exponent field
-    and of the quiet-NaN flag."""
+@_inline
+def _gradient_bits(g, float_bits):
+    """The bits ``g`` of a gradient with the gather's ``0 + dy`` applied: a -0 becomes +0
+    and a signalling NaN is quieted. ``float_bits``: the bits of -0, of the exponent
+    field and of the quiet-NaN flag."""
     negative_zero, exponent, quiet = float_bits[0], float_bits[1], float_bits[2]
-    g = dyi[o]
     g = g if g != negative_zero else 0
     nan = ((g & exponent) == exponent) & ((g & (quiet | (quiet - 1))) != 0)
-    g = g | quiet if nan else g
-    return g if pf[o] == t else 0
+    return g | quiet if nan else g
 
 
 @_inline
 def _route_row(dyi, pf, ob, out_w, dxi, xb, kw, t, float_bits):
-    """Input row ``dxi[xb:xb + out_w*kw]`` from output row ``ob``, whose taps along W
-    are numbered from ``t``; constant ``kw`` branches unroll the window."""
-    if kw == 2:
-        for ow in range(out_w):
-            o, i = uint64(ob + ow), uint64(xb + 2 * ow)
-            dxi[i] = _route_bits(dyi, pf, o, t, float_bits)
-            dxi[i + uint64(1)] = _route_bits(dyi, pf, o, t + 1, float_bits)
-    elif kw == 4:
-        for ow in range(out_w):
-            o, i = uint64(ob + ow), uint64(xb + 4 * ow)
-            dxi[i] = _route_bits(dyi, pf, o, t, float_bits)
-            dxi[i + uint64(1)] = _route_bits(dyi, pf, o, t + 1, float_bits)
-            dxi[i + uint64(2)] = _route_bits(dyi, pf, o, t + 2, float_bits)
-            dxi[i + uint64(3)] = _route_bits(dyi, pf, o, t + 3, float_bits)
-    else:
-        for ow in range(out_w):
-            o = uint64(ob + ow)
-            for jw in range(kw):
-                dxi[uint64(xb + kw * ow + jw)] = _route_bits(dyi, pf, o, t + jw, float_bits)
+    """Input row ``dxi[xb:xb + out_w*kw]`` from output row ``ob``, whose taps along W are
+    numbered from ``t``: each tap gets its window's gradient if it won, else +0."""
+    for ow in range(out_w):
+        o = uint64(ob + ow)
+        g = _gradient_bits(dyi[o], float_bits)
+        won = pf[o]
+        i = uint64(xb + kw * ow)
+        for jw in range(kw):  # a constant count: unrolled
+            dxi[i + uint64(jw)] = g if won == t + jw else 0
+
+
+@_inline
+def _route_pair(dyi, pf, ob, out_w, dxi, r0, r1, kw, float_bits):
+    """The first two tap rows (at ``r0`` and ``r1``) of output row ``ob`` in one loop, as
+    :func:`_route_row`: a short row reads its gradients and winners once. Long rows
+    take one loop per tap row, which vectorizes better."""
+    for ow in range(out_w):
+        o = uint64(ob + ow)
+        g = _gradient_bits(dyi[o], float_bits)
+        won = pf[o]
+        i = uint64(r0 + kw * ow)
+        for jw in range(kw):
+            dxi[i + uint64(jw)] = g if won == jw else 0
+        i = uint64(r1 + kw * ow)
+        for jw in range(kw):
+            dxi[i + uint64(jw)] = g if won == kw + jw else 0
+
+
+def tiled_width(kernel_w: int) -> np.ndarray:
+    """The ``width`` argument of :func:`max_pool_backward_tiled`: the W kernel as a
+    :func:`width_witness` up to 4 (compiled with that width constant), else a 5-d one (the
+    kernel then reads the width from ``extent``)."""
+    return width_witness(min(kernel_w, 5))
 
 
 @parallel_kernel
-def max_pool_backward_tiled(dy_bits, pos, extent, float_bits, dx_bits):
+def max_pool_backward_tiled(dy_bits, pos, extent, width, float_bits, dx_bits):
     """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_backward` for plans whose
     windows tile the input (:attr:`~poolgrad.geometry.WindowPlan.tiles`), on the integer
-    views of C-contiguous ``dy`` and ``dx``. ``float_bits``: see :func:`_route_bits`.
+    views of C-contiguous ``dy`` and ``dx``. ``width``: see :func:`tiled_width`;
+    ``float_bits``: see :func:`_gradient_bits`.
 
     Each output row writes the ``kd * kh`` input rows it covers (a parallel step owns a
-    run of output rows); the last rows of a plane also zero the input rows no window reads."""
+    run of output rows, as in :func:`max_values_forward_tiled`); the last rows of a plane
+    also zero the input rows no window reads."""
     n_batch, n_chan, in_d, in_h, in_w = dx_bits.shape
     out_d, out_h, out_w = dy_bits.shape[2], dy_bits.shape[3], dy_bits.shape[4]
-    ext_d, ext_h, ext_w = extent[0], extent[1], extent[2]
+    ext_d, ext_h = extent[0], extent[1]
+    kw = width.ndim if width.ndim <= 4 else extent[2]
+    n_taps = ext_d * ext_h  # tap rows per window
+    second = _tap_row_offset(1, ext_h, in_h, in_w)
+    paired = 2 if n_taps > 1 and out_w < 32 else 0  # tap rows routed by _route_pair
     dyi, pf, dxi = dy_bits.ravel(), pos.ravel(), dx_bits.ravel()
-    covered_w = out_w * ext_w
+    covered_w = out_w * kw
     n_out_rows = n_batch * n_chan * out_d * out_h
     steps, per_step = row_steps(n_out_rows)
     for step in prange(steps):
         oh, od, plane = step_start(step * per_step, out_h, out_d)
+        xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
             ob = row * out_w
-            for jd in range(ext_d):
-                for jh in range(ext_h):
-                    xb = ((plane * in_d + od * ext_d + jd) * in_h + oh * ext_h + jh) * in_w
-                    _route_row(dyi, pf, ob, out_w, dxi, xb, ext_w,
-                               (jd * ext_h + jh) * ext_w, float_bits)
+            if paired:
+                _route_pair(dyi, pf, ob, out_w, dxi, xb, xb + second, kw, float_bits)
+            for tap_row in range(n_taps):
+                r = xb if tap_row == 0 else xb + (
+                    second if tap_row == 1 else _tap_row_offset(tap_row, ext_h, in_h, in_w))
+                if tap_row >= paired:
+                    _route_row(dyi, pf, ob, out_w, dxi, r, kw, tap_row * kw, float_bits)
+                if covered_w < in_w:  # columns that no window reads
                     for iw in range(covered_w, in_w):
-                        dxi[uint64(xb + iw)] = 0
+                        dxi[uint64(r + iw)] = 0
             # input rows that no window reads: below the last output row of each slice,
             # and the slices behind the last output slice
             if oh == out_h - 1:
@@ -742,4 +871,5 @@ def max_pool_backward_tiled(dy_bits, pos, extent, float_bits, dx_bits):
                     for i_d in range(out_d * ext_d, in_d):
                         for iw in range(in_h * in_w):
                             dxi[uint64((plane * in_d + i_d) * in_h * in_w + iw)] = 0
-            oh, od, plane = next_row(oh, od, plane, out_h, out_d)
+            oh, od, plane, xb = _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h,
+                                                in_w, ext_d, ext_h)
