@@ -351,6 +351,9 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
     if channels_last:
         cl_kernels.avg_pool_forward(_to_channels_last(xk), plan.table, plan.dilation, divisor,
                                     _to_channels_last(yk))
+    elif row_kernels.serves_tiled_forward(plan, xk):
+        row_kernels.avg_pool_forward_tiled(xk, plan.extent, divisor, np.zeros(1, xk.dtype),
+                                           row_kernels.width_witness(plan.extent[2]), yk)
     elif interior is not None:
         row_kernels.avg_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
                                           divisor, np.zeros(1, xk.dtype), yk)

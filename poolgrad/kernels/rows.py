@@ -140,6 +140,28 @@ def _max_pass_4(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1, first):
     return _max_group(xf, r0, r1, n_rows, 4, 4, yf, pf, yb, lo, hi, t0, t1, first)
 
 
+@_inline
+def _sum_tile_loop(xf, r0, r1, n_rows, kw, yf, yb, out_w, first, last, factor, divisor,
+                   zero):
+    """Add ``n_rows`` (1 or 2) tap rows (``r<k> + ow*kw + jw`` for jw < kw) to the sums
+    ``yf[yb:yb + out_w]``, tap by tap in row-major order (``first``: start them);
+    ``last``: then divide them as :func:`avg_pool_forward_rows` does. Constant counts
+    and flags in each loop, as in :func:`_max_pass`."""
+    for ow in range(out_w):
+        o = uint64(yb + ow)
+        i = uint64(r0 + kw * ow)
+        total = xf[i] if first else yf[o] + xf[i]
+        for jw in range(1, kw):
+            total += xf[i + uint64(jw)]
+        if n_rows == 2:
+            i = uint64(r1 + kw * ow)
+            for jw in range(kw):
+                total += xf[i + uint64(jw)]
+        if last:
+            total = total / (factor * divisor[2, uint64(ow)]) + zero
+        yf[o] = total
+
+
 @_row
 def _sum_pass(xf, xb, kw, sw, yf, yb, lo, hi, first):
     """Add the taps ``xf[xb + ow*sw + jw]`` to ``yf[yb + ow]`` one by one, in order
@@ -450,9 +472,9 @@ def _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h, in_w, ext_d, ex
 @parallel_kernel
 def max_values_forward_tiled(x, table, extent, dilation, width, y):
     """The ``y`` of :func:`max_values_forward_rows` for plans whose windows tile the input
-    (see :func:`serves_tiled_forward`). ``width``: see :func:`width_witness` (here any
-    W kernel from 2 to 4, its stride the same). The first pass folds the first two tap rows, each later pass
-    one; rows that read a NaN are redone exactly."""
+    (see :func:`serves_tiled_forward`). ``width``: see :func:`width_witness` (its stride
+    is the kernel here). The first pass folds the first two tap
+    rows, each later pass one; rows that read a NaN are redone exactly."""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     ext_d, ext_h = extent[0], extent[1]
@@ -518,11 +540,55 @@ def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
                                                 in_w, ext_d, ext_h)
 
 
+@parallel_kernel
+def avg_pool_forward_tiled(x, extent, divisor, plus_zero, width, y):
+    """The result of :func:`avg_pool_forward_rows` for plans whose windows tile the input
+    (see :func:`serves_tiled_forward`), with the loop of :func:`max_values_forward_tiled`:
+    the first pass adds two tap rows, each later pass one, and the last pass divides."""
+    zero = plus_zero[0]
+    n_batch, n_chan, in_d, in_h, in_w = x.shape
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    ext_d, ext_h = extent[0], extent[1]
+    kw = width.ndim
+    n_taps = ext_d * ext_h
+    second = _tap_row_offset(1, ext_h, in_h, in_w)
+    xf, yf = x.ravel(), y.ravel()
+    n_out_rows = n_batch * n_chan * out_d * out_h
+    steps, per_step = row_steps(n_out_rows)
+    for step in prange(steps):
+        oh, od, plane = step_start(step * per_step, out_h, out_d)
+        xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
+        for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
+            yb = row * out_w
+            factor = divisor[0, od] * divisor[1, oh]
+            r1 = xb + second
+            if n_taps == 1:
+                _sum_tile_loop(xf, xb, xb, 1, kw, yf, yb, out_w, True, True,
+                               factor, divisor, zero)
+            elif n_taps == 2:
+                _sum_tile_loop(xf, xb, r1, 2, kw, yf, yb, out_w, True, True,
+                               factor, divisor, zero)
+            else:
+                _sum_tile_loop(xf, xb, r1, 2, kw, yf, yb, out_w, True, False,
+                               factor, divisor, zero)
+                for tap_row in range(2, n_taps - 1):
+                    r = xb + _tap_row_offset(tap_row, ext_h, in_h, in_w)
+                    _sum_tile_loop(xf, r, r, 1, kw, yf, yb, out_w, False, False,
+                                   factor, divisor, zero)
+                r = xb + _tap_row_offset(n_taps - 1, ext_h, in_h, in_w)
+                _sum_tile_loop(xf, r, r, 1, kw, yf, yb, out_w, False, True,
+                               factor, divisor, zero)
+            oh, od, plane, xb = _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h,
+                                                in_w, ext_d, ext_h)
+
+
 def serves_tiled_forward(plan, x: np.ndarray) -> bool:
-    """Whether the tiled max-forward kernels serve this plan and array: windows that tile
-    the input (:attr:`~poolgrad.geometry.WindowPlan.tiles`), a W kernel from 2 to 4, and
+    """Whether the tiled forward kernels (max and avg) serve this plan and array: windows
+    that tile the input (:attr:`~poolgrad.geometry.WindowPlan.tiles`), a W kernel of 2 or
+    4 (the widths of ``ROW_PASS_W`` whose stride is the kernel; each width is a compile
+    of its own), and
     (as :func:`row_pass_geometry`) a writeable C-contiguous float32/float64 array."""
-    return (ENABLED and plan.tiles and 2 <= plan.extent[2] <= 4 and x.dtype in _SERVED_DTYPES
+    return (ENABLED and plan.tiles and plan.extent[2] in (2, 4) and x.dtype in _SERVED_DTYPES
             and x.flags.c_contiguous and x.flags.writeable)
 
 
@@ -817,10 +883,10 @@ def _route_pair(dyi, pf, ob, out_w, dxi, r0, r1, kw, float_bits):
 
 
 def tiled_width(kernel_w: int) -> np.ndarray:
-    """The ``width`` argument of :func:`max_pool_backward_tiled`: the W kernel as a
-    :func:`width_witness` up to 4 (compiled with that width constant), else a 5-d one (the
-    kernel then reads the width from ``extent``)."""
-    return width_witness(min(kernel_w, 5))
+    """The ``width`` argument of :func:`max_pool_backward_tiled`: a W kernel of 2 or 4 as
+    its :func:`width_witness` (compiled with that width constant), any other as a 5-d one
+    (one compile, which reads the width from ``extent``)."""
+    return width_witness(kernel_w if kernel_w in (2, 4) else 5)
 
 
 @parallel_kernel
@@ -836,7 +902,7 @@ def max_pool_backward_tiled(dy_bits, pos, extent, width, float_bits, dx_bits):
     n_batch, n_chan, in_d, in_h, in_w = dx_bits.shape
     out_d, out_h, out_w = dy_bits.shape[2], dy_bits.shape[3], dy_bits.shape[4]
     ext_d, ext_h = extent[0], extent[1]
-    kw = width.ndim if width.ndim <= 4 else extent[2]
+    kw = width.ndim if width.ndim < 5 else extent[2]
     n_taps = ext_d * ext_h  # tap rows per window
     second = _tap_row_offset(1, ext_h, in_h, in_w)
     paired = 2 if n_taps > 1 and out_w < 32 else 0  # tap rows routed by _route_pair
