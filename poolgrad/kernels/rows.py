@@ -456,6 +456,7 @@ def _tap_row_offset(tap_row, ext_h, in_h, in_w):
 
 @_inline
 def _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h):
+    """Where the first tap row of output row ``(plane, od, oh)`` starts."""
     return ((plane * in_d + od * ext_d) * in_h + oh * ext_h) * in_w
 
 
@@ -473,8 +474,8 @@ def _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h, in_w, ext_d, ex
 def max_values_forward_tiled(x, table, extent, dilation, width, y):
     """The ``y`` of :func:`max_values_forward_rows` for plans whose windows tile the input
     (see :func:`serves_tiled_forward`). ``width``: see :func:`width_witness` (its stride
-    is the kernel here). The first pass folds the first two tap
-    rows, each later pass one; rows that read a NaN are redone exactly."""
+    is the kernel here). The first pass folds the first two tap rows, each later pass
+    one; rows that read a NaN are redone exactly."""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     ext_d, ext_h = extent[0], extent[1]
@@ -586,8 +587,8 @@ def serves_tiled_forward(plan, x: np.ndarray) -> bool:
     """Whether the tiled forward kernels (max and avg) serve this plan and array: windows
     that tile the input (:attr:`~poolgrad.geometry.WindowPlan.tiles`), a W kernel of 2 or
     4 (the widths of ``ROW_PASS_W`` whose stride is the kernel; each width is a compile
-    of its own), and
-    (as :func:`row_pass_geometry`) a writeable C-contiguous float32/float64 array."""
+    of its own), and (as :func:`row_pass_geometry`) a writeable C-contiguous
+    float32/float64 array."""
     return (ENABLED and plan.tiles and plan.extent[2] in (2, 4) and x.dtype in _SERVED_DTYPES
             and x.flags.c_contiguous and x.flags.writeable)
 
@@ -861,7 +862,7 @@ def _route_row(dyi, pf, ob, out_w, dxi, xb, kw, t, float_bits):
         g = _gradient_bits(dyi[o], float_bits)
         won = pf[o]
         i = uint64(xb + kw * ow)
-        for jw in range(kw):  # a constant count: unrolled
+        for jw in range(kw):  # unrolled for the constant widths 2 and 4
             dxi[i + uint64(jw)] = g if won == t + jw else 0
 
 
