@@ -242,8 +242,8 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     out_shape = layout.kernel_shape(plan.out_spatial)
     channels_last = _is_channels_last(xk)
     yk = _empty(out_shape, xk.dtype, channels_last)
-    interior = row_kernels.row_pass_geometry(plan, xk)
     tiled = not channels_last and row_kernels.serves_tiled_forward(plan, xk)
+    interior = None if tiled else row_kernels.row_pass_geometry(plan, xk)
     # inference: the same values, and no winners to record (as PyTorch's forward without
     # autograd keeps no indices)
     values_only = (not want_pullback and not return_indices
@@ -347,14 +347,13 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
     divisor = plan.divisor_table(divisor_mode, divisor_override, xk.dtype)
     channels_last = _is_channels_last(xk)
     yk = _empty(layout.kernel_shape(plan.out_spatial), xk.dtype, channels_last)
-    interior = row_kernels.row_pass_geometry(plan, xk)
     if channels_last:
         cl_kernels.avg_pool_forward(_to_channels_last(xk), plan.table, plan.dilation, divisor,
                                     _to_channels_last(yk))
     elif row_kernels.serves_tiled_forward(plan, xk):
         row_kernels.avg_pool_forward_tiled(xk, plan.extent, divisor, np.zeros(1, xk.dtype),
                                            row_kernels.width_witness(plan.extent[2]), yk)
-    elif interior is not None:
+    elif (interior := row_kernels.row_pass_geometry(plan, xk)) is not None:
         row_kernels.avg_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
                                           divisor, np.zeros(1, xk.dtype), yk)
     else:

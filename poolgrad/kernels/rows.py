@@ -449,9 +449,14 @@ def max_values_forward_rows(x, table, extent, dilation, interior, width, y):
 
 
 @_row
-def _tap_row_offset(tap_row, ext_h, in_h, in_w):
-    """Where tap row ``tap_row`` (row-major over (jd, jh)) starts, from the first."""
-    return ((tap_row // ext_h) * in_h + tap_row % ext_h) * in_w
+def _tap_row_offsets(ext_d, ext_h, in_h, in_w):
+    """Where each tap row of a tiling window (row-major over (jd, jh)) starts, from the
+    first: the same for every output row, so computed once per call."""
+    offsets = np.empty(ext_d * ext_h, np.int64)
+    for jd in range(ext_d):
+        for jh in range(ext_h):
+            offsets[jd * ext_h + jh] = (jd * in_h + jh) * in_w
+    return offsets
 
 
 @_inline
@@ -470,18 +475,41 @@ def _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h, in_w, ext_d, ex
     return oh, od, plane, _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
 
 
+@_inline
+def _max_values_tile(xf, xb, offsets, kw, yf, yb, out_w):
+    """Output row ``yb`` of a tiled max forward, values only: the first two tap rows in
+    one pass, each later one in a pass of its own. Returns whether a tap was NaN."""
+    if len(offsets) == 1:
+        return _max_values_loop(xf, xb, xb, xb, 1, kw, kw, yf, yb, 0, out_w, True)
+    r1 = xb + offsets[1]
+    nan = _max_values_loop(xf, xb, r1, r1, 2, kw, kw, yf, yb, 0, out_w, True)
+    for tap_row in range(2, len(offsets)):
+        r = xb + offsets[tap_row]
+        nan |= _max_values_loop(xf, r, r, r, 1, kw, kw, yf, yb, 0, out_w, False)
+    return nan
+
+
+@_inline
+def _max_recorded_tile(xf, xb, offsets, kw, yf, pf, yb, out_w):
+    """:func:`_max_values_tile` with the winners' tap numbers in ``pf``."""
+    if len(offsets) == 1:
+        return _max_loop(xf, xb, xb, 1, kw, kw, yf, pf, yb, 0, out_w, 0, 0, True)
+    nan = _max_loop(xf, xb, xb + offsets[1], 2, kw, kw, yf, pf, yb, 0, out_w, 0, kw, True)
+    for tap_row in range(2, len(offsets)):
+        r = xb + offsets[tap_row]
+        nan |= _max_loop(xf, r, r, 1, kw, kw, yf, pf, yb, 0, out_w, tap_row * kw, 0, False)
+    return nan
+
+
 @parallel_kernel
 def max_values_forward_tiled(x, table, extent, dilation, width, y):
     """The ``y`` of :func:`max_values_forward_rows` for plans whose windows tile the input
     (see :func:`serves_tiled_forward`). ``width``: see :func:`width_witness` (its stride
-    is the kernel here). The first pass folds the first two tap rows, each later pass
-    one; rows that read a NaN are redone exactly."""
+    is the kernel here). Rows that read a NaN are redone exactly."""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     ext_d, ext_h = extent[0], extent[1]
-    kw = width.ndim
-    n_taps = ext_d * ext_h  # tap rows per window
-    second = _tap_row_offset(1, ext_h, in_h, in_w)
+    offsets = _tap_row_offsets(ext_d, ext_h, in_h, in_w)
     xf, yf = x.ravel(), y.ravel()
     n_out_rows = n_batch * n_chan * out_d * out_h
     steps, per_step = row_steps(n_out_rows)
@@ -489,16 +517,7 @@ def max_values_forward_tiled(x, table, extent, dilation, width, y):
         oh, od, plane = step_start(step * per_step, out_h, out_d)
         xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
-            yb = row * out_w
-            if n_taps == 1:
-                nan = _max_values_loop(xf, xb, xb, xb, 1, kw, kw, yf, yb, 0, out_w, True)
-            else:
-                nan = _max_values_loop(xf, xb, xb + second, xb, 2, kw, kw, yf, yb, 0, out_w,
-                                       True)
-                for tap_row in range(2, n_taps):
-                    r = xb + _tap_row_offset(tap_row, ext_h, in_h, in_w)
-                    nan |= _max_values_loop(xf, r, r, r, 1, kw, kw, yf, yb, 0, out_w, False)
-            if nan:
+            if _max_values_tile(xf, xb, offsets, width.ndim, yf, row * out_w, out_w):
                 n, c = plane // n_chan, plane % n_chan
                 max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
                              np.empty(out_w, np.int64), n, c, od, oh)
@@ -506,6 +525,8 @@ def max_values_forward_tiled(x, table, extent, dilation, width, y):
                                                 in_w, ext_d, ext_h)
 
 
+# the recorded forward is a kernel of its own: one kernel for both (``pos`` None for the
+# values only, a `pos is None` test choosing the loops) made a first vjp compile 3.5 s longer
 @parallel_kernel
 def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
     """:func:`max_pool_forward_rows` (values and winners) for plans whose windows tile the
@@ -513,9 +534,7 @@ def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     ext_d, ext_h = extent[0], extent[1]
-    kw = width.ndim
-    n_taps = ext_d * ext_h
-    second = _tap_row_offset(1, ext_h, in_h, in_w)
+    offsets = _tap_row_offsets(ext_d, ext_h, in_h, in_w)
     xf, yf, pf = x.ravel(), y.ravel(), pos.ravel()
     n_out_rows = n_batch * n_chan * out_d * out_h
     steps, per_step = row_steps(n_out_rows)
@@ -523,17 +542,7 @@ def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
         oh, od, plane = step_start(step * per_step, out_h, out_d)
         xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
-            yb = row * out_w
-            if n_taps == 1:
-                nan = _max_loop(xf, xb, xb, 1, kw, kw, yf, pf, yb, 0, out_w, 0, 0, True)
-            else:
-                nan = _max_loop(xf, xb, xb + second, 2, kw, kw, yf, pf, yb, 0, out_w, 0, kw,
-                                True)
-                for tap_row in range(2, n_taps):
-                    r = xb + _tap_row_offset(tap_row, ext_h, in_h, in_w)
-                    nan |= _max_loop(xf, r, r, 1, kw, kw, yf, pf, yb, 0, out_w,
-                                     tap_row * kw, 0, False)
-            if nan:
+            if _max_recorded_tile(xf, xb, offsets, width.ndim, yf, pf, row * out_w, out_w):
                 n, c = plane // n_chan, plane % n_chan
                 max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh],
                              n, c, od, oh)
@@ -541,18 +550,37 @@ def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
                                                 in_w, ext_d, ext_h)
 
 
+@_inline
+def _sum_tile(xf, xb, offsets, kw, yf, yb, out_w, factor, divisor, zero):
+    """Output row ``yb`` of a tiled average forward (see :func:`_max_values_tile`): the
+    pass of the last tap row divides."""
+    n_taps = len(offsets)
+    if n_taps == 1:
+        _sum_tile_loop(xf, xb, xb, 1, kw, yf, yb, out_w, True, True, factor, divisor, zero)
+        return
+    r = xb + offsets[1]
+    if n_taps == 2:
+        _sum_tile_loop(xf, xb, r, 2, kw, yf, yb, out_w, True, True, factor, divisor, zero)
+        return
+    _sum_tile_loop(xf, xb, r, 2, kw, yf, yb, out_w, True, False, factor, divisor, zero)
+    for tap_row in range(2, n_taps - 1):
+        r = xb + offsets[tap_row]
+        _sum_tile_loop(xf, r, r, 1, kw, yf, yb, out_w, False, False, factor, divisor, zero)
+    r = xb + offsets[n_taps - 1]
+    _sum_tile_loop(xf, r, r, 1, kw, yf, yb, out_w, False, True, factor, divisor, zero)
+
+
 @parallel_kernel
 def avg_pool_forward_tiled(x, extent, divisor, plus_zero, width, y):
     """The result of :func:`avg_pool_forward_rows` for plans whose windows tile the input
-    (see :func:`serves_tiled_forward`), with the loop of :func:`max_values_forward_tiled`:
+    (see :func:`serves_tiled_forward`), with the loop of :func:`max_pool_forward_tiled`:
     the first pass adds two tap rows, each later pass one, and the last pass divides."""
     zero = plus_zero[0]
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     ext_d, ext_h = extent[0], extent[1]
     kw = width.ndim
-    n_taps = ext_d * ext_h
-    second = _tap_row_offset(1, ext_h, in_h, in_w)
+    offsets = _tap_row_offsets(ext_d, ext_h, in_h, in_w)
     xf, yf = x.ravel(), y.ravel()
     n_out_rows = n_batch * n_chan * out_d * out_h
     steps, per_step = row_steps(n_out_rows)
@@ -561,36 +589,25 @@ def avg_pool_forward_tiled(x, extent, divisor, plus_zero, width, y):
         xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
             yb = row * out_w
-            factor = divisor[0, od] * divisor[1, oh]
-            r1 = xb + second
-            if n_taps == 1:
-                _sum_tile_loop(xf, xb, xb, 1, kw, yf, yb, out_w, True, True,
-                               factor, divisor, zero)
-            elif n_taps == 2:
-                _sum_tile_loop(xf, xb, r1, 2, kw, yf, yb, out_w, True, True,
-                               factor, divisor, zero)
-            else:
-                _sum_tile_loop(xf, xb, r1, 2, kw, yf, yb, out_w, True, False,
-                               factor, divisor, zero)
-                for tap_row in range(2, n_taps - 1):
-                    r = xb + _tap_row_offset(tap_row, ext_h, in_h, in_w)
-                    _sum_tile_loop(xf, r, r, 1, kw, yf, yb, out_w, False, False,
-                                   factor, divisor, zero)
-                r = xb + _tap_row_offset(n_taps - 1, ext_h, in_h, in_w)
-                _sum_tile_loop(xf, r, r, 1, kw, yf, yb, out_w, False, True,
-                               factor, divisor, zero)
+            _sum_tile(xf, xb, offsets, kw, yf, yb, out_w, divisor[0, od] * divisor[1, oh],
+                      divisor, zero)
             oh, od, plane, xb = _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h,
                                                 in_w, ext_d, ext_h)
+
+
+def _serves_array(x: np.ndarray) -> bool:
+    """Whether the row and tiled forward kernels take this array: writeable C-contiguous
+    float32/float64. Each other dtype, and the read-only variant, would cost another long
+    compile of these large kernels for little use."""
+    return ENABLED and x.dtype in _SERVED_DTYPES and x.flags.c_contiguous and x.flags.writeable
 
 
 def serves_tiled_forward(plan, x: np.ndarray) -> bool:
     """Whether the tiled forward kernels (max and avg) serve this plan and array: windows
     that tile the input (:attr:`~poolgrad.geometry.WindowPlan.tiles`), a W kernel of 2 or
     4 (the widths of ``ROW_PASS_W`` whose stride is the kernel; each width is a compile
-    of its own), and (as :func:`row_pass_geometry`) a writeable C-contiguous
-    float32/float64 array."""
-    return (ENABLED and plan.tiles and plan.extent[2] in (2, 4) and x.dtype in _SERVED_DTYPES
-            and x.flags.c_contiguous and x.flags.writeable)
+    of its own), and an array :func:`_serves_array` takes."""
+    return plan.tiles and plan.extent[2] in (2, 4) and _serves_array(x)
 
 
 @parallel_kernel
@@ -652,10 +669,7 @@ def row_pass_geometry(plan, x: np.ndarray):
     (not adaptive) W axis with (kernel, stride) in ``ROW_PASS_W``.
     """
     axis = plan.kernel_axes[2]
-    # float32/float64 and writeable arrays only: each other dtype, and the read-only
-    # variant, would cost another long compile of these large kernels for little use
-    if (not ENABLED or x.dtype not in _SERVED_DTYPES or not x.flags.c_contiguous
-            or not x.flags.writeable or axis.dilation != 1 or axis.count < 1):
+    if not _serves_array(x) or axis.dilation != 1 or axis.count < 1:
         return None
     stride = int(axis.start[1] - axis.start[0]) if axis.count > 1 else axis.extent
     if (axis.extent, stride) not in ROW_PASS_W or axis.count > 1 and not np.all(
@@ -898,14 +912,14 @@ def max_pool_backward_tiled(dy_bits, pos, extent, width, float_bits, dx_bits):
     ``float_bits``: see :func:`_gradient_bits`.
 
     Each output row writes the ``kd * kh`` input rows it covers (a parallel step owns a
-    run of output rows, as in :func:`max_values_forward_tiled`); the last rows of a plane
+    run of output rows, as in :func:`max_pool_forward_tiled`); the last rows of a plane
     also zero the input rows no window reads."""
     n_batch, n_chan, in_d, in_h, in_w = dx_bits.shape
     out_d, out_h, out_w = dy_bits.shape[2], dy_bits.shape[3], dy_bits.shape[4]
     ext_d, ext_h = extent[0], extent[1]
     kw = width.ndim if width.ndim < 5 else extent[2]
-    n_taps = ext_d * ext_h  # tap rows per window
-    second = _tap_row_offset(1, ext_h, in_h, in_w)
+    offsets = _tap_row_offsets(ext_d, ext_h, in_h, in_w)
+    n_taps = len(offsets)
     paired = 2 if n_taps > 1 and out_w < 32 else 0  # tap rows routed by _route_pair
     dyi, pf, dxi = dy_bits.ravel(), pos.ravel(), dx_bits.ravel()
     covered_w = out_w * kw
@@ -917,10 +931,9 @@ def max_pool_backward_tiled(dy_bits, pos, extent, width, float_bits, dx_bits):
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
             ob = row * out_w
             if paired:
-                _route_pair(dyi, pf, ob, out_w, dxi, xb, xb + second, kw, float_bits)
+                _route_pair(dyi, pf, ob, out_w, dxi, xb, xb + offsets[1], kw, float_bits)
             for tap_row in range(n_taps):
-                r = xb if tap_row == 0 else xb + (
-                    second if tap_row == 1 else _tap_row_offset(tap_row, ext_h, in_h, in_w))
+                r = xb + offsets[tap_row]
                 if tap_row >= paired:
                     _route_row(dyi, pf, ob, out_w, dxi, r, kw, tap_row * kw, float_bits)
                 if covered_w < in_w:  # columns that no window reads
