@@ -354,8 +354,11 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
         row_kernels.avg_pool_forward_tiled(xk, plan.extent, divisor, np.zeros(1, xk.dtype),
                                            row_kernels.width_witness(plan.extent[2]), yk)
     elif (interior := row_kernels.row_pass_geometry(plan, xk)) is not None:
-        row_kernels.avg_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
-                                          divisor, np.zeros(1, xk.dtype), yk)
+        rows_forward = (row_kernels.avg_pool_forward_blocks
+                        if row_kernels.serves_blocks(plan, interior)
+                        else row_kernels.avg_pool_forward_rows)
+        rows_forward(xk, plan.table, plan.extent, plan.dilation, interior, divisor,
+                     np.zeros(1, xk.dtype), yk)
     else:
         sum_kernels.avg_pool_forward(xk, plan.table, plan.dilation, divisor, yk)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))

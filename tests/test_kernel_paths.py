@@ -20,6 +20,11 @@ CASES = [
     ((5, 6, 9), 2, 2, 0), ((4, 8), 2, 2, 0), ((16,), 4, 4, 0), ((7, 10), 3, 3, 0),
     # tiling windows wider than the tiled kernels' constant widths, and one tap wide
     ((6, 17), (2, 5), (2, 5), 0), ((7, 6), (3, 1), (3, 1), 0),
+    # 3-tap stride-2 rows long enough for the vector blocks of the average: exactly one
+    # block ending at the last element of x, blocks that overlap, W padding on both
+    # sides, and 3-d windows with more than three tap rows
+    ((3, 17), 3, 2, 0), ((4, 40), 3, 2, 1), ((5, 37), 3, 2, ((2, 1), (1, 2))),
+    ((3, 5, 23), 3, 2, ((1, 0), (0, 1), (1, 1))),
 ]
 
 

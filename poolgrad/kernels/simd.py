@@ -1,0 +1,119 @@
+"""Vector blocks written as LLVM IR, for a loop that LLVM's vectorizer compiles badly.
+
+A window of 3 taps at stride 2 along W reads ``x[r + 2*ow + j]`` for ``j`` in 0, 1, 2.
+Taps 0 and 2 both fall on even offsets, so the vectorizer puts them in one interleaved
+group, cannot serve both from it, and loads one of them element by element: eight
+scalar loads and inserts per tap row for eight outputs. The ResNet 3x3/2 average
+forward then ran compute-bound at about 1.2 ns per output on one thread.
+
+:func:`sum3_stride2_block` states the loads and picks outright: two 8-lane loads give
+taps 0 and 1 (even and odd lanes), two more give tap 2. The additions and the division
+are IEEE operations in the kernels' order, written without fast-math flags, so the
+block returns exactly what the scalar loop returns; only the loads and shuffles differ.
+With it, that forward moves no slower than a loop that only reads every cache line of
+``x`` and writes ``y``.
+"""
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+BLOCK = 8  # outputs per block
+
+# Picks from two 8-lane loads, concatenated (lanes 0-7, then 8-15):
+_EVEN = (0, 2, 4, 6, 8, 10, 12, 14)  # taps 0, from x[s + 0:16]
+_ODD = (1, 3, 5, 7, 9, 11, 13, 15)  # taps 1, from the same
+# taps 2 are x[s + 2 + 2k]: from x[s + 2:10] and x[s + 9:17], so that no load reaches
+# past the last tap, x[s + 16] (which may be the last element of x)
+_EVEN_FROM_TWO = (0, 2, 4, 6, 9, 11, 13, 15)
+
+
+def _lanes(picks):
+    return ir.Constant(ir.VectorType(ir.IntType(32), len(picks)), list(picks))
+
+
+def _contiguous_1d(ty, dtype=None):
+    return (isinstance(ty, types.Array) and ty.ndim == 1 and ty.layout == "C"
+            and (dtype is None or ty.dtype == dtype))
+
+
+@intrinsic
+def sum3_stride2_block(typingctx, xf, rows, n_rows, start, yf, out, divisor, at, factor,
+                       zero):
+    """Eight means of 3-tap stride-2 windows, written to ``yf[out:out + 8]``.
+
+    Output ``k``'s taps are ``xf[rows[i] + start + 2*k + j]``, added tap row by tap row
+    (``i`` < ``n_rows``, at least 1) and tap by tap (``j`` = 0, 1, 2) from the first
+    tap, and the sum becomes ``sum / (factor * divisor[at + k]) + zero``: the order and
+    operations of :func:`~poolgrad.kernels.rows.avg_pool_forward_rows`. Every index
+    must be in bounds; nothing outside the taps and ``divisor[at:at + 8]`` is read.
+    """
+    real = xf.dtype if isinstance(xf, types.Array) else None
+    if not (isinstance(real, types.Float) and _contiguous_1d(xf) and _contiguous_1d(yf, real)
+            and _contiguous_1d(divisor, real) and _contiguous_1d(rows, types.int64)
+            and factor == real and zero == real
+            and all(isinstance(i, types.Integer) for i in (n_rows, start, out, at))):
+        return None
+    sig = types.void(xf, rows, n_rows, start, yf, out, divisor, at, factor, zero)
+
+    def codegen(context, builder, signature, args):
+        x_arg, rows_arg, n_rows_v, start_v, y_arg, out_v, div_arg, at_v, factor_v, zero_v = [
+            context.cast(builder, value, ty, types.int64) if isinstance(ty, types.Integer)
+            else value for value, ty in zip(args, signature.args)]
+        x_ty, rows_ty, y_ty, div_ty = (signature.args[i] for i in (0, 1, 4, 6))
+        x_data = context.make_array(x_ty)(context, builder, x_arg).data
+        rows_data = context.make_array(rows_ty)(context, builder, rows_arg).data
+        y_data = context.make_array(y_ty)(context, builder, y_arg).data
+        div_data = context.make_array(div_ty)(context, builder, div_arg).data
+        element = context.get_value_type(real)
+        vector = ir.VectorType(element, BLOCK)
+        align = context.get_abi_sizeof(element)
+        i64 = ir.IntType(64)
+
+        def address(data, index):
+            return builder.bitcast(builder.gep(data, [index]), vector.as_pointer())
+
+        def load(data, index):
+            return builder.load(address(data, index), align=align)
+
+        def taps(row):
+            s = builder.add(builder.load(builder.gep(rows_data, [row])), start_v)
+            low, high = load(x_data, s), load(x_data, builder.add(s, i64(8)))
+            shifted_low = load(x_data, builder.add(s, i64(2)))
+            shifted_high = load(x_data, builder.add(s, i64(9)))
+            return (builder.shuffle_vector(low, high, _lanes(_EVEN)),
+                    builder.shuffle_vector(low, high, _lanes(_ODD)),
+                    builder.shuffle_vector(shifted_low, shifted_high, _lanes(_EVEN_FROM_TWO)))
+
+        tap0, tap1, tap2 = taps(i64(0))
+        first = builder.fadd(builder.fadd(tap0, tap1), tap2)
+        total = cgutils.alloca_once_value(builder, first)
+        # three tap rows (2-d 3x3 windows away from the H edges) unrolled, others looped
+        three = builder.icmp_signed("==", n_rows_v, i64(3))
+        with builder.if_else(three) as (unrolled, looped):
+            with unrolled:
+                running = first
+                for row in (1, 2):
+                    tap0, tap1, tap2 = taps(i64(row))
+                    running = builder.fadd(builder.fadd(builder.fadd(running, tap0), tap1),
+                                           tap2)
+                builder.store(running, total)
+            with looped:
+                with cgutils.for_range_slice(builder, i64(1), n_rows_v, i64(1),
+                                             inc=True) as (row, _):
+                    tap0, tap1, tap2 = taps(row)
+                    running = builder.fadd(builder.load(total), tap0)
+                    builder.store(builder.fadd(builder.fadd(running, tap1), tap2), total)
+
+        def splat(scalar):
+            lanes = ir.Constant(vector, ir.Undefined)
+            for k in range(BLOCK):
+                lanes = builder.insert_element(lanes, scalar, i64(k))
+            return lanes
+
+        counts = builder.fmul(splat(factor_v), load(div_data, at_v))
+        means = builder.fadd(builder.fdiv(builder.load(total), counts), splat(zero_v))
+        builder.store(means, address(y_data, out_v), align=align)
+        return context.get_dummy_value()
+
+    return sig, codegen
