@@ -244,6 +244,7 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     yk = _empty(out_shape, xk.dtype, channels_last)
     tiled = not channels_last and row_kernels.serves_tiled_forward(plan, xk)
     interior = None if tiled else row_kernels.row_pass_geometry(plan, xk)
+    width = row_kernels.width_witness(plan.extent[2])  # picks the kernels' W passes
     # inference: the same values, and no winners to record (as PyTorch's forward without
     # autograd keeps no indices)
     values_only = (not want_pullback and not return_indices
@@ -255,11 +256,10 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
                                       _to_channels_last(yk))
     elif values_only and tiled:
         row_kernels.max_values_forward_tiled(xk, plan.table, plan.extent, plan.dilation,
-                                             row_kernels.width_witness(plan.extent[2]), yk)
+                                             width, yk)
     elif values_only:
         row_kernels.max_values_forward_rows(xk, plan.table, plan.extent, plan.dilation,
-                                            interior, row_kernels.width_witness(plan.extent[2]),
-                                            yk)
+                                            interior, width, yk)
     elif channels_last:
         # taps as wide as the values, so the kernel's fold vectorizes
         tap_like = np.empty(0, np.int32 if xk.dtype == np.float32 else np.int64)
@@ -267,11 +267,11 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
                                     plan.extent, tap_like, _to_channels_last(yk),
                                     _to_channels_last(pos))
     elif tiled:
-        row_kernels.max_pool_forward_tiled(xk, plan.table, plan.extent, plan.dilation,
-                                           row_kernels.width_witness(plan.extent[2]), yk, pos)
+        row_kernels.max_pool_forward_tiled(xk, plan.table, plan.extent, plan.dilation, width,
+                                           yk, pos)
     elif interior is not None:
         row_kernels.max_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
-                                          row_kernels.width_witness(plan.extent[2]), yk, pos)
+                                          width, yk, pos)
     else:
         max_kernels.max_pool_forward(xk, plan.table, plan.dilation, plan.extent, yk, pos)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
