@@ -25,6 +25,11 @@ CASES = [
     # sides, and 3-d windows with more than three tap rows
     ((3, 17), 3, 2, 0), ((4, 40), 3, 2, 1), ((5, 37), 3, 2, ((2, 1), (1, 2))),
     ((3, 5, 23), 3, 2, ((1, 0), (0, 1), (1, 1))),
+    # tiling windows 2 wide, whose backward routes rows in blocks of 32 bytes (8 float32
+    # or 4 float64): blocks that overlap with a column no window reads, an odd number of
+    # tap rows, a single one, and 3-d windows with four
+    ((5, 23), 2, 2, 0), ((7, 20), (3, 2), (3, 2), 0), ((3, 12), (1, 2), (1, 2), 0),
+    ((3, 5, 30), 2, 2, 0),
 ]
 
 

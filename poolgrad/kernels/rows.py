@@ -21,7 +21,7 @@ from numba.extending import overload
 
 from . import JIT_OPTIONS, parallel_kernel
 from .max_pool import max_backward_row, max_pool_row
-from .simd import BLOCK, sum3_stride2_block
+from .simd import BLOCK, ROUTE_BYTES, route2_block, sum3_stride2_block
 
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
 ENABLED = True  # the tests switch the row passes off to compare with the general kernels
@@ -965,6 +965,26 @@ def _route_pair(dyi, pf, ob, out_w, dxi, r0, r1, kw, float_bits):
             dxi[i + uint64(jw)] = g if won == kw + jw else 0
 
 
+@_inline
+def _route_rows_in_blocks(dyi, pf, ob, dxi, xb, offsets, covered_w, float_bits):
+    """All tap rows of output row ``ob`` (W kernel 2), as :func:`_route_row` gives them,
+    two tap rows at a time in blocks of :data:`~poolgrad.kernels.simd.ROUTE_BYTES`
+    (see :func:`~poolgrad.kernels.simd.route2_block`). ``covered_w`` is at least one
+    block; the last block of a row ends at ``covered_w`` and may overlap the one before,
+    writing the same values again."""
+    lanes = ROUTE_BYTES // dxi.itemsize
+    n_taps = len(offsets)
+    for tap_row in range(0, n_taps, 2):
+        r0 = xb + offsets[tap_row]
+        # an odd last tap row is written twice by the same block
+        r1 = xb + offsets[min(tap_row + 1, n_taps - 1)]
+        t1 = 2 * min(tap_row + 1, n_taps - 1)
+        for block in range(0, covered_w, lanes):
+            at = min(block, covered_w - lanes)
+            route2_block(dyi, pf, ob + at // 2, dxi, r0 + at, 2 * tap_row, r1 + at, t1,
+                         float_bits)
+
+
 def tiled_width(kernel_w: int) -> np.ndarray:
     """The ``width`` argument of :func:`max_pool_backward_tiled`: a W kernel of 2 or 4 as
     its :func:`width_witness` (compiled with that width constant), any other as a 5-d one
@@ -981,16 +1001,22 @@ def max_pool_backward_tiled(dy_bits, pos, extent, width, float_bits, dx_bits):
 
     Each output row writes the ``kd * kh`` input rows it covers (a parallel step owns a
     run of output rows, as in :func:`max_pool_forward_tiled`); the last rows of a plane
-    also zero the input rows no window reads."""
+    also zero the input rows no window reads. With a W kernel of 2 the rows go in vector
+    blocks (:func:`~poolgrad.kernels.simd.route2_block`), 8 float32 or 4 float64 at a
+    time; other widths, and rows narrower than a block, in the loops of
+    :func:`_route_row`."""
     n_batch, n_chan, in_d, in_h, in_w = dx_bits.shape
     out_d, out_h, out_w = dy_bits.shape[2], dy_bits.shape[3], dy_bits.shape[4]
     ext_d, ext_h = extent[0], extent[1]
     kw = width.ndim if width.ndim < 5 else extent[2]
     offsets = _tap_row_offsets(ext_d, ext_h, in_h, in_w)
     n_taps = len(offsets)
-    paired = 2 if n_taps > 1 and out_w < 32 else 0  # tap rows routed by _route_pair
     dyi, pf, dxi = dy_bits.ravel(), pos.ravel(), dx_bits.ravel()
     covered_w = out_w * kw
+    blocks = kw == 2 and covered_w >= ROUTE_BYTES // dxi.itemsize
+    # tap rows routed before the loop over tap rows: all of them in blocks, or the first
+    # two by _route_pair
+    ahead = n_taps if blocks else (2 if n_taps > 1 and out_w < 32 else 0)
     n_out_rows = n_batch * n_chan * out_d * out_h
     steps, per_step = row_steps(n_out_rows)
     for step in prange(steps):
@@ -998,11 +1024,13 @@ def max_pool_backward_tiled(dy_bits, pos, extent, width, float_bits, dx_bits):
         xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
             ob = row * out_w
-            if paired:
+            if blocks:
+                _route_rows_in_blocks(dyi, pf, ob, dxi, xb, offsets, covered_w, float_bits)
+            elif ahead:
                 _route_pair(dyi, pf, ob, out_w, dxi, xb, xb + offsets[1], kw, float_bits)
             for tap_row in range(n_taps):
                 r = xb + offsets[tap_row]
-                if tap_row >= paired:
+                if tap_row >= ahead:
                     _route_row(dyi, pf, ob, out_w, dxi, r, kw, tap_row * kw, float_bits)
                 if covered_w < in_w:  # columns that no window reads
                     for iw in range(covered_w, in_w):
