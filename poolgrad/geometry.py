@@ -196,6 +196,24 @@ class AxisWindows:
                     and np.all(self.end == self.extent))
 
     @functools.cached_property
+    def interior(self) -> tuple[int, int, int] | None:
+        """``(lo, hi, stride)`` if consecutive windows start ``stride`` apart and the
+        windows wholly inside the input (no tap in the padding) are ``[lo, hi)``;
+        ``(0, 0, stride)`` if there are none; None for uneven strides (adaptive axes)
+        or inside windows that are not one run. Row kernels ask it on every call."""
+        if self.count < 1:
+            return None
+        stride = int(self.start[1] - self.start[0]) if self.count > 1 else self.extent
+        if self.count > 1 and not np.all(np.diff(self.start) == stride):
+            return None
+        full = (self.first == 0) & (self.end == self.extent)
+        inside = np.flatnonzero(full)
+        if len(inside) == 0:
+            return 0, 0, stride
+        lo, hi = int(inside[0]), int(inside[-1]) + 1
+        return (lo, hi, stride) if full[lo:hi].all() else None
+
+    @functools.cached_property
     def cover(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which (output, tap) pairs read each input coordinate, in CSR form.
 
@@ -342,7 +360,16 @@ class WindowPlan:
 
         ``mode`` is ``"padded"`` (count_include_pad) or ``"real"`` (only input elements).
         With ``override`` the first axis carries the constant and the others carry 1.
+        Each call returns a writeable copy (the type the kernels are compiled for) of a
+        table the plan keeps per arguments.
         """
+        key = (mode, override, np.dtype(dtype))
+        kept = self.__dict__.setdefault("_divisor_tables", {})  # frozen: no setattr
+        if key not in kept:
+            kept[key] = self._divisor_table(*key)
+        return kept[key].copy()
+
+    def _divisor_table(self, mode: str, override: int | None, dtype: np.dtype) -> np.ndarray:
         axes = self.kernel_axes
         factors = np.ones((KERNEL_AXES, max(a.count for a in axes)), dtype=dtype)
         if override is not None:

@@ -100,6 +100,24 @@ def test_row_passes_serve_the_common_layers():
     assert rows.row_pass_geometry(plan, read_only) is None
 
 
+def test_plans_keep_their_per_call_tables_and_hand_out_copies():
+    """The W interior and the divisor tables are built once per plan; writing into a
+    table a call was given changes nothing for the next call."""
+    plan = geometry.sliding_plan((9, 11), (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), False)
+    x = np.zeros((1, 1, 1, 9, 11), np.float32)
+    # windows start at 2*ow - 1: window 0 reads the front padding, window 5 the back
+    interior = rows.row_pass_geometry(plan, x)
+    assert interior.tolist() == [1, 5, 2]
+    interior[:] = 0
+    assert rows.row_pass_geometry(plan, x).tolist() == [1, 5, 2]
+    padded = plan.divisor_table("padded", None, np.float32)
+    assert padded[2, :6].tolist() == [3] * 6
+    padded[:] = 7
+    assert plan.divisor_table("padded", None, np.float32)[2, :6].tolist() == [3] * 6
+    assert plan.divisor_table("real", None, np.float32)[2, :6].tolist() == [2, 3, 3, 3, 3, 2]
+    assert plan.divisor_table("real", 5, np.float64)[0, 0] == 5
+
+
 @pytest.mark.parametrize("args", [(2,), (3,), (3, 2), (3, 2, 1), (4, 4, 1)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_max_backward_moves_every_gradient_value_exactly(args, dtype, monkeypatch):

@@ -732,25 +732,16 @@ def row_pass_geometry(plan, x: np.ndarray):
     """``(lo, hi, stride)`` if the row-pass kernels serve this plan and array, else None.
 
     ``[lo, hi)`` are the output columns whose windows lie wholly inside the input along W,
-    and ``stride`` the W stride. Served: writeable C-contiguous float32/float64 arrays,
-    undilated W taps, a sliding
+    and ``stride`` the W stride (:attr:`~poolgrad.geometry.AxisWindows.interior`).
+    Served: writeable C-contiguous float32/float64 arrays, undilated W taps, a sliding
     (not adaptive) W axis with (kernel, stride) in ``ROW_PASS_W``.
     """
     axis = plan.kernel_axes[2]
-    if not _serves_array(x) or axis.dilation != 1 or axis.count < 1:
+    interior = axis.interior
+    if (not _serves_array(x) or axis.dilation != 1 or interior is None
+            or (axis.extent, interior[2]) not in ROW_PASS_W):
         return None
-    stride = int(axis.start[1] - axis.start[0]) if axis.count > 1 else axis.extent
-    if (axis.extent, stride) not in ROW_PASS_W or axis.count > 1 and not np.all(
-            np.diff(axis.start) == stride):
-        return None
-    full = (axis.first == 0) & (axis.end == axis.extent)
-    inside = np.flatnonzero(full)
-    if len(inside) == 0:
-        return np.array([0, 0, stride], dtype=np.int64)
-    lo, hi = int(inside[0]), int(inside[-1]) + 1
-    if not full[lo:hi].all():
-        return None
-    return np.array([lo, hi, stride], dtype=np.int64)
+    return np.array(interior, dtype=np.int64)
 
 
 # ------------------------------------------------------------------------------ backward
