@@ -62,6 +62,9 @@ def test_row_passes_match_the_general_kernels(case, dtype, monkeypatch):
     x = rng.integers(-2, 3, (2, 3) + spatial).astype(dtype)  # many ties
     x[0, 0].flat[::5] = np.nan  # NaN must win, the first one
     put_nan_payloads(x[1, 2])
+    # a lone NaN off the first tap row (at h = 1, d = 1): a kernel that checks only the
+    # first tap row for NaN would let a number win that window
+    x[(1, 1) + (1,) * len(spatial)] = np.nan
     args = (kernel, stride, padding)
 
     def max_run():

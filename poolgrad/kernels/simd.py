@@ -200,3 +200,108 @@ def route2_block(typingctx, dy_bits, pos, out, dx_bits, at0, tap0, at1, tap1, fl
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _max2_codegen(real, record):
+    """The code of :func:`max2_block` (``record``: and of :func:`max2_recorded_block`)."""
+
+    def codegen(context, builder, signature, args):
+        x_arg, base_v, off_arg, start_v, y_arg, out_v = [
+            context.cast(builder, value, ty, types.int64) if isinstance(ty, types.Integer)
+            else value for value, ty in zip(args[:6], signature.args[:6])]
+        x_data = context.make_array(signature.args[0])(context, builder, x_arg).data
+        offsets_array = context.make_array(signature.args[2])(context, builder, off_arg)
+        y_data = context.make_array(signature.args[4])(context, builder, y_arg).data
+        element = context.get_value_type(real)
+        size = context.get_abi_sizeof(element)
+        lanes = ROUTE_BYTES // size
+        windows = lanes // 2
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        n_rows = builder.extract_value(offsets_array.shape, 0)
+        first = builder.add(base_v, start_v)
+
+        def taps(row):
+            offset = builder.load(builder.gep(offsets_array.data, [row]))
+            pointer = builder.bitcast(builder.gep(x_data, [builder.add(first, offset)]),
+                                      ir.VectorType(element, lanes).as_pointer())
+            loaded = builder.load(pointer, align=size)
+            nan = builder.fcmp_unordered("uno", loaded, loaded)
+            return [builder.shuffle_vector(loaded, loaded, _lanes(range(j, lanes, 2)))
+                    for j in (0, 1)], nan
+
+        def tap_numbers(number):
+            return ir.Constant(ir.VectorType(i32, windows), [number] * windows)
+
+        def fold(best, tap, value, number):
+            # a later tap wins only if larger (see rows._fold_max)
+            wins = builder.fcmp_ordered(">", value, best)
+            return (builder.select(wins, value, best),
+                    builder.select(wins, number, tap) if record else tap)
+
+        def fold_row(best, tap, row, t):
+            (tap0, tap1), nan = taps(row)
+            best, tap = fold(best, tap, tap0, t)
+            return fold(best, tap, tap1, builder.add(t, tap_numbers(1))) + (nan,)
+
+        (tap0, tap1), nan = taps(i64(0))
+        best, tap = fold(tap0, tap_numbers(0), tap1, tap_numbers(1))
+        state = [cgutils.alloca_once_value(builder, v) for v in (best, tap, nan)]
+        with cgutils.for_range_slice(builder, i64(1), n_rows, i64(1), inc=True) as (row, _):
+            row_taps = builder.trunc(builder.mul(row, i64(2)), i32)
+            t = builder.insert_element(ir.Constant(ir.VectorType(i32, windows), ir.Undefined),
+                                       row_taps, i64(0))
+            t = builder.shuffle_vector(t, t, _lanes([0] * windows))
+            best, tap, nan = fold_row(*(builder.load(v) for v in state[:2]), row, t)
+            builder.store(best, state[0])
+            builder.store(tap, state[1])
+            builder.store(builder.or_(builder.load(state[2]), nan), state[2])
+        pointer = builder.bitcast(builder.gep(y_data, [out_v]),
+                                  ir.VectorType(element, windows).as_pointer())
+        builder.store(builder.load(state[0]), pointer, align=size)
+        if record:
+            pos_ty = signature.args[6]
+            pos_data = context.make_array(pos_ty)(context, builder, args[6]).data
+            word = ir.IntType(pos_ty.dtype.bitwidth)
+            tap = builder.load(state[1])
+            tap = (builder.trunc(tap, ir.VectorType(word, windows)) if word.width < 32 else
+                   builder.zext(tap, ir.VectorType(word, windows)) if word.width > 32 else tap)
+            pointer = builder.bitcast(builder.gep(pos_data, [out_v]),
+                                      ir.VectorType(word, windows).as_pointer())
+            builder.store(tap, pointer, align=word.width // 8)
+        mask = builder.bitcast(builder.load(state[2]), ir.IntType(lanes))  # one movmsk
+        return builder.icmp_unsigned("!=", mask, ir.IntType(lanes)(0))
+
+    return codegen
+
+
+def _max2_types(xf, base, offsets, start, yf, out):
+    real = xf.dtype if isinstance(xf, types.Array) else None
+    if (isinstance(real, types.Float) and _contiguous_1d(xf) and _contiguous_1d(yf, real)
+            and _contiguous_1d(offsets, types.int64)
+            and all(isinstance(i, types.Integer) for i in (base, start, out))):
+        return real
+    return None
+
+
+@intrinsic
+def max2_block(typingctx, xf, base, offsets, start, yf, out):
+    """Maxima of the windows ``out, out + 1, ...`` (W kernel 2, stride 2), as many as
+    :data:`ROUTE_BYTES` of ``x`` per tap row cover (4 float32 or 2 float64), written to
+    ``yf[out:]``. Window ``k``'s taps are ``xf[base + offsets[i] + start + 2*k + j]``,
+    folded tap row by tap row and tap by tap as the row kernels fold them (a later tap
+    wins only if larger). Returns whether a tap was NaN: the kernels redo such rows."""
+    real = _max2_types(xf, base, offsets, start, yf, out)
+    if real is None:
+        return None
+    return types.boolean(xf, base, offsets, start, yf, out), _max2_codegen(real, False)
+
+
+@intrinsic
+def max2_recorded_block(typingctx, xf, base, offsets, start, yf, out, pf):
+    """:func:`max2_block` that also writes each window's winner, its tap number
+    ``2*i + j``, to ``pf[out:]`` (tap numbers must fit ``pf``'s unsigned type)."""
+    real = _max2_types(xf, base, offsets, start, yf, out)
+    if real is None or not (_integer_1d(pf) and not pf.dtype.signed):
+        return None
+    return (types.boolean(xf, base, offsets, start, yf, out, pf),
+            _max2_codegen(real, True))
