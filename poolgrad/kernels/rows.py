@@ -21,8 +21,7 @@ from numba.extending import overload
 
 from . import JIT_OPTIONS, parallel_kernel
 from .max_pool import max_backward_row, max_pool_row
-from .simd import (BLOCK, ROUTE_BYTES, max2_block, max2_recorded_block, route2_block,
-                   sum3_stride2_block)
+from .simd import BLOCK, ROUTE_BYTES, max2_block, route2_block, sum3_stride2_block
 
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
 ENABLED = True  # the tests switch the row passes off to compare with the general kernels
@@ -507,24 +506,24 @@ def _max_recorded_tile(xf, xb, offsets, kw, yf, pf, yb, out_w):
 def _short_in_blocks(kw, out_w, itemsize):
     """Whether the tiled max forwards take rows in vector blocks: a W kernel of 2 and rows
     of at least one block but shorter than 32 windows. On VGG's deep 7-wide rows the
-    compiler's loops ran only their scalar tails; long rows vectorize well as they are."""
+    compiler's loops ran only their scalar tails; long rows vectorize well as they are.
+    The kernels ask once per call: asked per row inside the tile helpers, it cost 4-5%
+    on those rows."""
     return kw == 2 and ROUTE_BYTES // itemsize <= 2 * out_w and out_w < 32
 
 
 @_inline
-def _max_in_blocks(xf, xb, offsets, yf, pf, yb, covered_w):
+def _max_in_blocks(xf, xb, offsets, yf, pf, yb, out_w):
     """Output row ``yb`` of a tiled max forward with a W kernel of 2 in blocks of
-    :func:`~poolgrad.kernels.simd.max2_recorded_block`, or of
-    :func:`~poolgrad.kernels.simd.max2_block` if ``pf`` is empty (values only). ``covered_w`` (the columns the windows read) is at least one block; the
-    last block ends there, overlapping the one before. Returns whether a tap was NaN."""
+    :func:`~poolgrad.kernels.simd.max2_block`, with the winners in ``pf`` unless it is
+    None. The row is at least one block wide; its last block ends at the row's end,
+    overlapping the one before. Returns whether a tap was NaN."""
     lanes = ROUTE_BYTES // xf.itemsize
+    covered_w = 2 * out_w
     nan = False
     for block in range(0, covered_w, lanes):
         at = min(block, covered_w - lanes)
-        if len(pf) == 0:
-            nan |= max2_block(xf, xb, offsets, at, yf, yb + at // 2)
-        else:
-            nan |= max2_recorded_block(xf, xb, offsets, at, yf, yb + at // 2, pf)
+        nan |= max2_block(xf, xb, offsets, at, yf, yb + at // 2, pf)
     return nan
 
 
@@ -538,20 +537,15 @@ def max_values_forward_tiled(x, table, extent, dilation, width, y):
     ext_d, ext_h = extent[0], extent[1]
     offsets = _tap_row_offsets(ext_d, ext_h, in_h, in_w)
     xf, yf = x.ravel(), y.ravel()
-    covered_w = out_w * width.ndim
     blocks = _short_in_blocks(width.ndim, out_w, xf.itemsize)
-    no_winners = np.empty(0, np.uint8)
     n_out_rows = n_batch * n_chan * out_d * out_h
     steps, per_step = row_steps(n_out_rows)
     for step in prange(steps):
         oh, od, plane = step_start(step * per_step, out_h, out_d)
         xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
-            if blocks:
-                nan = _max_in_blocks(xf, xb, offsets, yf, no_winners, row * out_w, covered_w)
-            else:
-                nan = _max_values_tile(xf, xb, offsets, width.ndim, yf, row * out_w, out_w)
-            if nan:
+            if (_max_in_blocks(xf, xb, offsets, yf, None, row * out_w, out_w) if blocks else
+                    _max_values_tile(xf, xb, offsets, width.ndim, yf, row * out_w, out_w)):
                 n, c = plane // n_chan, plane % n_chan
                 max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
                              np.empty(out_w, np.int64), n, c, od, oh)
@@ -570,7 +564,6 @@ def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
     ext_d, ext_h = extent[0], extent[1]
     offsets = _tap_row_offsets(ext_d, ext_h, in_h, in_w)
     xf, yf, pf = x.ravel(), y.ravel(), pos.ravel()
-    covered_w = out_w * width.ndim
     blocks = _short_in_blocks(width.ndim, out_w, xf.itemsize)
     n_out_rows = n_batch * n_chan * out_d * out_h
     steps, per_step = row_steps(n_out_rows)
@@ -578,12 +571,9 @@ def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
         oh, od, plane = step_start(step * per_step, out_h, out_d)
         xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
-            if blocks:
-                nan = _max_in_blocks(xf, xb, offsets, yf, pf, row * out_w, covered_w)
-            else:
-                nan = _max_recorded_tile(xf, xb, offsets, width.ndim, yf, pf, row * out_w,
-                                         out_w)
-            if nan:
+            if (_max_in_blocks(xf, xb, offsets, yf, pf, row * out_w, out_w) if blocks else
+                    _max_recorded_tile(xf, xb, offsets, width.ndim, yf, pf, row * out_w,
+                                       out_w)):
                 n, c = plane // n_chan, plane % n_chan
                 max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh],
                              n, c, od, oh)

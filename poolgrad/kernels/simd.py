@@ -1,6 +1,7 @@
 """Vector blocks written as LLVM IR, for loops that LLVM's vectorizer compiles badly:
-the 3-tap stride-2 average forward (:func:`sum3_stride2_block`) and the max backward's
-routing of short rows (:func:`route2_block`, at the end of this module).
+the 3-tap stride-2 average forward (:func:`sum3_stride2_block`), and the short rows of
+the tiled max backward (:func:`route2_block`) and forwards (:func:`max2_block`), at the
+end of this module.
 
 A window of 3 taps at stride 2 along W reads ``x[r + 2*ow + j]`` for ``j`` in 0, 1, 2.
 Taps 0 and 2 both fall on even offsets, so the vectorizer puts them in one interleaved
@@ -39,6 +40,43 @@ def _contiguous_1d(ty, dtype=None):
             and (dtype is None or ty.dtype == dtype))
 
 
+def _integer_1d(ty):
+    return _contiguous_1d(ty) and isinstance(ty.dtype, types.Integer)
+
+
+def _arguments(context, builder, signature, args):
+    """An intrinsic's arguments as its code uses them: integers widened to int64, arrays
+    as the address of their first element, anything else as it is."""
+    values = []
+    for value, ty in zip(args, signature.args):
+        if isinstance(ty, types.Integer):
+            value = context.cast(builder, value, ty, types.int64)
+        elif isinstance(ty, types.Array):
+            value = context.make_array(ty)(context, builder, value).data
+        values.append(value)
+    return values
+
+
+def _load(context, builder, data, index, element, count):
+    """``count`` elements from ``data[index]`` as one vector (aligned to an element)."""
+    pointer = builder.bitcast(builder.gep(data, [index]),
+                              ir.VectorType(element, count).as_pointer())
+    return builder.load(pointer, align=context.get_abi_sizeof(element))
+
+
+def _store(context, builder, vector, data, index):
+    """Store ``vector`` at ``data[index]`` (aligned to an element)."""
+    pointer = builder.bitcast(builder.gep(data, [index]), vector.type.as_pointer())
+    builder.store(vector, pointer, align=context.get_abi_sizeof(vector.type.element))
+
+
+def _splat(builder, scalar, count):
+    """A vector of ``count`` copies of ``scalar``."""
+    vector = ir.VectorType(scalar.type, count)
+    one = builder.insert_element(ir.Constant(vector, ir.Undefined), scalar, ir.IntType(32)(0))
+    return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined), _lanes([0] * count))
+
+
 @intrinsic
 def sum3_stride2_block(typingctx, xf, rows, n_rows, start, yf, out, divisor, at, factor,
                        zero):
@@ -59,24 +97,13 @@ def sum3_stride2_block(typingctx, xf, rows, n_rows, start, yf, out, divisor, at,
     sig = types.void(xf, rows, n_rows, start, yf, out, divisor, at, factor, zero)
 
     def codegen(context, builder, signature, args):
-        x_arg, rows_arg, n_rows_v, start_v, y_arg, out_v, div_arg, at_v, factor_v, zero_v = [
-            context.cast(builder, value, ty, types.int64) if isinstance(ty, types.Integer)
-            else value for value, ty in zip(args, signature.args)]
-        x_ty, rows_ty, y_ty, div_ty = (signature.args[i] for i in (0, 1, 4, 6))
-        x_data = context.make_array(x_ty)(context, builder, x_arg).data
-        rows_data = context.make_array(rows_ty)(context, builder, rows_arg).data
-        y_data = context.make_array(y_ty)(context, builder, y_arg).data
-        div_data = context.make_array(div_ty)(context, builder, div_arg).data
+        x_data, rows_data, n_rows_v, start_v, y_data, out_v, div_data, at_v, factor_v, \
+            zero_v = _arguments(context, builder, signature, args)
         element = context.get_value_type(real)
-        vector = ir.VectorType(element, BLOCK)
-        align = context.get_abi_sizeof(element)
         i64 = ir.IntType(64)
 
-        def address(data, index):
-            return builder.bitcast(builder.gep(data, [index]), vector.as_pointer())
-
         def load(data, index):
-            return builder.load(address(data, index), align=align)
+            return _load(context, builder, data, index, element, BLOCK)
 
         def taps(row):
             s = builder.add(builder.load(builder.gep(rows_data, [row])), start_v)
@@ -93,16 +120,10 @@ def sum3_stride2_block(typingctx, xf, rows, n_rows, start, yf, out, divisor, at,
             tap0, tap1, tap2 = taps(row)
             running = builder.fadd(builder.load(total), tap0)
             builder.store(builder.fadd(builder.fadd(running, tap1), tap2), total)
-
-        def splat(scalar):
-            lanes = ir.Constant(vector, ir.Undefined)
-            for k in range(BLOCK):
-                lanes = builder.insert_element(lanes, scalar, i64(k))
-            return lanes
-
-        counts = builder.fmul(splat(factor_v), load(div_data, at_v))
-        means = builder.fadd(builder.fdiv(builder.load(total), counts), splat(zero_v))
-        builder.store(means, address(y_data, out_v), align=align)
+        counts = builder.fmul(_splat(builder, factor_v, BLOCK), load(div_data, at_v))
+        means = builder.fadd(builder.fdiv(builder.load(total), counts),
+                             _splat(builder, zero_v, BLOCK))
+        _store(context, builder, means, y_data, out_v)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -114,15 +135,12 @@ def sum3_stride2_block(typingctx, xf, rows, n_rows, start, yf, out, divisor, at,
 # the window's gradient if it won, else 0. With a W kernel of 2 the compiler vectorizes
 # long rows, but VGG's deep layers have rows of 7 windows: shorter than one vector, so
 # every element took the scalar tail, and the backward ran compute-bound (4.8 ms on one
-# thread, 2.4 ms on two: it scaled with the cores, not with memory). A block routes 4 windows (float32) to
-# 8 elements of each of two tap rows with a few vector operations; rows of any length
-# take whole blocks, the last one overlapping the one before.
+# thread, 2.4 ms on two: it scaled with the cores, not with memory). A block routes 4
+# windows (float32) to 8 elements of each of two tap rows with a few vector operations;
+# rows of any length take whole blocks, the last one overlapping the one before. The
+# tiled max forwards' short rows had the same scalar tails: :func:`max2_block`.
 
-ROUTE_BYTES = 32  # bytes of dx per block: 8 float32 or 4 float64 elements
-
-
-def _integer_1d(ty):
-    return _contiguous_1d(ty) and isinstance(ty.dtype, types.Integer)
+ROUTE_BYTES = 32  # bytes of a tap row per block: 8 float32 or 4 float64 elements
 
 
 @intrinsic
@@ -142,37 +160,20 @@ def route2_block(typingctx, dy_bits, pos, out, dx_bits, at0, tap0, at1, tap1, fl
     sig = types.void(dy_bits, pos, out, dx_bits, at0, tap0, at1, tap1, float_bits)
 
     def codegen(context, builder, signature, args):
-        dy_arg, pos_arg, out_v, dx_arg, at0_v, tap0_v, at1_v, tap1_v, fb_arg = [
-            context.cast(builder, value, ty, types.int64) if isinstance(ty, types.Integer)
-            else value for value, ty in zip(args, signature.args)]
-        dy_ty, pos_ty, dx_ty, fb_ty = (signature.args[i] for i in (0, 1, 3, 8))
-        data = {name: context.make_array(ty)(context, builder, arg).data
-                for name, ty, arg in (("dy", dy_ty, dy_arg), ("pos", pos_ty, pos_arg),
-                                      ("dx", dx_ty, dx_arg), ("fb", fb_ty, fb_arg))}
+        dy_data, pos_data, out_v, dx_data, at0_v, tap0_v, at1_v, tap1_v, fb_data = (
+            _arguments(context, builder, signature, args))
         word = ir.IntType(bits.bitwidth)
         lanes = ROUTE_BYTES * 8 // bits.bitwidth
         windows = lanes // 2
-        pos_word = ir.IntType(pos_ty.dtype.bitwidth)
-        i64 = ir.IntType(64)
-
-        def load(name, element, count, index):
-            pointer = builder.bitcast(builder.gep(data[name], [index]),
-                                      ir.VectorType(element, count).as_pointer())
-            return builder.load(pointer, align=element.width // 8)
-
-        def splat(scalar, count):
-            return builder.shuffle_vector(
-                builder.insert_element(ir.Constant(ir.VectorType(scalar.type, 1),
-                                                   ir.Undefined), scalar, i64(0)),
-                ir.Constant(ir.VectorType(scalar.type, 1), ir.Undefined),
-                ir.Constant(ir.VectorType(ir.IntType(32), count), [0] * count))
+        pos_word = ir.IntType(signature.args[1].dtype.bitwidth)
 
         def constant(value, count=windows):
             return ir.Constant(ir.VectorType(word, count), [value] * count)
 
         negative_zero, exponent, quiet = (
-            splat(builder.load(builder.gep(data["fb"], [i64(k)])), windows) for k in range(3))
-        gradient = load("dy", word, windows, out_v)
+            _splat(builder, builder.load(builder.gep(fb_data, [ir.IntType(64)(k)])), windows)
+            for k in range(3))
+        gradient = _load(context, builder, dy_data, out_v, word, windows)
         gradient_or_zero = builder.select(builder.icmp_unsigned("==", gradient, negative_zero),
                                           constant(0), gradient)
         nan = builder.and_(
@@ -180,57 +181,62 @@ def route2_block(typingctx, dy_bits, pos, out, dx_bits, at0, tap0, at1, tap1, fl
             builder.icmp_unsigned("!=", builder.and_(gradient, builder.or_(
                 quiet, builder.sub(quiet, constant(1)))), constant(0)))
         routed = builder.select(nan, builder.or_(gradient, quiet), gradient_or_zero)
-        winner = load("pos", pos_word, windows, out_v)
+        winner = _load(context, builder, pos_data, out_v, pos_word, windows)
         if pos_word.width < word.width:
             winner = builder.zext(winner, ir.VectorType(word, windows))
         elif pos_word.width > word.width:  # positions are below the window size
             winner = builder.trunc(winner, ir.VectorType(word, windows))
-        twice = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [k // 2 for k in range(lanes)])
+        twice = _lanes([k // 2 for k in range(lanes)])
         routed = builder.shuffle_vector(routed, routed, twice)
         winner = builder.shuffle_vector(winner, winner, twice)
         alternate = ir.Constant(ir.VectorType(word, lanes), [k % 2 for k in range(lanes)])
         for at, tap in ((at0_v, tap0_v), (at1_v, tap1_v)):
-            taps = builder.add(splat(builder.trunc(tap, word) if word.width < 64 else tap,
-                                     lanes), alternate)
+            taps = builder.add(_splat(builder, builder.trunc(tap, word) if word.width < 64
+                                      else tap, lanes), alternate)
             values = builder.select(builder.icmp_unsigned("==", winner, taps), routed,
                                     constant(0, lanes))
-            pointer = builder.bitcast(builder.gep(data["dx"], [at]),
-                                      ir.VectorType(word, lanes).as_pointer())
-            builder.store(values, pointer, align=word.width // 8)
+            _store(context, builder, values, dx_data, at)
         return context.get_dummy_value()
 
     return sig, codegen
 
 
-def _max2_codegen(real, record):
-    """The code of :func:`max2_block` (``record``: and of :func:`max2_recorded_block`)."""
+@intrinsic
+def max2_block(typingctx, xf, base, offsets, start, yf, out, pf):
+    """Maxima of the windows ``out, out + 1, ...`` (W kernel 2, stride 2), as many as
+    :data:`ROUTE_BYTES` of ``x`` per tap row cover (4 float32 or 2 float64), written to
+    ``yf[out:]``, and their winners, tap numbers ``2*i + j``, to ``pf[out:]`` unless
+    ``pf`` is None (values only; the numbers must fit ``pf``'s unsigned type). Window
+    ``k``'s taps are ``xf[base + offsets[i] + start + 2*k + j]``, folded tap row by tap
+    row and tap by tap as the row kernels fold them (a later tap wins only if larger).
+    Returns whether a tap was NaN: the kernels redo such rows."""
+    real = xf.dtype if isinstance(xf, types.Array) else None
+    record = not isinstance(pf, types.NoneType)
+    if not (isinstance(real, types.Float) and _contiguous_1d(xf) and _contiguous_1d(yf, real)
+            and _contiguous_1d(offsets, types.int64)
+            and all(isinstance(i, types.Integer) for i in (base, start, out))
+            and (not record or _integer_1d(pf) and not pf.dtype.signed)):
+        return None
+    sig = types.boolean(xf, base, offsets, start, yf, out, pf)
 
     def codegen(context, builder, signature, args):
-        x_arg, base_v, off_arg, start_v, y_arg, out_v = [
-            context.cast(builder, value, ty, types.int64) if isinstance(ty, types.Integer)
-            else value for value, ty in zip(args[:6], signature.args[:6])]
-        x_data = context.make_array(signature.args[0])(context, builder, x_arg).data
-        offsets_array = context.make_array(signature.args[2])(context, builder, off_arg)
-        y_data = context.make_array(signature.args[4])(context, builder, y_arg).data
+        x_data, base_v, offsets_data, start_v, y_data, out_v, pf_data = _arguments(
+            context, builder, signature, args)
+        n_rows = builder.extract_value(
+            context.make_array(signature.args[2])(context, builder, args[2]).shape, 0)
         element = context.get_value_type(real)
-        size = context.get_abi_sizeof(element)
-        lanes = ROUTE_BYTES // size
+        lanes = ROUTE_BYTES // context.get_abi_sizeof(element)
         windows = lanes // 2
         i64, i32 = ir.IntType(64), ir.IntType(32)
-        n_rows = builder.extract_value(offsets_array.shape, 0)
         first = builder.add(base_v, start_v)
 
         def taps(row):
-            offset = builder.load(builder.gep(offsets_array.data, [row]))
-            pointer = builder.bitcast(builder.gep(x_data, [builder.add(first, offset)]),
-                                      ir.VectorType(element, lanes).as_pointer())
-            loaded = builder.load(pointer, align=size)
+            offset = builder.load(builder.gep(offsets_data, [row]))
+            loaded = _load(context, builder, x_data, builder.add(first, offset), element,
+                           lanes)
             nan = builder.fcmp_unordered("uno", loaded, loaded)
             return [builder.shuffle_vector(loaded, loaded, _lanes(range(j, lanes, 2)))
                     for j in (0, 1)], nan
-
-        def tap_numbers(number):
-            return ir.Constant(ir.VectorType(i32, windows), [number] * windows)
 
         def fold(best, tap, value, number):
             # a later tap wins only if larger (see rows._fold_max)
@@ -238,70 +244,29 @@ def _max2_codegen(real, record):
             return (builder.select(wins, value, best),
                     builder.select(wins, number, tap) if record else tap)
 
-        def fold_row(best, tap, row, t):
-            (tap0, tap1), nan = taps(row)
-            best, tap = fold(best, tap, tap0, t)
-            return fold(best, tap, tap1, builder.add(t, tap_numbers(1))) + (nan,)
+        def tap_numbers(row):  # of taps 0 of tap row ``row`` (an i64)
+            return _splat(builder, builder.trunc(builder.mul(row, i64(2)), i32), windows)
 
+        one = _splat(builder, i32(1), windows)
         (tap0, tap1), nan = taps(i64(0))
-        best, tap = fold(tap0, tap_numbers(0), tap1, tap_numbers(1))
+        best, tap = fold(tap0, tap_numbers(i64(0)), tap1, one)
         state = [cgutils.alloca_once_value(builder, v) for v in (best, tap, nan)]
         with cgutils.for_range_slice(builder, i64(1), n_rows, i64(1), inc=True) as (row, _):
-            row_taps = builder.trunc(builder.mul(row, i64(2)), i32)
-            t = builder.insert_element(ir.Constant(ir.VectorType(i32, windows), ir.Undefined),
-                                       row_taps, i64(0))
-            t = builder.shuffle_vector(t, t, _lanes([0] * windows))
-            best, tap, nan = fold_row(*(builder.load(v) for v in state[:2]), row, t)
+            (tap0, tap1), nan = taps(row)
+            numbers = tap_numbers(row)
+            best, tap = fold(builder.load(state[0]), builder.load(state[1]), tap0, numbers)
+            best, tap = fold(best, tap, tap1, builder.add(numbers, one))
             builder.store(best, state[0])
             builder.store(tap, state[1])
             builder.store(builder.or_(builder.load(state[2]), nan), state[2])
-        pointer = builder.bitcast(builder.gep(y_data, [out_v]),
-                                  ir.VectorType(element, windows).as_pointer())
-        builder.store(builder.load(state[0]), pointer, align=size)
+        _store(context, builder, builder.load(state[0]), y_data, out_v)
         if record:
-            pos_ty = signature.args[6]
-            pos_data = context.make_array(pos_ty)(context, builder, args[6]).data
-            word = ir.IntType(pos_ty.dtype.bitwidth)
+            word = ir.VectorType(ir.IntType(signature.args[6].dtype.bitwidth), windows)
             tap = builder.load(state[1])
-            tap = (builder.trunc(tap, ir.VectorType(word, windows)) if word.width < 32 else
-                   builder.zext(tap, ir.VectorType(word, windows)) if word.width > 32 else tap)
-            pointer = builder.bitcast(builder.gep(pos_data, [out_v]),
-                                      ir.VectorType(word, windows).as_pointer())
-            builder.store(tap, pointer, align=word.width // 8)
+            tap = (builder.trunc(tap, word) if word.element.width < 32 else
+                   builder.zext(tap, word) if word.element.width > 32 else tap)
+            _store(context, builder, tap, pf_data, out_v)
         mask = builder.bitcast(builder.load(state[2]), ir.IntType(lanes))  # one movmsk
         return builder.icmp_unsigned("!=", mask, ir.IntType(lanes)(0))
 
-    return codegen
-
-
-def _max2_types(xf, base, offsets, start, yf, out):
-    real = xf.dtype if isinstance(xf, types.Array) else None
-    if (isinstance(real, types.Float) and _contiguous_1d(xf) and _contiguous_1d(yf, real)
-            and _contiguous_1d(offsets, types.int64)
-            and all(isinstance(i, types.Integer) for i in (base, start, out))):
-        return real
-    return None
-
-
-@intrinsic
-def max2_block(typingctx, xf, base, offsets, start, yf, out):
-    """Maxima of the windows ``out, out + 1, ...`` (W kernel 2, stride 2), as many as
-    :data:`ROUTE_BYTES` of ``x`` per tap row cover (4 float32 or 2 float64), written to
-    ``yf[out:]``. Window ``k``'s taps are ``xf[base + offsets[i] + start + 2*k + j]``,
-    folded tap row by tap row and tap by tap as the row kernels fold them (a later tap
-    wins only if larger). Returns whether a tap was NaN: the kernels redo such rows."""
-    real = _max2_types(xf, base, offsets, start, yf, out)
-    if real is None:
-        return None
-    return types.boolean(xf, base, offsets, start, yf, out), _max2_codegen(real, False)
-
-
-@intrinsic
-def max2_recorded_block(typingctx, xf, base, offsets, start, yf, out, pf):
-    """:func:`max2_block` that also writes each window's winner, its tap number
-    ``2*i + j``, to ``pf[out:]`` (tap numbers must fit ``pf``'s unsigned type)."""
-    real = _max2_types(xf, base, offsets, start, yf, out)
-    if real is None or not (_integer_1d(pf) and not pf.dtype.signed):
-        return None
-    return (types.boolean(xf, base, offsets, start, yf, out, pf),
-            _max2_codegen(real, True))
+    return sig, codegen
