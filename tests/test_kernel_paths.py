@@ -22,8 +22,10 @@ CASES = [
     ((6, 17), (2, 5), (2, 5), 0), ((7, 6), (3, 1), (3, 1), 0),
     # 3-tap stride-2 rows long enough for the vector blocks of the average: exactly one
     # block ending at the last element of x, blocks that overlap, W padding on both
-    # sides, and 3-d windows with more than three tap rows
+    # sides (one block reaching into both; windows with a single real tap), and 3-d
+    # windows with more than three tap rows
     ((3, 17), 3, 2, 0), ((4, 40), 3, 2, 1), ((5, 37), 3, 2, ((2, 1), (1, 2))),
+    ((3, 15), 3, 2, 1), ((3, 21), 3, 2, ((0, 0), (2, 2))),
     ((3, 5, 23), 3, 2, ((1, 0), (0, 1), (1, 1))),
     # tiling windows 2 wide, whose backward routes rows in blocks of 32 bytes (8 float32
     # or 4 float64): blocks that overlap with a column no window reads, an odd number of
@@ -88,6 +90,34 @@ def test_row_passes_match_the_general_kernels(case, dtype, monkeypatch):
         fast, slow = both_paths(avg_run, monkeypatch)
         for a, b in zip(fast, slow, strict=True):
             assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_average_blocks_leave_out_the_taps_past_either_edge(dtype, monkeypatch):
+    """The vector blocks of the 3-tap stride-2 average mask out the taps that fall in the
+    W padding or, with ceil_mode, past the end of the row: the same bits as the general
+    kernels, with and without the padding counted, and a window of -0s gives +0."""
+    served = []
+    blocks = rows.avg_pool_forward_blocks
+    monkeypatch.setattr(rows, "avg_pool_forward_blocks",
+                        lambda *args: served.append(args[0].shape) or blocks(*args))
+    rng = np.random.default_rng(5)
+    # (width, padding, dilation, ceil_mode); the last one with tap rows 2 apart
+    for width, padding, dilation, ceil_mode in (
+            (20, 0, 1, True), (16, 0, 1, True), (19, 1, 1, True),
+            (34, ((0, 0), (2, 1)), 1, False), (18, 1, (2, 1), False)):
+        x = rng.integers(-2, 3, (2, 3, 7, width)).astype(dtype)
+        x[0, 1] = np.where(x[0, 1] == 0, -0.0, x[0, 1])
+        x[1, 1] = -0.0
+        for include in (True, False):
+            def run(include=include, x=x, padding=padding, dilation=dilation,
+                    ceil_mode=ceil_mode):
+                return pg.avg_pool(x, 3, 2, padding, dilation, ceil_mode=ceil_mode,
+                                   count_include_pad=include)
+            fast, slow = both_paths(run, monkeypatch)
+            assert fast.tobytes() == slow.tobytes()
+            assert not np.signbit(fast[1, 1]).any()
+    assert len(served) == 10  # every case ran the blocks (the general kernels run unspied)
 
 
 def test_row_passes_serve_the_common_layers():

@@ -9,12 +9,14 @@ group, cannot serve both from it, and loads one of them element by element: eigh
 scalar loads and inserts per tap row for eight outputs. The ResNet 3x3/2 average
 forward then ran compute-bound at 1.2-1.5 ns per output on one thread.
 
-:func:`sum3_stride2_block` states the loads and picks outright: two 8-lane loads give
-taps 0 and 1 (even and odd lanes), two more give tap 2. The additions and the division
-are IEEE operations in the kernels' order, written without fast-math flags, so the
-block returns exactly what the scalar loop returns; only the loads and shuffles differ.
-A stand-alone loop of these blocks ran as fast as a loop that only reads every cache
-line of ``x`` and writes ``y``; the kernel that uses them adds its per-row work.
+:func:`sum3_stride2_block` needs no shuffle until the end: a vector loaded at tap ``j``
+of window 0 holds tap ``j`` of windows 0-3 in its even lanes, so three such vectors
+added lane by lane give four windows' sums in the even lanes (the odd lanes are never
+used), and one more group gives the next four. Blocks that reach into the W padding
+mask the padded taps out, so whole rows, edges included, are done in blocks. The
+additions and the division are IEEE operations in the kernels' order, written
+without fast-math flags, so the block returns exactly what the scalar loop returns;
+only the loads differ.
 """
 
 from llvmlite import ir
@@ -23,12 +25,9 @@ from numba.extending import intrinsic
 
 BLOCK = 8  # outputs per block
 
-# Picks from two 8-lane loads, concatenated (lanes 0-7, then 8-15):
-_EVEN = (0, 2, 4, 6, 8, 10, 12, 14)  # taps 0, from x[s + 0:16]
-_ODD = (1, 3, 5, 7, 9, 11, 13, 15)  # taps 1, from the same
-# taps 2 are x[s + 2 + 2k]: from x[s + 2:10] and x[s + 9:17], so that no load reaches
-# past the last tap, x[s + 16] (which may be the last element of x)
-_EVEN_FROM_TWO = (0, 2, 4, 6, 9, 11, 13, 15)
+# The sums of windows 0-3 sit in the even lanes of one vector and those of windows 4-7
+# in the odd lanes of another (see sum3_stride2_block): pick them in order
+_EVEN_THEN_ODD = (0, 2, 4, 6, 9, 11, 13, 15)
 
 
 def _lanes(picks):
@@ -78,51 +77,108 @@ def _splat(builder, scalar, count):
 
 
 @intrinsic
-def sum3_stride2_block(typingctx, xf, rows, n_rows, start, yf, out, divisor, at, factor,
-                       zero):
+def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf, out,
+                       divisor, at, factor, zero, width):
     """Eight means of 3-tap stride-2 windows, written to ``yf[out:out + 8]``.
 
-    Output ``k``'s taps are ``xf[rows[i] + start + 2*k + j]``, added tap row by tap row
-    (``i`` < ``n_rows``, at least 1) and tap by tap (``j`` = 0, 1, 2) from the first
-    tap, and the sum becomes ``sum / (factor * divisor[at + k]) + zero``: the order and
-    operations of :func:`~poolgrad.kernels.rows.avg_pool_forward_rows`. Every index
-    must be in bounds; nothing outside the taps and ``divisor[at:at + 8]`` is read.
+    The windows' tap rows start at ``r = first + jd*step_d + jh*step_h`` for ``jd`` <
+    ``n_d`` and ``jh`` < ``n_h`` (both at least 1). Output ``k``'s taps are
+    ``xf[r + start + 2*k + j]``, added tap row by tap row (jd, then jh, in increasing
+    order) and tap by tap (``j`` = 0, 1, 2) from the first tap, and the sum becomes
+    ``sum / (factor * divisor[at + k]) + zero``: the order and operations of
+    :func:`~poolgrad.kernels.rows.avg_pool_forward_rows`.
+
+    ``width`` None: every tap is read and must be in bounds. An integer: the taps whose
+    column ``start + 2*k + j`` lies outside ``[0, width)`` (the W padding, or past the
+    row's end with ceil_mode) are not read and add +0 in their place. That changes at
+    most the sign of a zero sum, which ``+ zero`` (+0) makes +0 as it does in the
+    kernels (see there). Nothing outside the taps and ``divisor[at:at + 8]`` is read.
     """
     real = xf.dtype if isinstance(xf, types.Array) else None
+    masked = not isinstance(width, types.NoneType)
+    integers = (first, n_d, step_d, n_h, step_h, start, out, at)
     if not (isinstance(real, types.Float) and _contiguous_1d(xf) and _contiguous_1d(yf, real)
-            and _contiguous_1d(divisor, real) and _contiguous_1d(rows, types.int64)
-            and factor == real and zero == real
-            and all(isinstance(i, types.Integer) for i in (n_rows, start, out, at))):
+            and _contiguous_1d(divisor, real) and factor == real and zero == real
+            and all(isinstance(i, types.Integer) for i in integers)
+            and (not masked or isinstance(width, types.Integer))):
         return None
-    sig = types.void(xf, rows, n_rows, start, yf, out, divisor, at, factor, zero)
+    sig = types.void(xf, first, n_d, step_d, n_h, step_h, start, yf, out, divisor, at,
+                     factor, zero, width)
 
     def codegen(context, builder, signature, args):
-        x_data, rows_data, n_rows_v, start_v, y_data, out_v, div_data, at_v, factor_v, \
-            zero_v = _arguments(context, builder, signature, args)
+        x_data, first_v, n_d_v, step_d_v, n_h_v, step_h_v, start_v, y_data, out_v, div_data, \
+            at_v, factor_v, zero_v, width_v = _arguments(context, builder, signature, args)
         element = context.get_value_type(real)
+        vector = ir.VectorType(element, BLOCK)
         i64 = ir.IntType(64)
+        # Half 0 (windows 0-3) reads taps j as one vector from tap j of window 0, so
+        # lane 2k holds window k's tap j; half 1 (windows 4-7) starts one element
+        # before tap j of window 4, so that no load reaches past the last tap, and lane
+        # 2(k - 4) + 1 holds it. Adding the three vectors lane by lane gives the windows'
+        # sums without a shuffle; the other lanes are never used.
+        shifts = [[half + j for j in range(3)] for half in (0, 7)]
+        if masked:
+            # lane l of the load at shift s is column start + s + l; columns fit in 32
+            # bits (they are below the row's width), and 32-bit compares give the
+            # loads' mask without repacking
+            i32 = ir.IntType(32)
+            iota = ir.Constant(ir.VectorType(i32, BLOCK), list(range(BLOCK)))
+            zeros = ir.Constant(vector, [0.0] * BLOCK)
+            high = _splat(builder, builder.trunc(width_v, i32), BLOCK)
+            load_masked = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(vector, [vector.as_pointer(), i32,
+                                         ir.VectorType(ir.IntType(1), BLOCK), vector]),
+                f"llvm.masked.load.v{BLOCK}{'f32' if real.bitwidth == 32 else 'f64'}.p0")
+            masks = []
+            for half in shifts:
+                masks.append([])
+                for shift in half:
+                    columns = builder.add(_splat(builder, builder.trunc(
+                        builder.add(start_v, i64(shift)), i32), BLOCK), iota)
+                    masks[-1].append(builder.and_(
+                        builder.icmp_signed(">=", columns, ir.Constant(columns.type, None)),
+                        builder.icmp_signed("<", columns, high)))
 
-        def load(data, index):
-            return _load(context, builder, data, index, element, BLOCK)
+        def load(index, half, j):
+            if not masked:
+                return _load(context, builder, x_data, index, element, BLOCK)
+            pointer = builder.bitcast(builder.gep(x_data, [index]), vector.as_pointer())
+            return builder.call(load_masked, [
+                pointer, ir.IntType(32)(context.get_abi_sizeof(element)), masks[half][j],
+                zeros])
 
-        def taps(row):
-            s = builder.add(builder.load(builder.gep(rows_data, [row])), start_v)
-            low, high = load(x_data, s), load(x_data, builder.add(s, i64(8)))
-            shifted_low = load(x_data, builder.add(s, i64(2)))
-            shifted_high = load(x_data, builder.add(s, i64(9)))
-            return (builder.shuffle_vector(low, high, _lanes(_EVEN)),
-                    builder.shuffle_vector(low, high, _lanes(_ODD)),
-                    builder.shuffle_vector(shifted_low, shifted_high, _lanes(_EVEN_FROM_TWO)))
+        def add_row(row_start, totals):
+            s = builder.add(row_start, start_v)
+            added = []
+            for half, half_shifts in enumerate(shifts):
+                taps = [load(builder.add(s, i64(shift)), half, j)
+                        for j, shift in enumerate(half_shifts)]
+                total = taps[0] if totals is None else builder.fadd(totals[half], taps[0])
+                added.append(builder.fadd(builder.fadd(total, taps[1]), taps[2]))
+            return added
 
-        tap0, tap1, tap2 = taps(i64(0))
-        total = cgutils.alloca_once_value(builder, builder.fadd(builder.fadd(tap0, tap1), tap2))
-        with cgutils.for_range_slice(builder, i64(1), n_rows_v, i64(1), inc=True) as (row, _):
-            tap0, tap1, tap2 = taps(row)
-            running = builder.fadd(builder.load(total), tap0)
-            builder.store(builder.fadd(builder.fadd(running, tap1), tap2), total)
-        counts = builder.fmul(_splat(builder, factor_v, BLOCK), load(div_data, at_v))
-        means = builder.fadd(builder.fdiv(builder.load(total), counts),
-                             _splat(builder, zero_v, BLOCK))
+        # the tap rows after the first, in one loop: the row start moves by step_h, or
+        # to the next jd's first row when jh wraps (a select, not a branch)
+        slots = [cgutils.alloca_once_value(builder, v) for v in add_row(first_v, None)]
+        row_start = cgutils.alloca_once_value(builder, first_v)
+        jh = cgutils.alloca_once_value(builder, i64(0))
+        next_plane = builder.sub(step_d_v, builder.mul(builder.sub(n_h_v, i64(1)), step_h_v))
+        n_rows = builder.mul(n_d_v, n_h_v)
+        with cgutils.for_range_slice(builder, i64(1), n_rows, i64(1), inc=True):
+            jh_next = builder.add(builder.load(jh), i64(1))
+            wraps = builder.icmp_signed("==", jh_next, n_h_v)
+            builder.store(builder.select(wraps, i64(0), jh_next), jh)
+            builder.store(builder.add(builder.load(row_start),
+                                      builder.select(wraps, next_plane, step_h_v)), row_start)
+            added = add_row(builder.load(row_start), [builder.load(s) for s in slots])
+            for slot, total in zip(slots, added):
+                builder.store(total, slot)
+        total = builder.shuffle_vector(builder.load(slots[0]), builder.load(slots[1]),
+                                       _lanes(_EVEN_THEN_ODD))
+        counts = builder.fmul(_splat(builder, factor_v, BLOCK),
+                              _load(context, builder, div_data, at_v, element, BLOCK))
+        means = builder.fadd(builder.fdiv(total, counts), _splat(builder, zero_v, BLOCK))
         _store(context, builder, means, y_data, out_v)
         return context.get_dummy_value()
 
