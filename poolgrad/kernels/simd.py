@@ -326,3 +326,45 @@ def max2_block(typingctx, xf, base, offsets, start, yf, out, pf):
         return builder.icmp_unsigned("!=", mask, ir.IntType(lanes)(0))
 
     return sig, codegen
+
+
+# ----------------------------------------------------------------------------- prefetch
+#
+# The row kernels read x in order, yet on this machine the hardware prefetcher leaves
+# them waiting on memory: the ResNet 3x3/2 average forward took 8.0-8.3 ms on one
+# thread against 7.4 ms for a loop that only reads x and writes y, and 7.2-7.3 ms
+# once each output row asked for the input a few rows ahead. On two threads: 4.4 -> 3.7
+# ms, and the VGG 2x2/2 max forward 4.1 -> 3.4 ms (rows.prefetch_count says where the
+# kernels ask).
+
+PREFETCH_BYTES = 8192  # how far ahead of the tap rows in use the kernels ask for input
+_LINE = 64  # bytes per cache line
+
+
+@intrinsic
+def prefetch(typingctx, xf, begin, count):
+    """Ask for the cache lines of ``xf[begin:begin + count]`` (a hint: nothing is read,
+    and indices past the end of ``xf`` are left out)."""
+    if not (isinstance(xf, types.Array) and xf.layout == "C" and xf.ndim == 1
+            and isinstance(begin, types.Integer) and isinstance(count, types.Integer)):
+        return None
+    sig = types.void(xf, begin, count)
+
+    def codegen(context, builder, signature, args):
+        x_data, begin_v, count_v = _arguments(context, builder, signature, args)
+        size = builder.extract_value(
+            context.make_array(signature.args[0])(context, builder, args[0]).shape, 0)
+        i64, i32, bytes_pointer = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+        hint = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [bytes_pointer, i32, i32, i32]),
+            "llvm.prefetch.p0")
+        per_line = i64(_LINE // context.get_abi_sizeof(context.get_value_type(xf.dtype)))
+        end = builder.select(builder.icmp_signed("<", builder.add(begin_v, count_v), size),
+                             builder.add(begin_v, count_v), size)
+        with cgutils.for_range_slice(builder, begin_v, end, per_line, inc=True) as (at, _):
+            pointer = builder.bitcast(builder.gep(x_data, [at]), bytes_pointer)
+            # a read, kept in every cache level, of data (not instructions)
+            builder.call(hint, [pointer, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
