@@ -258,8 +258,10 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
         row_kernels.max_values_forward_tiled(xk, plan.table, plan.extent, plan.dilation,
                                              width, yk)
     elif values_only:
-        row_kernels.max_values_forward_rows(xk, plan.table, plan.extent, plan.dilation,
-                                            interior, width, yk)
+        values_forward = (row_kernels.max_values_forward_blocks
+                          if row_kernels.serves_blocks(plan, interior)
+                          else row_kernels.max_values_forward_rows)
+        values_forward(xk, plan.table, plan.extent, plan.dilation, interior, width, yk)
     elif channels_last:
         # taps as wide as the values, so the kernel's fold vectorizes
         tap_like = np.empty(0, np.int32 if xk.dtype == np.float32 else np.int64)

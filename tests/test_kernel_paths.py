@@ -93,14 +93,16 @@ def test_row_passes_match_the_general_kernels(case, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_average_blocks_leave_out_the_taps_past_either_edge(dtype, monkeypatch):
-    """The vector blocks of the 3-tap stride-2 average mask out the taps that fall in the
-    W padding or, with ceil_mode, past the end of the row: the same bits as the general
-    kernels, with and without the padding counted, and a window of -0s gives +0."""
+def test_stride2_blocks_leave_out_the_taps_past_either_edge(dtype, monkeypatch):
+    """The vector blocks of 3-tap stride-2 rows (average, and max values) mask out the
+    taps that fall in the W padding or, with ceil_mode, past the end of the row: the
+    same bits as the general kernels (average, with and without the padding counted;
+    a window of -0s gives +0) and as the forward that records winners (max)."""
     served = []
-    blocks = rows.avg_pool_forward_blocks
-    monkeypatch.setattr(rows, "avg_pool_forward_blocks",
-                        lambda *args: served.append(args[0].shape) or blocks(*args))
+    for name in ("avg_pool_forward_blocks", "max_values_forward_blocks"):
+        kernel = getattr(rows, name)
+        monkeypatch.setattr(rows, name, lambda *args, kernel=kernel, name=name: served.append(
+            name) or kernel(*args))
     rng = np.random.default_rng(5)
     # (width, padding, dilation, ceil_mode); the last one with tap rows 2 apart
     for width, padding, dilation, ceil_mode in (
@@ -109,15 +111,20 @@ def test_average_blocks_leave_out_the_taps_past_either_edge(dtype, monkeypatch):
         x = rng.integers(-2, 3, (2, 3, 7, width)).astype(dtype)
         x[0, 1] = np.where(x[0, 1] == 0, -0.0, x[0, 1])
         x[1, 1] = -0.0
+        args = (3, 2, padding, dilation, ceil_mode)
         for include in (True, False):
-            def run(include=include, x=x, padding=padding, dilation=dilation,
-                    ceil_mode=ceil_mode):
-                return pg.avg_pool(x, 3, 2, padding, dilation, ceil_mode=ceil_mode,
-                                   count_include_pad=include)
+            def run(include=include, args=args, x=x):
+                return pg.avg_pool(x, *args, count_include_pad=include)
             fast, slow = both_paths(run, monkeypatch)
             assert fast.tobytes() == slow.tobytes()
             assert not np.signbit(fast[1, 1]).any()
-    assert len(served) == 10  # every case ran the blocks (the general kernels run unspied)
+        x[0, 2] = -np.inf  # the blocks count taps in the padding as -inf
+        x[1, 0, 2:5].flat[::4] = np.nan
+        recorded, _ = pg.vjp(pg.max_pool, x, *args)
+        assert pg.max_pool(x, *args).tobytes() == recorded.tobytes()
+    # every case ran the blocks (the general kernels run unspied)
+    assert served.count("avg_pool_forward_blocks") == 10
+    assert served.count("max_values_forward_blocks") == 5
 
 
 def test_row_passes_serve_the_common_layers():
@@ -225,6 +232,8 @@ def test_inference_forward_gives_the_values_of_the_recorded_forward(case, dtype)
     x[0, 0].flat[::5] = np.nan
     put_nan_payloads(x[1, 5])  # which NaN wins shows in its bits: the first one must
     x[1, 3].flat[::3] = np.inf
+    x[1, 4] = -np.inf  # as the blocks count taps in the padding: -inf, no real tap lost
+    x[1, 6].flat[::2] = -np.inf
     args = (kernel, stride, padding)
     recorded, _ = pg.vjp(pg.max_pool, x, *args)
     for layout in (x, channels_last(x)):

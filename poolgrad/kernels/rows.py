@@ -21,8 +21,8 @@ from numba.extending import overload
 
 from . import JIT_OPTIONS, parallel_kernel
 from .max_pool import max_backward_row, max_pool_row
-from .simd import (BLOCK, PREFETCH_BYTES, ROUTE_BYTES, max2_block, prefetch,
-                   route2_block, sum3_stride2_block)
+from .simd import (BLOCK, PREFETCH_BYTES, ROUTE_BYTES, max2_block, max3_stride2_block,
+                   prefetch, route2_block, sum3_stride2_block)
 
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
 ENABLED = True  # the tests switch the row passes off to compare with the general kernels
@@ -477,6 +477,59 @@ def max_values_forward_rows(x, table, extent, dilation, interior, width, y):
             oh, od, plane = next_row(oh, od, plane, out_h, out_d)
 
 
+@parallel_kernel
+def max_values_forward_blocks(x, table, extent, dilation, interior, width, y):
+    """:func:`max_values_forward_rows` for plans that :func:`serves_blocks` accepts (3
+    taps at stride 2 along W, rows of at least one block): each row in blocks of
+    :func:`~poolgrad.kernels.simd.max3_stride2_block`, the windows cut by the W padding
+    included, so ``y`` is written once. Rows that read a NaN are redone exactly. (On
+    AlexNet's 27-wide rows the loops of :func:`max_values_forward_rows` loaded one of
+    the taps element by element, as the average's did; see :mod:`.simd`.)"""
+    n_batch, n_chan, in_d, in_h, in_w = x.shape
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    dil_d, dil_h = dilation[0], dilation[1]
+    xf, yf = x.ravel(), y.ravel()
+    column = table[2, 0, 0]  # where window 0 starts along W; window ow starts 2*ow further
+    n_out_rows = n_batch * n_chan * out_d * out_h
+    steps, per_step = row_steps(n_out_rows)
+    for step in prange(steps):
+        oh, od, plane = step_start(step * per_step, out_h, out_d)
+        for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
+            start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
+            first = first_tap_row(plane, in_d, in_h, in_w, start_d, first_d, dil_d, start_h,
+                                  first_h, dil_h)
+            # a 2-d window's 3 tap rows as constants (see avg_pool_forward_blocks)
+            if end_d - first_d == 1 and end_h - first_h == 3:
+                nan = _max_row_in_blocks(xf, first, 1, 0, 3, dil_h * in_w, column, in_w, yf,
+                                         row * out_w, out_w)
+            else:
+                nan = _max_row_in_blocks(xf, first, end_d - first_d, dil_d * in_h * in_w,
+                                         end_h - first_h, dil_h * in_w, column, in_w, yf,
+                                         row * out_w, out_w)
+            if nan:
+                n, c = plane // n_chan, plane % n_chan
+                max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
+                             np.empty(out_w, np.int64), n, c, od, oh)
+            oh, od, plane = next_row(oh, od, plane, out_h, out_d)
+
+
+@_inline
+def _max_row_in_blocks(xf, first, n_d, step_d, n_h, step_h, column, in_w, yf, yb, out_w):
+    """One output row of :func:`max_values_forward_blocks` (the blocks of
+    :func:`_mean_row_in_blocks`). Returns whether a tap was NaN."""
+    nan = False
+    for block in range(0, out_w, BLOCK):
+        at = min(block, out_w - BLOCK)
+        start = column + 2 * at
+        if start < 0 or start + 2 * BLOCK >= in_w:
+            nan |= max3_stride2_block(xf, first, n_d, step_d, n_h, step_h, start, yf,
+                                      yb + at, in_w)
+        else:
+            nan |= max3_stride2_block(xf, first, n_d, step_d, n_h, step_h, start, yf,
+                                      yb + at, None)
+    return nan
+
+
 # Tiled windows (stride = kernel along every axis, no padding, no dilation: VGG's 2x2/2,
 # 1-d k/k, 3-d 2x2x2/2) read each input element once, and an output row's tap rows lie at
 # fixed offsets from its first. These kernels keep no per-row window table and no W
@@ -727,7 +780,8 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, plus_ze
 
 
 def serves_blocks(plan, interior) -> bool:
-    """Whether :func:`avg_pool_forward_blocks` serves a plan that the row passes serve
+    """Whether :func:`avg_pool_forward_blocks` and :func:`max_values_forward_blocks`
+    serve a plan that the row passes serve
     (``interior`` from :func:`row_pass_geometry`): 3 taps at stride 2 along W and rows
     of at least one block. (Every window holds a real tap: the geometry refuses
     padding that would leave one without.)"""

@@ -1,5 +1,6 @@
 """Vector blocks written as LLVM IR, for loops that LLVM's vectorizer compiles badly:
-the 3-tap stride-2 average forward (:func:`sum3_stride2_block`), and the short rows of
+the 3-tap stride-2 average and max forwards (:func:`sum3_stride2_block`,
+:func:`max3_stride2_block`), and the short rows of
 the tiled max backward (:func:`route2_block`) and forwards (:func:`max2_block`), at the
 end of this module.
 
@@ -76,6 +77,100 @@ def _splat(builder, scalar, count):
     return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined), _lanes([0] * count))
 
 
+def _three_tap_windows(context, builder, real, x_data, rows, start_v, width_v, fill,
+                       begin, fold):
+    """Fold the taps of eight 3-tap stride-2 windows (see :func:`sum3_stride2_block`)
+    in order: tap row by tap row, tap by tap. ``rows`` = (first, n_d, step_d, n_h,
+    step_h) as IR values; ``width_v`` None, or the row width outside which taps are not
+    read and count as ``fill``. ``begin(tap)`` gives the state (a list of vectors) of
+    the first tap, ``fold(state, tap)`` the state after one more. Returns the state of
+    each half: windows 0-3 in the even lanes, windows 4-7 in the odd ones."""
+    first_v, n_d_v, step_d_v, n_h_v, step_h_v = rows
+    element = context.get_value_type(real)
+    vector = ir.VectorType(element, BLOCK)
+    i64, i32 = ir.IntType(64), ir.IntType(32)
+    # Half 0 (windows 0-3) reads taps j as one vector from tap j of window 0, so lane
+    # 2k holds window k's tap j; half 1 (windows 4-7) starts one element before tap j
+    # of window 4, so that no load reaches past the last tap, and lane 2(k - 4) + 1
+    # holds it. Folding the three vectors lane by lane folds the windows without a
+    # shuffle; the other lanes are never used.
+    shifts = [[half + j for j in range(3)] for half in (0, 7)]
+    if width_v is not None:
+        # lane l of the load at shift s is column start + s + l; columns fit in 32 bits
+        # (they are below the row's width), and 32-bit compares give the loads' mask
+        # without repacking
+        iota = ir.Constant(ir.VectorType(i32, BLOCK), list(range(BLOCK)))
+        fills = ir.Constant(vector, [fill] * BLOCK)
+        high = _splat(builder, builder.trunc(width_v, i32), BLOCK)
+        load_masked = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(vector, [vector.as_pointer(), i32,
+                                     ir.VectorType(ir.IntType(1), BLOCK), vector]),
+            f"llvm.masked.load.v{BLOCK}{'f32' if real.bitwidth == 32 else 'f64'}.p0")
+        masks = []
+        for half in shifts:
+            masks.append([])
+            for shift in half:
+                columns = builder.add(_splat(builder, builder.trunc(
+                    builder.add(start_v, i64(shift)), i32), BLOCK), iota)
+                masks[-1].append(builder.and_(
+                    builder.icmp_signed(">=", columns, ir.Constant(columns.type, None)),
+                    builder.icmp_signed("<", columns, high)))
+
+    def load(index, half, j):
+        if width_v is None:
+            return _load(context, builder, x_data, index, element, BLOCK)
+        pointer = builder.bitcast(builder.gep(x_data, [index]), vector.as_pointer())
+        return builder.call(load_masked, [
+            pointer, i32(context.get_abi_sizeof(element)), masks[half][j], fills])
+
+    def fold_row(row_start, states):
+        s = builder.add(row_start, start_v)
+        folded = []
+        for half, half_shifts in enumerate(shifts):
+            taps = [load(builder.add(s, i64(shift)), half, j)
+                    for j, shift in enumerate(half_shifts)]
+            state = begin(taps[0]) if states is None else fold(states[half], taps[0])
+            folded.append(fold(fold(state, taps[1]), taps[2]))
+        return folded
+
+    # the tap rows after the first, in one loop: the row start moves by step_h, or to
+    # the next jd's first row when jh wraps (a select, not a branch)
+    slots = [[cgutils.alloca_once_value(builder, v) for v in state]
+             for state in fold_row(first_v, None)]
+    row_start = cgutils.alloca_once_value(builder, first_v)
+    jh = cgutils.alloca_once_value(builder, i64(0))
+    next_plane = builder.sub(step_d_v, builder.mul(builder.sub(n_h_v, i64(1)), step_h_v))
+    with cgutils.for_range_slice(builder, i64(1), builder.mul(n_d_v, n_h_v), i64(1),
+                                 inc=True):
+        jh_next = builder.add(builder.load(jh), i64(1))
+        wraps = builder.icmp_signed("==", jh_next, n_h_v)
+        builder.store(builder.select(wraps, i64(0), jh_next), jh)
+        builder.store(builder.add(builder.load(row_start),
+                                  builder.select(wraps, next_plane, step_h_v)), row_start)
+        folded = fold_row(builder.load(row_start),
+                          [[builder.load(v) for v in half] for half in slots])
+        for half_slots, state in zip(slots, folded):
+            for slot, value in zip(half_slots, state):
+                builder.store(value, slot)
+    return [[builder.load(v) for v in half] for half in slots]
+
+
+def _in_window_order(builder, halves):
+    """One vector of the eight windows' values from the halves' used lanes."""
+    return builder.shuffle_vector(halves[0], halves[1], _lanes(_EVEN_THEN_ODD))
+
+
+def _three_tap_types(xf, yf, width, integers):
+    """The float type of a 3-tap stride-2 block's arrays if its arguments are valid."""
+    real = xf.dtype if isinstance(xf, types.Array) else None
+    if (isinstance(real, types.Float) and _contiguous_1d(xf) and _contiguous_1d(yf, real)
+            and all(isinstance(i, types.Integer) for i in integers)
+            and (isinstance(width, (types.NoneType, types.Integer)))):
+        return real
+    return None
+
+
 @intrinsic
 def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf, out,
                        divisor, at, factor, zero, width):
@@ -94,13 +189,9 @@ def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
     most the sign of a zero sum, which ``+ zero`` (+0) makes +0 as it does in the
     kernels (see there). Nothing outside the taps and ``divisor[at:at + 8]`` is read.
     """
-    real = xf.dtype if isinstance(xf, types.Array) else None
-    masked = not isinstance(width, types.NoneType)
-    integers = (first, n_d, step_d, n_h, step_h, start, out, at)
-    if not (isinstance(real, types.Float) and _contiguous_1d(xf) and _contiguous_1d(yf, real)
-            and _contiguous_1d(divisor, real) and factor == real and zero == real
-            and all(isinstance(i, types.Integer) for i in integers)
-            and (not masked or isinstance(width, types.Integer))):
+    real = _three_tap_types(xf, yf, width, (first, n_d, step_d, n_h, step_h, start, out, at))
+    if not (real is not None and _contiguous_1d(divisor, real) and factor == real
+            and zero == real):
         return None
     sig = types.void(xf, first, n_d, step_d, n_h, step_h, start, yf, out, divisor, at,
                      factor, zero, width)
@@ -108,79 +199,57 @@ def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
     def codegen(context, builder, signature, args):
         x_data, first_v, n_d_v, step_d_v, n_h_v, step_h_v, start_v, y_data, out_v, div_data, \
             at_v, factor_v, zero_v, width_v = _arguments(context, builder, signature, args)
+        halves = _three_tap_windows(
+            context, builder, real, x_data, (first_v, n_d_v, step_d_v, n_h_v, step_h_v),
+            start_v, None if isinstance(width, types.NoneType) else width_v, 0.0,
+            lambda tap: [tap], lambda state, tap: [builder.fadd(state[0], tap)])
+        total = _in_window_order(builder, [half[0] for half in halves])
         element = context.get_value_type(real)
-        vector = ir.VectorType(element, BLOCK)
-        i64 = ir.IntType(64)
-        # Half 0 (windows 0-3) reads taps j as one vector from tap j of window 0, so
-        # lane 2k holds window k's tap j; half 1 (windows 4-7) starts one element
-        # before tap j of window 4, so that no load reaches past the last tap, and lane
-        # 2(k - 4) + 1 holds it. Adding the three vectors lane by lane gives the windows'
-        # sums without a shuffle; the other lanes are never used.
-        shifts = [[half + j for j in range(3)] for half in (0, 7)]
-        if masked:
-            # lane l of the load at shift s is column start + s + l; columns fit in 32
-            # bits (they are below the row's width), and 32-bit compares give the
-            # loads' mask without repacking
-            i32 = ir.IntType(32)
-            iota = ir.Constant(ir.VectorType(i32, BLOCK), list(range(BLOCK)))
-            zeros = ir.Constant(vector, [0.0] * BLOCK)
-            high = _splat(builder, builder.trunc(width_v, i32), BLOCK)
-            load_masked = cgutils.get_or_insert_function(
-                builder.module,
-                ir.FunctionType(vector, [vector.as_pointer(), i32,
-                                         ir.VectorType(ir.IntType(1), BLOCK), vector]),
-                f"llvm.masked.load.v{BLOCK}{'f32' if real.bitwidth == 32 else 'f64'}.p0")
-            masks = []
-            for half in shifts:
-                masks.append([])
-                for shift in half:
-                    columns = builder.add(_splat(builder, builder.trunc(
-                        builder.add(start_v, i64(shift)), i32), BLOCK), iota)
-                    masks[-1].append(builder.and_(
-                        builder.icmp_signed(">=", columns, ir.Constant(columns.type, None)),
-                        builder.icmp_signed("<", columns, high)))
-
-        def load(index, half, j):
-            if not masked:
-                return _load(context, builder, x_data, index, element, BLOCK)
-            pointer = builder.bitcast(builder.gep(x_data, [index]), vector.as_pointer())
-            return builder.call(load_masked, [
-                pointer, ir.IntType(32)(context.get_abi_sizeof(element)), masks[half][j],
-                zeros])
-
-        def add_row(row_start, totals):
-            s = builder.add(row_start, start_v)
-            added = []
-            for half, half_shifts in enumerate(shifts):
-                taps = [load(builder.add(s, i64(shift)), half, j)
-                        for j, shift in enumerate(half_shifts)]
-                total = taps[0] if totals is None else builder.fadd(totals[half], taps[0])
-                added.append(builder.fadd(builder.fadd(total, taps[1]), taps[2]))
-            return added
-
-        # the tap rows after the first, in one loop: the row start moves by step_h, or
-        # to the next jd's first row when jh wraps (a select, not a branch)
-        slots = [cgutils.alloca_once_value(builder, v) for v in add_row(first_v, None)]
-        row_start = cgutils.alloca_once_value(builder, first_v)
-        jh = cgutils.alloca_once_value(builder, i64(0))
-        next_plane = builder.sub(step_d_v, builder.mul(builder.sub(n_h_v, i64(1)), step_h_v))
-        n_rows = builder.mul(n_d_v, n_h_v)
-        with cgutils.for_range_slice(builder, i64(1), n_rows, i64(1), inc=True):
-            jh_next = builder.add(builder.load(jh), i64(1))
-            wraps = builder.icmp_signed("==", jh_next, n_h_v)
-            builder.store(builder.select(wraps, i64(0), jh_next), jh)
-            builder.store(builder.add(builder.load(row_start),
-                                      builder.select(wraps, next_plane, step_h_v)), row_start)
-            added = add_row(builder.load(row_start), [builder.load(s) for s in slots])
-            for slot, total in zip(slots, added):
-                builder.store(total, slot)
-        total = builder.shuffle_vector(builder.load(slots[0]), builder.load(slots[1]),
-                                       _lanes(_EVEN_THEN_ODD))
         counts = builder.fmul(_splat(builder, factor_v, BLOCK),
                               _load(context, builder, div_data, at_v, element, BLOCK))
         means = builder.fadd(builder.fdiv(total, counts), _splat(builder, zero_v, BLOCK))
         _store(context, builder, means, y_data, out_v)
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def max3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf, out,
+                       width):
+    """Eight maxima of 3-tap stride-2 windows (values only), written to
+    ``yf[out:out + 8]``: the taps of :func:`sum3_stride2_block`, folded in the same
+    order as the row kernels fold them (a later tap wins only if larger). Taps outside
+    ``[0, width)`` (``width`` an integer) are not read and count as -inf, which no
+    real tap loses to but -inf itself, of the same bits. Returns whether a tap was NaN:
+    the kernels redo such rows."""
+    real = _three_tap_types(xf, yf, width, (first, n_d, step_d, n_h, step_h, start, out))
+    if real is None:
+        return None
+    sig = types.boolean(xf, first, n_d, step_d, n_h, step_h, start, yf, out, width)
+
+    def codegen(context, builder, signature, args):
+        x_data, first_v, n_d_v, step_d_v, n_h_v, step_h_v, start_v, y_data, out_v, \
+            width_v = _arguments(context, builder, signature, args)
+
+        def begin(tap):
+            return [tap, builder.fcmp_unordered("uno", tap, tap)]
+
+        def fold(state, tap):
+            best, nan = state
+            return [builder.select(builder.fcmp_ordered(">", tap, best), tap, best),
+                    builder.or_(nan, builder.fcmp_unordered("uno", tap, tap))]
+
+        halves = _three_tap_windows(
+            context, builder, real, x_data, (first_v, n_d_v, step_d_v, n_h_v, step_h_v),
+            start_v, None if isinstance(width, types.NoneType) else width_v, float("-inf"),
+            begin, fold)
+        _store(context, builder, _in_window_order(builder, [half[0] for half in halves]),
+               y_data, out_v)
+        # every lane read holds a tap of these windows (columns start to start + 16), so
+        # a NaN in any lane is a NaN tap
+        mask = builder.bitcast(builder.or_(halves[0][1], halves[1][1]), ir.IntType(BLOCK))
+        return builder.icmp_unsigned("!=", mask, ir.IntType(BLOCK)(0))
 
     return sig, codegen
 
