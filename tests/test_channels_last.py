@@ -69,6 +69,22 @@ def test_channels_last_gives_the_nchw_bits(op_name, case, dtype):
 
 
 @pytest.mark.parametrize("case", range(len(GEOMETRIES)))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_channels_last_averages_add_in_the_nchw_order(case, dtype):
+    """Sums of values of many magnitudes round differently in another order (the small
+    integers of ``sample`` add exactly in any order): the channels-last average must
+    add its taps in the order of the NCHW kernels."""
+    spatial, kwargs = GEOMETRIES[case]
+    rng = np.random.default_rng(case)
+    shape = (2, 6) + spatial
+    x = (rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 7, shape)).astype(dtype)
+    for include in (True, False):
+        y = pg.avg_pool(x, **kwargs, count_include_pad=include)
+        y_cl = pg.avg_pool(channels_last(x), **kwargs, count_include_pad=include)
+        assert np.ascontiguousarray(y_cl).tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize("case", range(len(GEOMETRIES)))
 def test_channels_last_indices_and_unpool(case):
     spatial, kwargs = GEOMETRIES[case]
     x = sample(spatial, np.float32, case)
