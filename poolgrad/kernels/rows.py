@@ -250,10 +250,28 @@ def prefetch_ahead(xf, first, count):
 
 
 @_row
-def first_tap_row(plane, in_d, in_h, in_w, start_d, first_d, dil_d, start_h, first_h, dil_h):
-    """Where the first real tap row of an output row starts (see :func:`row_windows`)."""
-    return ((plane * in_d + start_d + first_d * dil_d) * in_h + start_h
-            + first_h * dil_h) * in_w
+def block_tap_rows(table, dilation, od, oh, plane, in_d, in_h, in_w):
+    """The real tap rows of output row ``(plane, od, oh)`` as the blocks of
+    :mod:`.simd` take them, ``(first, n_d, step_d, n_h, step_h)``: they start at
+    ``first + jd*step_d + jh*step_h`` for ``jd`` < ``n_d`` and ``jh`` < ``n_h``."""
+    start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
+    first = ((plane * in_d + start_d + first_d * dilation[0]) * in_h + start_h
+             + first_h * dilation[1]) * in_w
+    return (first, end_d - first_d, dilation[0] * in_h * in_w, end_h - first_h,
+            dilation[1] * in_w)
+
+
+@_row
+def block_place(block, out_w, column, in_w):
+    """``(at, start, edge)`` of block ``block`` (a multiple of ``BLOCK``) of an output
+    row ``out_w`` windows long whose window 0 starts at column ``column`` (3 taps,
+    stride 2): its first window, where that window starts, and whether its taps, columns
+    ``start`` to ``start + 2*BLOCK``, reach outside ``[0, in_w)``. The last block ends at
+    ``out_w`` and may overlap the one before: it writes the same values again, which
+    costs less than a scalar tail."""
+    at = min(block, out_w - BLOCK)
+    start = column + 2 * at
+    return at, start, start < 0 or start + 2 * BLOCK >= in_w
 
 
 @_row
@@ -261,6 +279,15 @@ def input_per_row(table, out_h, in_h, in_w):
     """How far the tap rows move from one output row to the next along H (the H stride
     in rows; a whole slice when there is one output row)."""
     return (table[1, 0, 1] - table[1, 0, 0]) * in_w if out_h > 1 else in_h * in_w
+
+
+@_row
+def _redo_values_row(x, table, dilation, extent, y, plane, od, oh):
+    """Output row ``(plane, od, oh)`` of a values-only max forward, redone window by
+    window (a tap was NaN: the first NaN must win); its winners go to a scratch row."""
+    n, c = plane // x.shape[1], plane % x.shape[1]
+    max_pool_row(x, table, dilation, extent, y[n, c, od, oh], np.empty(y.shape[4], np.int64),
+                 n, c, od, oh)
 
 
 @_row
@@ -472,9 +499,7 @@ def max_values_forward_rows(x, table, extent, dilation, interior, width, y):
                         n_rows = 0
                         group = 1
             if nan:
-                n, c = plane // n_chan, plane % n_chan
-                max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
-                             np.empty(out_w, np.int64), n, c, od, oh)
+                _redo_values_row(x, table, dilation, extent, y, plane, od, oh)
             oh, od, plane = next_row(oh, od, plane, out_h, out_d)
 
 
@@ -488,7 +513,6 @@ def max_values_forward_blocks(x, table, extent, dilation, interior, width, y):
     the taps element by element, as the average's did; see :mod:`.simd`.)"""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
-    dil_d, dil_h = dilation[0], dilation[1]
     xf, yf = x.ravel(), y.ravel()
     column = table[2, 0, 0]  # where window 0 starts along W; window ow starts 2*ow further
     n_out_rows = n_batch * n_chan * out_d * out_h
@@ -496,21 +520,17 @@ def max_values_forward_blocks(x, table, extent, dilation, interior, width, y):
     for step in prange(steps):
         oh, od, plane = step_start(step * per_step, out_h, out_d)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
-            start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
-            first = first_tap_row(plane, in_d, in_h, in_w, start_d, first_d, dil_d, start_h,
-                                  first_h, dil_h)
+            first, n_d, step_d, n_h, step_h = block_tap_rows(table, dilation, od, oh, plane,
+                                                             in_d, in_h, in_w)
             # a 2-d window's 3 tap rows as constants (see avg_pool_forward_blocks)
-            if end_d - first_d == 1 and end_h - first_h == 3:
-                nan = _max_row_in_blocks(xf, first, 1, 0, 3, dil_h * in_w, column, in_w, yf,
+            if n_d == 1 and n_h == 3:
+                nan = _max_row_in_blocks(xf, first, 1, 0, 3, step_h, column, in_w, yf,
                                          row * out_w, out_w)
             else:
-                nan = _max_row_in_blocks(xf, first, end_d - first_d, dil_d * in_h * in_w,
-                                         end_h - first_h, dil_h * in_w, column, in_w, yf,
-                                         row * out_w, out_w)
+                nan = _max_row_in_blocks(xf, first, n_d, step_d, n_h, step_h, column, in_w,
+                                         yf, row * out_w, out_w)
             if nan:
-                n, c = plane // n_chan, plane % n_chan
-                max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
-                             np.empty(out_w, np.int64), n, c, od, oh)
+                _redo_values_row(x, table, dilation, extent, y, plane, od, oh)
             oh, od, plane = next_row(oh, od, plane, out_h, out_d)
 
 
@@ -520,9 +540,8 @@ def _max_row_in_blocks(xf, first, n_d, step_d, n_h, step_h, column, in_w, yf, yb
     :func:`_mean_row_in_blocks`). Returns whether a tap was NaN."""
     nan = False
     for block in range(0, out_w, BLOCK):
-        at = min(block, out_w - BLOCK)
-        start = column + 2 * at
-        if start < 0 or start + 2 * BLOCK >= in_w:
+        at, start, edge = block_place(block, out_w, column, in_w)
+        if edge:
             nan |= max3_stride2_block(xf, first, n_d, step_d, n_h, step_h, start, yf,
                                       yb + at, in_w)
         else:
@@ -637,9 +656,7 @@ def max_values_forward_tiled(x, table, extent, dilation, width, y):
             prefetch_ahead(xf, xb, ahead)
             if (_max_in_blocks(xf, xb, offsets, yf, None, row * out_w, out_w) if blocks else
                     _max_values_tile(xf, xb, offsets, width.ndim, yf, row * out_w, out_w)):
-                n, c = plane // n_chan, plane % n_chan
-                max_pool_row(x, table, dilation, extent, y[n, c, od, oh],
-                             np.empty(out_w, np.int64), n, c, od, oh)
+                _redo_values_row(x, table, dilation, extent, y, plane, od, oh)
             oh, od, plane, xb = _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h,
                                                 in_w, ext_d, ext_h)
 
@@ -795,14 +812,13 @@ def avg_pool_forward_blocks(x, table, extent, dilation, interior, divisor, plus_
     same bits, with each row in blocks of :data:`~poolgrad.kernels.simd.BLOCK` outputs
     (see :mod:`poolgrad.kernels.simd`), the windows cut by the W padding included. A
     block adds all of its windows' tap rows and divides at once, so ``y`` is written
-    once. It takes the arguments of :func:`avg_pool_forward_rows` and does not need
-    ``extent`` or ``interior``. (A separate kernel: in :func:`avg_pool_forward_rows`
+    once. It takes the arguments of :func:`avg_pool_forward_rows` (``interior`` unused).
+    (A separate kernel: in :func:`avg_pool_forward_rows`
     the block path slowed the short rows it does not serve, by a third on 7-wide
     rows.)"""
     zero = plus_zero[0]
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
-    dil_d, dil_h = dilation[0], dilation[1]
     xf, yf = x.ravel(), y.ravel()
     divisor_w = divisor[2]
     column = table[2, 0, 0]  # where window 0 starts along W; window ow starts 2*ow further
@@ -813,20 +829,19 @@ def avg_pool_forward_blocks(x, table, extent, dilation, interior, divisor, plus_
     for step in prange(steps):
         oh, od, plane = step_start(step * per_step, out_h, out_d)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
-            start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
-            first = first_tap_row(plane, in_d, in_h, in_w, start_d, first_d, dil_d, start_h,
-                                  first_h, dil_h)
+            first, n_d, step_d, n_h, step_h = block_tap_rows(table, dilation, od, oh, plane,
+                                                             in_d, in_h, in_w)
             factor = divisor[0, od] * divisor[1, oh]
             prefetch_ahead(xf, first, ahead)
             # a 2-d window's 3 tap rows as constants, which lets the compiler unroll the
             # blocks' tap-row loop: the ResNet 3x3/2 rows took 6.3 ms instead of 7.3
-            # (one thread, data in cache, 16 times the 2x64x112x112 input)
-            if end_d - first_d == 1 and end_h - first_h == 3:
-                _mean_row_in_blocks(xf, first, 1, 0, 3, dil_h * in_w, column, in_w, yf,
+            # (one thread, data in cache, 16 times the 2x64x112x112 input); the same
+            # test inside the blocks, where it is made for every block, cost 1-2%
+            if n_d == 1 and n_h == 3:
+                _mean_row_in_blocks(xf, first, 1, 0, 3, step_h, column, in_w, yf,
                                     row * out_w, out_w, factor, divisor_w, zero)
             else:
-                _mean_row_in_blocks(xf, first, end_d - first_d, dil_d * in_h * in_w,
-                                    end_h - first_h, dil_h * in_w, column, in_w, yf,
+                _mean_row_in_blocks(xf, first, n_d, step_d, n_h, step_h, column, in_w, yf,
                                     row * out_w, out_w, factor, divisor_w, zero)
             oh, od, plane = next_row(oh, od, plane, out_h, out_d)
 
@@ -838,11 +853,8 @@ def _mean_row_in_blocks(xf, first, n_d, step_d, n_h, step_h, column, in_w, yf, y
     :func:`~poolgrad.kernels.simd.sum3_stride2_block`, in blocks; the blocks that reach
     into the W padding leave its taps out."""
     for block in range(0, out_w, BLOCK):
-        # the last block ends at out_w and may overlap the one before: it writes the
-        # same values again, which costs less than a scalar tail
-        at = min(block, out_w - BLOCK)
-        start = column + 2 * at
-        if start < 0 or start + 2 * BLOCK >= in_w:  # taps 0 to 2*BLOCK, all real?
+        at, start, edge = block_place(block, out_w, column, in_w)
+        if edge:
             sum3_stride2_block(xf, first, n_d, step_d, n_h, step_h, start, yf, yb + at,
                                divisor_w, at, factor, zero, in_w)
         else:

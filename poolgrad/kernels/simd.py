@@ -77,14 +77,15 @@ def _splat(builder, scalar, count):
     return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined), _lanes([0] * count))
 
 
-def _three_tap_windows(context, builder, real, x_data, rows, start_v, width_v, fill,
-                       begin, fold):
+def _three_tap_windows(context, builder, real, x_data, rows, start_v, width, width_v,
+                       fill, begin, fold):
     """Fold the taps of eight 3-tap stride-2 windows (see :func:`sum3_stride2_block`)
     in order: tap row by tap row, tap by tap. ``rows`` = (first, n_d, step_d, n_h,
-    step_h) as IR values; ``width_v`` None, or the row width outside which taps are not
-    read and count as ``fill``. ``begin(tap)`` gives the state (a list of vectors) of
-    the first tap, ``fold(state, tap)`` the state after one more. Returns the state of
-    each half: windows 0-3 in the even lanes, windows 4-7 in the odd ones."""
+    step_h) as IR values; ``width``, the width argument's type: None, or an integer
+    whose value ``width_v`` is the row width outside which taps are not read and count
+    as ``fill``. ``begin(tap)`` gives the state (a list of vectors) of the first tap,
+    ``fold(state, tap)`` the state after one more. Returns the state of each half:
+    windows 0-3 in the even lanes, windows 4-7 in the odd ones."""
     first_v, n_d_v, step_d_v, n_h_v, step_h_v = rows
     element = context.get_value_type(real)
     vector = ir.VectorType(element, BLOCK)
@@ -95,7 +96,8 @@ def _three_tap_windows(context, builder, real, x_data, rows, start_v, width_v, f
     # holds it. Folding the three vectors lane by lane folds the windows without a
     # shuffle; the other lanes are never used.
     shifts = [[half + j for j in range(3)] for half in (0, 7)]
-    if width_v is not None:
+    masked = not isinstance(width, types.NoneType)
+    if masked:
         # lane l of the load at shift s is column start + s + l; columns fit in 32 bits
         # (they are below the row's width), and 32-bit compares give the loads' mask
         # without repacking
@@ -118,7 +120,7 @@ def _three_tap_windows(context, builder, real, x_data, rows, start_v, width_v, f
                     builder.icmp_signed("<", columns, high)))
 
     def load(index, half, j):
-        if width_v is None:
+        if not masked:
             return _load(context, builder, x_data, index, element, BLOCK)
         pointer = builder.bitcast(builder.gep(x_data, [index]), vector.as_pointer())
         return builder.call(load_masked, [
@@ -166,7 +168,7 @@ def _three_tap_types(xf, yf, width, integers):
     real = xf.dtype if isinstance(xf, types.Array) else None
     if (isinstance(real, types.Float) and _contiguous_1d(xf) and _contiguous_1d(yf, real)
             and all(isinstance(i, types.Integer) for i in integers)
-            and (isinstance(width, (types.NoneType, types.Integer)))):
+            and isinstance(width, (types.NoneType, types.Integer))):
         return real
     return None
 
@@ -201,8 +203,8 @@ def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
             at_v, factor_v, zero_v, width_v = _arguments(context, builder, signature, args)
         halves = _three_tap_windows(
             context, builder, real, x_data, (first_v, n_d_v, step_d_v, n_h_v, step_h_v),
-            start_v, None if isinstance(width, types.NoneType) else width_v, 0.0,
-            lambda tap: [tap], lambda state, tap: [builder.fadd(state[0], tap)])
+            start_v, width, width_v, 0.0, lambda tap: [tap],
+            lambda state, tap: [builder.fadd(state[0], tap)])
         total = _in_window_order(builder, [half[0] for half in halves])
         element = context.get_value_type(real)
         counts = builder.fmul(_splat(builder, factor_v, BLOCK),
@@ -242,8 +244,7 @@ def max3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
 
         halves = _three_tap_windows(
             context, builder, real, x_data, (first_v, n_d_v, step_d_v, n_h_v, step_h_v),
-            start_v, None if isinstance(width, types.NoneType) else width_v, float("-inf"),
-            begin, fold)
+            start_v, width, width_v, float("-inf"), begin, fold)
         _store(context, builder, _in_window_order(builder, [half[0] for half in halves]),
                y_data, out_v)
         # every lane read holds a tap of these windows (columns start to start + 16), so
