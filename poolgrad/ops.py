@@ -209,6 +209,12 @@ def _is_channels_last(xk: np.ndarray) -> bool:
             and _to_channels_last(xk).flags.c_contiguous)
 
 
+def _tap_like(dtype: np.dtype) -> np.ndarray:
+    """The channels-last max kernels' ``tap_like``: taps (window positions) as wide as
+    the values, so that loops mixing the two vectorize."""
+    return np.empty(0, np.int32 if dtype == np.float32 else np.int64)
+
+
 def _empty(shape: tuple[int, ...], dtype, channels_last: bool) -> np.ndarray:
     """An uninitialised 5-d ``(N, C, D, H, W)`` array, stored channels-last if asked."""
     if not channels_last:
@@ -263,10 +269,8 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
                           else row_kernels.max_values_forward_rows)
         values_forward(xk, plan.table, plan.extent, plan.dilation, interior, width, yk)
     elif channels_last:
-        # taps as wide as the values, so the kernel's fold vectorizes
-        tap_like = np.empty(0, np.int32 if xk.dtype == np.float32 else np.int64)
         cl_kernels.max_pool_forward(_to_channels_last(xk), plan.table, plan.dilation,
-                                    plan.extent, tap_like, _to_channels_last(yk),
+                                    plan.extent, _tap_like(xk.dtype), _to_channels_last(yk),
                                     _to_channels_last(pos))
     elif tiled:
         row_kernels.max_pool_forward_tiled(xk, plan.table, plan.extent, plan.dilation, width,
@@ -294,7 +298,8 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
             if channels_last:
                 cl_kernels.max_pool_backward(
                     _kernel_dy(layout, dy, True), _to_channels_last(pos), ptr, outs, taps,
-                    plan.extent, _to_channels_last(dx))
+                    plan.extent, _tap_like(dy.dtype), np.zeros(1, dy.dtype),
+                    _to_channels_last(dx))
             elif row_kernels.serves_tiled_backward(plan):
                 _max_backward_tiled(_kernel_dy(layout, dy, False), pos, plan, dx)
             elif interior is not None:
