@@ -275,6 +275,9 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     elif tiled:
         row_kernels.max_pool_forward_tiled(xk, plan.table, plan.extent, plan.dilation, width,
                                            yk, pos)
+    elif interior is not None and row_kernels.serves_recorded_blocks(plan, interior):
+        row_kernels.max_pool_forward_blocks(xk, plan.table, plan.extent, plan.dilation,
+                                            interior, yk, pos)
     elif interior is not None:
         row_kernels.max_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
                                           width, yk, pos)

@@ -127,6 +127,43 @@ def test_stride2_blocks_leave_out_the_taps_past_either_edge(dtype, monkeypatch):
     assert served.count("max_values_forward_blocks") == 5
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_recorded_stride2_blocks_keep_the_winners_of_the_general_kernels(dtype,
+                                                                         monkeypatch):
+    """The forward that records winners runs 3-tap stride-2 rows in vector blocks (the
+    windows clear of the W padding) and the windows cut by the padding one by one: the
+    values, winners and gradients of the general kernels, with ties, NaN rows, windows
+    of -inf at the cut edges (the first real tap wins), and tap numbers that move on
+    along H and D (3-d windows, dilated H, 27 taps)."""
+    served = []
+    kernel = rows.max_pool_forward_blocks
+    monkeypatch.setattr(rows, "max_pool_forward_blocks",
+                        lambda *args: served.append(1) or kernel(*args))
+    rng = np.random.default_rng(11)
+    cases = [((7, 20), 3, 2, 0, 1, True), ((7, 41), 3, 2, 1, 1, False),
+             ((6, 37), 3, 2, ((2, 1), (1, 2)), 1, False), ((9, 36), 3, 2, 1, (2, 1), True),
+             ((5, 6, 23), 3, 2, ((1, 0), (0, 1), (1, 1)), 1, False),
+             ((4, 5, 40), 3, 2, 1, 1, True)]
+    for spatial, kernel_size, stride, padding, dilation, ceil_mode in cases:
+        x = rng.integers(-2, 3, (2, 4) + spatial).astype(dtype)  # many ties
+        x[0, 1] = -np.inf
+        x[0, 2, ..., :3] = -np.inf
+        x[0, 2, ..., -3:] = -np.inf
+        x[1, 0].flat[::7] = np.nan
+        put_nan_payloads(x[1, 3])
+        args = (kernel_size, stride, padding, dilation, ceil_mode)
+        dy = rng.standard_normal(pg.max_pool(x, *args).shape).astype(dtype)
+
+        def run(x=x, args=args, dy=dy):
+            (y, indices), pullback = pg.vjp(pg.max_pool, x, *args, return_indices=True)
+            return y, indices, pullback(dy)
+
+        fast, slow = both_paths(run, monkeypatch)
+        for a, b in zip(fast, slow, strict=True):
+            assert a.tobytes() == b.tobytes()
+    assert len(served) == len(cases)  # every case ran the blocks
+
+
 def test_row_passes_serve_the_common_layers():
     x = np.zeros((1, 1, 1, 8, 8), np.float32)
     plan = geometry.sliding_plan((8, 8), (2, 2), (2, 2), (1, 1), ((0, 0), (0, 0)), False)

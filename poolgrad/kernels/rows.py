@@ -543,10 +543,100 @@ def _max_row_in_blocks(xf, first, n_d, step_d, n_h, step_h, column, in_w, yf, yb
         at, start, edge = block_place(block, out_w, column, in_w)
         if edge:
             nan |= max3_stride2_block(xf, first, n_d, step_d, n_h, step_h, start, yf,
-                                      yb + at, in_w)
+                                      yb + at, in_w, None, 0, 0)
         else:
             nan |= max3_stride2_block(xf, first, n_d, step_d, n_h, step_h, start, yf,
-                                      yb + at, None)
+                                      yb + at, None, None, 0, 0)
+    return nan
+
+
+def serves_recorded_blocks(plan, interior) -> bool:
+    """Whether :func:`max_pool_forward_blocks` serves a plan that the row passes serve:
+    3 taps at stride 2 along W and at least one block of windows clear of the W
+    padding in every row."""
+    return (plan.extent[2] == 3 and interior[2] == 2
+            and interior[1] - interior[0] >= BLOCK)
+
+
+@parallel_kernel
+def max_pool_forward_blocks(x, table, extent, dilation, interior, y, pos):
+    """:func:`max_pool_forward_rows` (values and winners) for plans that
+    :func:`serves_recorded_blocks` accepts: the windows clear of the W padding in
+    blocks of :func:`~poolgrad.kernels.simd.max3_stride2_block`, which records the
+    winners too, and the few cut by it (ResNet's first) one by one. Rows that read a
+    NaN are redone exactly. (The row passes loaded one of the three taps element by
+    element, as in the values-only forward: AlexNet's 3x3/2 took 8.1 ms there.)"""
+    n_batch, n_chan, in_d, in_h, in_w = x.shape
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    number_step_d = extent[1] * 3  # from one tap row of a window to the next along D
+    lo, hi = interior[0], interior[1]
+    xf, yf, pf = x.ravel(), y.ravel(), pos.ravel()
+    column = table[2, 0, 0]  # where window 0 starts along W; window ow starts 2*ow further
+    n_out_rows = n_batch * n_chan * out_d * out_h
+    steps, per_step = row_steps(n_out_rows)
+    for step in prange(steps):
+        oh, od, plane = step_start(step * per_step, out_h, out_d)
+        for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
+            first, n_d, step_d, n_h, step_h = block_tap_rows(table, dilation, od, oh, plane,
+                                                             in_d, in_h, in_w)
+            number = (table[0, 1, od] * extent[1] + table[1, 1, oh]) * 3
+            yb = row * out_w
+            nan = _record_cut_windows(xf, first, n_d, step_d, n_h, step_h, table, number,
+                                      number_step_d, yf, pf, yb, lo, hi, out_w)
+            # a 2-d window's 3 tap rows as constants (see avg_pool_forward_blocks)
+            if n_d == 1 and n_h == 3:
+                nan |= _record_row_in_blocks(xf, first, 1, 0, 3, step_h, column, number,
+                                             number_step_d, yf, pf, yb, lo, hi)
+            else:
+                nan |= _record_row_in_blocks(xf, first, n_d, step_d, n_h, step_h, column,
+                                             number, number_step_d, yf, pf, yb, lo, hi)
+            if nan:
+                n, c = plane // n_chan, plane % n_chan
+                max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh],
+                             n, c, od, oh)
+            oh, od, plane = next_row(oh, od, plane, out_h, out_d)
+
+
+@_inline
+def _record_row_in_blocks(xf, first, n_d, step_d, n_h, step_h, column, number,
+                          number_step_d, yf, pf, yb, lo, hi):
+    """Windows ``[lo, hi)`` of one output row of :func:`max_pool_forward_blocks`, in
+    blocks; the last ends at ``hi`` and may overlap the one before (see
+    :func:`block_place`). Returns whether a tap was NaN."""
+    nan = False
+    for block in range(lo, hi, BLOCK):
+        at = min(block, hi - BLOCK)
+        nan |= max3_stride2_block(xf, first, n_d, step_d, n_h, step_h, column + 2 * at, yf,
+                                  yb + at, None, pf, number, number_step_d)
+    return nan
+
+
+@_row
+def _record_cut_windows(xf, first, n_d, step_d, n_h, step_h, table, number, number_step_d,
+                        yf, pf, yb, lo, hi, out_w):
+    """The windows of one output row of :func:`max_pool_forward_blocks` that the W
+    padding cuts (outside ``[lo, hi)``), one by one and tap by tap in the kernels'
+    order. Returns whether a tap was NaN."""
+    nan = False
+    for edge in range(out_w - (hi - lo)):
+        ow = edge if edge < lo else edge + hi - lo
+        o = uint64(yb + ow)
+        best, tap = yf[o], np.int64(0)  # (typing only: the first tap replaces them)
+        taken = False
+        for jd in range(n_d):
+            for jh in range(n_h):
+                xb = first + jd * step_d + jh * step_h + table[2, 0, ow]
+                t = number + jd * number_step_d + jh * 3
+                for jw in range(table[2, 1, ow], table[2, 2, ow]):
+                    v = xf[uint64(xb + jw)]
+                    nan |= v != v
+                    if not taken:
+                        best, tap = v, np.int64(t + jw)
+                        taken = True
+                    else:
+                        best, tap = _fold_max(best, tap, v, np.int64(t + jw))
+        yf[o] = best
+        pf[o] = tap
     return nan
 
 

@@ -78,14 +78,17 @@ def _splat(builder, scalar, count):
 
 
 def _three_tap_windows(context, builder, real, x_data, rows, start_v, width, width_v,
-                       fill, begin, fold):
+                       fill, begin, fold, numbers=None):
     """Fold the taps of eight 3-tap stride-2 windows (see :func:`sum3_stride2_block`)
     in order: tap row by tap row, tap by tap. ``rows`` = (first, n_d, step_d, n_h,
     step_h) as IR values; ``width``, the width argument's type: None, or an integer
     whose value ``width_v`` is the row width outside which taps are not read and count
-    as ``fill``. ``begin(tap)`` gives the state (a list of vectors) of the first tap,
-    ``fold(state, tap)`` the state after one more. Returns the state of each half:
-    windows 0-3 in the even lanes, windows 4-7 in the odd ones."""
+    as ``fill``. ``begin(tap, number)`` gives the state (a list of vectors) of the first
+    tap, ``fold(state, tap, number)`` the state after one more, where ``number`` is the
+    tap's number in its window (an i32): ``numbers`` = (of the first tap, step from one
+    jd to the next) as i32 IR values, the step from one jh to the next being 3; zeros
+    if None. Returns the state of each half: windows 0-3 in the even lanes, windows 4-7
+    in the odd ones."""
     first_v, n_d_v, step_d_v, n_h_v, step_h_v = rows
     element = context.get_value_type(real)
     vector = ir.VectorType(element, BLOCK)
@@ -126,23 +129,30 @@ def _three_tap_windows(context, builder, real, x_data, rows, start_v, width, wid
         return builder.call(load_masked, [
             pointer, i32(context.get_abi_sizeof(element)), masks[half][j], fills])
 
-    def fold_row(row_start, states):
+    def fold_row(row_start, row_number, states):
         s = builder.add(row_start, start_v)
         folded = []
         for half, half_shifts in enumerate(shifts):
             taps = [load(builder.add(s, i64(shift)), half, j)
                     for j, shift in enumerate(half_shifts)]
-            state = begin(taps[0]) if states is None else fold(states[half], taps[0])
-            folded.append(fold(fold(state, taps[1]), taps[2]))
+            tap_numbers = [builder.add(row_number, i32(j)) for j in range(3)]
+            state = (begin(taps[0], tap_numbers[0]) if states is None
+                     else fold(states[half], taps[0], tap_numbers[0]))
+            folded.append(fold(fold(state, taps[1], tap_numbers[1]), taps[2], tap_numbers[2]))
         return folded
 
     # the tap rows after the first, in one loop: the row start moves by step_h, or to
-    # the next jd's first row when jh wraps (a select, not a branch)
+    # the next jd's first row when jh wraps (a select, not a branch), and the taps'
+    # numbers likewise
+    first_number, number_step_d = numbers if numbers is not None else (i32(0), i32(0))
     slots = [[cgutils.alloca_once_value(builder, v) for v in state]
-             for state in fold_row(first_v, None)]
+             for state in fold_row(first_v, first_number, None)]
     row_start = cgutils.alloca_once_value(builder, first_v)
+    row_number = cgutils.alloca_once_value(builder, first_number)
     jh = cgutils.alloca_once_value(builder, i64(0))
     next_plane = builder.sub(step_d_v, builder.mul(builder.sub(n_h_v, i64(1)), step_h_v))
+    next_plane_number = builder.sub(number_step_d, builder.mul(
+        builder.trunc(builder.sub(n_h_v, i64(1)), i32), i32(3)))
     with cgutils.for_range_slice(builder, i64(1), builder.mul(n_d_v, n_h_v), i64(1),
                                  inc=True):
         jh_next = builder.add(builder.load(jh), i64(1))
@@ -150,7 +160,9 @@ def _three_tap_windows(context, builder, real, x_data, rows, start_v, width, wid
         builder.store(builder.select(wraps, i64(0), jh_next), jh)
         builder.store(builder.add(builder.load(row_start),
                                   builder.select(wraps, next_plane, step_h_v)), row_start)
-        folded = fold_row(builder.load(row_start),
+        builder.store(builder.add(builder.load(row_number),
+                                  builder.select(wraps, next_plane_number, i32(3))), row_number)
+        folded = fold_row(builder.load(row_start), builder.load(row_number),
                           [[builder.load(v) for v in half] for half in slots])
         for half_slots, state in zip(slots, folded):
             for slot, value in zip(half_slots, state):
@@ -203,8 +215,8 @@ def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
             at_v, factor_v, zero_v, width_v = _arguments(context, builder, signature, args)
         halves = _three_tap_windows(
             context, builder, real, x_data, (first_v, n_d_v, step_d_v, n_h_v, step_h_v),
-            start_v, width, width_v, 0.0, lambda tap: [tap],
-            lambda state, tap: [builder.fadd(state[0], tap)])
+            start_v, width, width_v, 0.0, lambda tap, _: [tap],
+            lambda state, tap, _: [builder.fadd(state[0], tap)])
         total = _in_window_order(builder, [half[0] for half in halves])
         element = context.get_value_type(real)
         counts = builder.fmul(_splat(builder, factor_v, BLOCK),
@@ -218,35 +230,58 @@ def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
 
 @intrinsic
 def max3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf, out,
-                       width):
-    """Eight maxima of 3-tap stride-2 windows (values only), written to
-    ``yf[out:out + 8]``: the taps of :func:`sum3_stride2_block`, folded in the same
-    order as the row kernels fold them (a later tap wins only if larger). Taps outside
-    ``[0, width)`` (``width`` an integer) are not read and count as -inf, which no
-    real tap loses to but -inf itself, of the same bits. Returns whether a tap was NaN:
-    the kernels redo such rows."""
-    real = _three_tap_types(xf, yf, width, (first, n_d, step_d, n_h, step_h, start, out))
-    if real is None:
+                       width, pf, tap_first, tap_step_d):
+    """Eight maxima of 3-tap stride-2 windows, written to ``yf[out:out + 8]``: the taps
+    of :func:`sum3_stride2_block`, folded in the same order as the row kernels fold them
+    (a later tap wins only if larger). Returns whether a tap was NaN: the kernels redo
+    such rows.
+
+    ``pf`` None: values only. Then taps outside ``[0, width)`` (``width`` an integer)
+    are not read and count as -inf, which no real tap loses to but -inf itself, of the
+    same bits. ``pf`` an unsigned array: the winners' tap numbers go to
+    ``pf[out:out + 8]`` as well; ``width`` must be None (a padded -inf tap would win
+    the window of real -infs), the taps of the first tap row are numbered from
+    ``tap_first`` (0, 1, 2 along W), each next jh adds 3 and each next jd
+    ``tap_step_d``, as in the row kernels' ``(jd * ext_h + jh) * 3 + jw``."""
+    real = _three_tap_types(xf, yf, width, (first, n_d, step_d, n_h, step_h, start, out,
+                                            tap_first, tap_step_d))
+    record = not isinstance(pf, types.NoneType)
+    if real is None or (record and not (_integer_1d(pf) and not pf.dtype.signed
+                                        and isinstance(width, types.NoneType))):
         return None
-    sig = types.boolean(xf, first, n_d, step_d, n_h, step_h, start, yf, out, width)
+    sig = types.boolean(xf, first, n_d, step_d, n_h, step_h, start, yf, out, width, pf,
+                        tap_first, tap_step_d)
 
     def codegen(context, builder, signature, args):
         x_data, first_v, n_d_v, step_d_v, n_h_v, step_h_v, start_v, y_data, out_v, \
-            width_v = _arguments(context, builder, signature, args)
+            width_v, pf_data, tap_first_v, tap_step_d_v = _arguments(
+                context, builder, signature, args)
+        i32 = ir.IntType(32)
 
-        def begin(tap):
-            return [tap, builder.fcmp_unordered("uno", tap, tap)]
+        def begin(tap, number):
+            state = [tap, builder.fcmp_unordered("uno", tap, tap)]
+            return state + [_splat(builder, number, BLOCK)] if record else state
 
-        def fold(state, tap):
-            best, nan = state
-            return [builder.select(builder.fcmp_ordered(">", tap, best), tap, best),
-                    builder.or_(nan, builder.fcmp_unordered("uno", tap, tap))]
+        def fold(state, tap, number):
+            wins = builder.fcmp_ordered(">", tap, state[0])
+            folded = [builder.select(wins, tap, state[0]),
+                      builder.or_(state[1], builder.fcmp_unordered("uno", tap, tap))]
+            if record:
+                folded.append(builder.select(wins, _splat(builder, number, BLOCK), state[2]))
+            return folded
 
+        numbers = (builder.trunc(tap_first_v, i32), builder.trunc(tap_step_d_v, i32))
         halves = _three_tap_windows(
             context, builder, real, x_data, (first_v, n_d_v, step_d_v, n_h_v, step_h_v),
-            start_v, width, width_v, float("-inf"), begin, fold)
+            start_v, width, width_v, float("-inf"), begin, fold, numbers)
         _store(context, builder, _in_window_order(builder, [half[0] for half in halves]),
                y_data, out_v)
+        if record:
+            taps = _in_window_order(builder, [half[2] for half in halves])
+            word = ir.VectorType(ir.IntType(signature.args[10].dtype.bitwidth), BLOCK)
+            taps = (builder.trunc(taps, word) if word.element.width < 32 else
+                    builder.zext(taps, word) if word.element.width > 32 else taps)
+            _store(context, builder, taps, pf_data, out_v)
         # every lane read holds a tap of these windows (columns start to start + 16), so
         # a NaN in any lane is a NaN tap
         mask = builder.bitcast(builder.or_(halves[0][1], halves[1][1]), ir.IntType(BLOCK))
