@@ -22,7 +22,7 @@ from numba.extending import overload
 from . import JIT_OPTIONS, parallel_kernel
 from .max_pool import max_backward_row, max_pool_row
 from .simd import (BLOCK, PREFETCH_BYTES, ROUTE_BYTES, max2_block, max3_stride2_block,
-                   prefetch, route2_block, sum3_stride2_block)
+                   prefetch, route2_block, route3_stride2_blocks, sum3_stride2_block)
 
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
 ENABLED = True  # the tests switch the row passes off to compare with the general kernels
@@ -1011,10 +1011,18 @@ def _max_back_pass(dyf, pf, ob, dxf, xb, kw, sw, lo, hi, t, zero, one):
             dxf[i + uint64(2)] += _routed(dyf, pf, o, t + 2, zero, one)
             dxf[i + uint64(3)] += _routed(dyf, pf, o, t + 3, zero, one)
     elif hi > lo:  # kw == 3, sw == 2: column 2*ow is tap 2 of ow - 1, then tap 0 of ow
-        i, o = uint64(xb + 2 * lo), uint64(ob + lo)
-        dxf[i] += _routed(dyf, pf, o, t, zero, one)
-        dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero, one)
-        for ow in range(lo + 1, hi):
+        # whole blocks of windows in vector code, the rest here; a block routes with a
+        # select (+0 where a tap lost): for a finite dy the bits of _routed's product
+        blocks = (hi - lo) // BLOCK
+        rest = lo + blocks * BLOCK
+        if blocks > 0:
+            route3_stride2_blocks(dyf, pf, ob + lo, blocks, dxf, xb + 2 * lo, t)
+        else:
+            i, o = uint64(xb + 2 * lo), uint64(ob + lo)
+            dxf[i] += _routed(dyf, pf, o, t, zero, one)
+            dxf[i + uint64(1)] += _routed(dyf, pf, o, t + 1, zero, one)
+            rest = lo + 1
+        for ow in range(rest, hi):
             i, o = uint64(xb + 2 * ow), uint64(ob + ow)
             dxf[i] = (dxf[i] + _routed(dyf, pf, o - uint64(1), t + 2, zero, one)
                       + _routed(dyf, pf, o, t, zero, one))

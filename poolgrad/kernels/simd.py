@@ -363,6 +363,69 @@ def route2_block(typingctx, dy_bits, pos, out, dx_bits, at0, tap0, at1, tap1, fl
 
 
 @intrinsic
+def route3_stride2_blocks(typingctx, dyf, pf, out, n_blocks, dxf, at, tap):
+    """Add the routed gradients of ``n_blocks`` blocks of eight 3-tap stride-2 windows
+    (``out`` to ``out + 8*n_blocks``) to the input columns ``dxf[at:at + 16*n_blocks]``
+    that their taps 0 and 1 cover: window ``out + k`` starts at ``at + 2*k``, its taps
+    are numbered ``tap``, ``tap + 1``, ``tap + 2``, and a tap gets ``dyf[out + k]`` if it
+    is the winner ``pf[out + k]``, else +0. An even column gets tap 2 of the window
+    before (none for the first) and then tap 0 of its own, an odd one tap 1: added in
+    increasing output order, as :func:`~poolgrad.kernels.rows._max_back_pass` adds them.
+    Tap 2 of the last window (column ``at + 16*n_blocks``) is left to the caller.
+
+    The row loop it replaces read the two columns of a window as two strided streams,
+    which the vectorizer served element by element; here a block loads the 16 columns
+    as two vectors and splits them into even and odd lanes with two shuffles."""
+    real = dyf.dtype if isinstance(dyf, types.Array) else None
+    if not (isinstance(real, types.Float) and _contiguous_1d(dyf) and _contiguous_1d(dxf, real)
+            and _integer_1d(pf) and not pf.dtype.signed
+            and all(isinstance(i, types.Integer) for i in (out, n_blocks, at, tap))):
+        return None
+    sig = types.void(dyf, pf, out, n_blocks, dxf, at, tap)
+
+    def codegen(context, builder, signature, args):
+        dy_data, pos_data, out_v, n_blocks_v, dx_data, at_v, tap_v = _arguments(
+            context, builder, signature, args)
+        element = context.get_value_type(real)
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        zeros = ir.Constant(ir.VectorType(element, BLOCK), [0.0] * BLOCK)
+        numbers = [_splat(builder, builder.trunc(builder.add(tap_v, i64(j)), i32), BLOCK)
+                   for j in range(3)]
+        pos_word = ir.IntType(signature.args[1].dtype.bitwidth)
+        words = ir.VectorType(i32, BLOCK)
+        # tap 2 of the previous block's windows: none before the first block
+        carried = cgutils.alloca_once_value(builder, zeros)
+        with cgutils.for_range(builder, n_blocks_v) as loop:
+            o = builder.add(out_v, builder.mul(loop.index, i64(BLOCK)))
+            i = builder.add(at_v, builder.mul(loop.index, i64(2 * BLOCK)))
+            gradients = _load(context, builder, dy_data, o, element, BLOCK)
+            winners = _load(context, builder, pos_data, o, pos_word, BLOCK)
+            winners = (builder.zext(winners, words) if pos_word.width < 32 else
+                       builder.trunc(winners, words) if pos_word.width > 32 else winners)
+            routed = [builder.select(builder.icmp_unsigned("==", winners, number), gradients,
+                                     zeros) for number in numbers]
+            # lane k: tap 2 of window k - 1
+            before = builder.shuffle_vector(builder.load(carried), routed[2],
+                                            _lanes([BLOCK - 1] + list(range(BLOCK, 2 * BLOCK - 1))))
+            builder.store(routed[2], carried)
+            low = _load(context, builder, dx_data, i, element, BLOCK)
+            high_at = builder.add(i, i64(BLOCK))
+            high = _load(context, builder, dx_data, high_at, element, BLOCK)
+            even = builder.shuffle_vector(low, high, _lanes(range(0, 2 * BLOCK, 2)))
+            odd = builder.shuffle_vector(low, high, _lanes(range(1, 2 * BLOCK, 2)))
+            even = builder.fadd(builder.fadd(even, before), routed[0])
+            odd = builder.fadd(odd, routed[1])
+            interleave = [k // 2 + (k % 2) * BLOCK for k in range(2 * BLOCK)]
+            _store(context, builder, builder.shuffle_vector(even, odd, _lanes(interleave[:BLOCK])),
+                   dx_data, i)
+            _store(context, builder, builder.shuffle_vector(even, odd, _lanes(interleave[BLOCK:])),
+                   dx_data, high_at)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def max2_block(typingctx, xf, base, offsets, start, yf, out, pf):
     """Maxima of the windows ``out, out + 1, ...`` (W kernel 2, stride 2), as many as
     :data:`ROUTE_BYTES` of ``x`` per tap row cover (4 float32 or 2 float64), written to
