@@ -359,7 +359,7 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
     yk = _empty(layout.kernel_shape(plan.out_spatial), xk.dtype, channels_last)
     if channels_last:
         cl_kernels.avg_pool_forward(_to_channels_last(xk), plan.table, plan.dilation, divisor,
-                                    _to_channels_last(yk))
+                                    np.zeros(1, xk.dtype), _to_channels_last(yk))
     elif row_kernels.serves_tiled_forward(plan, xk):
         row_kernels.avg_pool_forward_tiled(xk, plan.extent, divisor, np.zeros(1, xk.dtype),
                                            row_kernels.width_witness(plan.extent[2]), yk)
