@@ -74,12 +74,14 @@ def test_channels_last_averages_add_in_the_nchw_order(case, dtype):
     """Sums of values of many magnitudes round differently in another order (the small
     integers of ``sample`` add exactly in any order): the channels-last average must
     add its taps in the order of the NCHW kernels, and give their +0 for a window of
-    -0s."""
+    -0s and their -0 for a negative mean that underflows."""
     spatial, kwargs = GEOMETRIES[case]
     rng = np.random.default_rng(case)
     shape = (2, 6) + spatial
     x = (rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 7, shape)).astype(dtype)
     x[1, 2] = -0.0  # windows of -0s average to +0, as sums that start from 0 give
+    # and tiny negative sums whose means underflow keep their -0
+    x[1, 3] = np.where(x[1, 3] > 0, -np.finfo(dtype).smallest_subnormal, 0.0)
     for include in (True, False):
         y = pg.avg_pool(x, **kwargs, count_include_pad=include)
         y_cl = pg.avg_pool(channels_last(x), **kwargs, count_include_pad=include)

@@ -246,8 +246,8 @@ def avg_pool_forward(x, table, dilation, divisor, plus_zero, y):
     pass: VGG's 2x2/2 took 3.0 ms instead of 3.4 on two threads. Its sum starts from
     the first tap, not from 0, so a window of -0s sums to -0: ``plus_zero`` (a
     1-element array holding +0, loaded so that the compiler cannot drop it) is added to
-    its mean, which makes that +0 as in the NCHW kernels and leaves every other value
-    alone."""
+    the sum before its division, which makes that +0, as a sum that starts from 0 does,
+    and leaves every other sum alone."""
     zero = plus_zero[0]
     n_batch, n_chan = x.shape[0], x.shape[4]
     out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3]
@@ -272,7 +272,7 @@ def avg_pool_forward(x, table, dilation, divisor, plus_zero, y):
                     w0 = start_w + first_w * dil_w
                     a, b, d, e = upper[w0], upper[w0 + dil_w], lower[w0], lower[w0 + dil_w]
                     for c in range(n_chan):
-                        total[c] = (((a[c] + b[c]) + d[c]) + e[c]) / window + zero
+                        total[c] = ((((a[c] + b[c]) + d[c]) + e[c]) + zero) / window
                 else:
                     _mean(total, x, n, start_d, first_d, end_d, dil_d, start_h, first_h, end_h,
                           dil_h, start_w, first_w, end_w, dil_w, window)

@@ -160,7 +160,7 @@ def _sum_tile_loop(xf, r0, r1, n_rows, kw, yf, yb, out_w, first, last, factor, d
             for jw in range(kw):
                 total += xf[i + uint64(jw)]
         if last:
-            total = total / (factor * divisor[2, uint64(ow)]) + zero
+            total = (total + zero) / (factor * divisor[2, uint64(ow)])
         yf[o] = total
 
 
@@ -849,10 +849,11 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, plus_ze
     :func:`row_pass_geometry` accepts (see :func:`max_pool_forward_rows`).
 
     The sums start from their first tap, not from 0, so a window of -0s sums to -0:
-    ``plus_zero`` (a 1-element array holding +0) is added to every mean, which turns that
-    -0 into the +0 of a sum that starts from 0 and leaves every other value alone. It is
-    an array, not a constant, so that the compiler (allowed to ignore the sign of zeros)
-    cannot drop the addition."""
+    ``plus_zero`` (a 1-element array holding +0) is added to every sum before its
+    division, which turns that -0 into the +0 of a sum that starts from 0 and leaves
+    every other sum alone. (Added to the mean instead, it also turned the -0 of a tiny
+    negative mean that underflows into +0.) It is an array, not a constant, so that the
+    compiler (allowed to ignore the sign of zeros) cannot drop the addition."""
     zero = plus_zero[0]
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
@@ -883,7 +884,7 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, plus_ze
             factor = divisor[0, od] * divisor[1, oh]
             for ow in range(out_w):
                 o = uint64(yb + ow)
-                yf[o] = yf[o] / (factor * divisor[2, uint64(ow)]) + zero
+                yf[o] = (yf[o] + zero) / (factor * divisor[2, uint64(ow)])
             oh, od, plane = next_row(oh, od, plane, out_h, out_d)
 
 

@@ -194,14 +194,14 @@ def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
     ``n_d`` and ``jh`` < ``n_h`` (both at least 1). Output ``k``'s taps are
     ``xf[r + start + 2*k + j]``, added tap row by tap row (jd, then jh, in increasing
     order) and tap by tap (``j`` = 0, 1, 2) from the first tap, and the sum becomes
-    ``sum / (factor * divisor[at + k]) + zero``: the order and operations of
+    ``(sum + zero) / (factor * divisor[at + k])``: the order and operations of
     :func:`~poolgrad.kernels.rows.avg_pool_forward_rows`.
 
     ``width`` None: every tap is read and must be in bounds. An integer: the taps whose
     column ``start + 2*k + j`` lies outside ``[0, width)`` (the W padding, or past the
     row's end with ceil_mode) are not read and add +0 in their place. That changes at
     most the sign of a zero sum, which ``+ zero`` (+0) makes +0 as it does in the
-    kernels (see there). Nothing outside the taps and ``divisor[at:at + 8]`` is read.
+    kernels (see there), before the division. Nothing outside the taps and ``divisor[at:at + 8]`` is read.
     """
     real = _three_tap_types(xf, yf, width, (first, n_d, step_d, n_h, step_h, start, out, at))
     if not (real is not None and _contiguous_1d(divisor, real) and factor == real
@@ -221,7 +221,7 @@ def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
         element = context.get_value_type(real)
         counts = builder.fmul(_splat(builder, factor_v, BLOCK),
                               _load(context, builder, div_data, at_v, element, BLOCK))
-        means = builder.fadd(builder.fdiv(total, counts), _splat(builder, zero_v, BLOCK))
+        means = builder.fdiv(builder.fadd(total, _splat(builder, zero_v, BLOCK)), counts)
         _store(context, builder, means, y_data, out_v)
         return context.get_dummy_value()
 
