@@ -70,6 +70,15 @@ def _store(context, builder, vector, data, index):
     builder.store(vector, pointer, align=context.get_abi_sizeof(vector.type.element))
 
 
+def _resize(builder, integers, width):
+    """A vector of unsigned integers (tap numbers) as ``width``-bit lanes: widened with
+    zeros or cut (the numbers fit either width: they are below the window size)."""
+    lanes = ir.VectorType(ir.IntType(width), integers.type.count)
+    have = integers.type.element.width
+    return (builder.zext(integers, lanes) if have < width else
+            builder.trunc(integers, lanes) if have > width else integers)
+
+
 def _splat(builder, scalar, count):
     """A vector of ``count`` copies of ``scalar``."""
     vector = ir.VectorType(scalar.type, count)
@@ -278,10 +287,8 @@ def max3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
                y_data, out_v)
         if record:
             taps = _in_window_order(builder, [half[2] for half in halves])
-            word = ir.VectorType(ir.IntType(signature.args[10].dtype.bitwidth), BLOCK)
-            taps = (builder.trunc(taps, word) if word.element.width < 32 else
-                    builder.zext(taps, word) if word.element.width > 32 else taps)
-            _store(context, builder, taps, pf_data, out_v)
+            _store(context, builder, _resize(builder, taps, signature.args[10].dtype.bitwidth),
+                   pf_data, out_v)
         # every lane read holds a tap of these windows (columns start to start + 16), so
         # a NaN in any lane is a NaN tap
         mask = builder.bitcast(builder.or_(halves[0][1], halves[1][1]), ir.IntType(BLOCK))
@@ -342,11 +349,8 @@ def route2_block(typingctx, dy_bits, pos, out, dx_bits, at0, tap0, at1, tap1, fl
             builder.icmp_unsigned("!=", builder.and_(gradient, builder.or_(
                 quiet, builder.sub(quiet, constant(1)))), constant(0)))
         routed = builder.select(nan, builder.or_(gradient, quiet), gradient_or_zero)
-        winner = _load(context, builder, pos_data, out_v, pos_word, windows)
-        if pos_word.width < word.width:
-            winner = builder.zext(winner, ir.VectorType(word, windows))
-        elif pos_word.width > word.width:  # positions are below the window size
-            winner = builder.trunc(winner, ir.VectorType(word, windows))
+        winner = _resize(builder, _load(context, builder, pos_data, out_v, pos_word, windows),
+                         word.width)
         twice = _lanes([k // 2 for k in range(lanes)])
         routed = builder.shuffle_vector(routed, routed, twice)
         winner = builder.shuffle_vector(winner, winner, twice)
@@ -392,16 +396,14 @@ def route3_stride2_blocks(typingctx, dyf, pf, out, n_blocks, dxf, at, tap):
         numbers = [_splat(builder, builder.trunc(builder.add(tap_v, i64(j)), i32), BLOCK)
                    for j in range(3)]
         pos_word = ir.IntType(signature.args[1].dtype.bitwidth)
-        words = ir.VectorType(i32, BLOCK)
         # tap 2 of the previous block's windows: none before the first block
         carried = cgutils.alloca_once_value(builder, zeros)
         with cgutils.for_range(builder, n_blocks_v) as loop:
             o = builder.add(out_v, builder.mul(loop.index, i64(BLOCK)))
             i = builder.add(at_v, builder.mul(loop.index, i64(2 * BLOCK)))
             gradients = _load(context, builder, dy_data, o, element, BLOCK)
-            winners = _load(context, builder, pos_data, o, pos_word, BLOCK)
-            winners = (builder.zext(winners, words) if pos_word.width < 32 else
-                       builder.trunc(winners, words) if pos_word.width > 32 else winners)
+            winners = _resize(builder, _load(context, builder, pos_data, o, pos_word, BLOCK),
+                              32)
             routed = [builder.select(builder.icmp_unsigned("==", winners, number), gradients,
                                      zeros) for number in numbers]
             # lane k: tap 2 of window k - 1
@@ -485,11 +487,9 @@ def max2_block(typingctx, xf, base, offsets, start, yf, out, pf):
             builder.store(builder.or_(builder.load(state[2]), nan), state[2])
         _store(context, builder, builder.load(state[0]), y_data, out_v)
         if record:
-            word = ir.VectorType(ir.IntType(signature.args[6].dtype.bitwidth), windows)
-            tap = builder.load(state[1])
-            tap = (builder.trunc(tap, word) if word.element.width < 32 else
-                   builder.zext(tap, word) if word.element.width > 32 else tap)
-            _store(context, builder, tap, pf_data, out_v)
+            _store(context, builder, _resize(builder, builder.load(state[1]),
+                                             signature.args[6].dtype.bitwidth),
+                   pf_data, out_v)
         mask = builder.bitcast(builder.load(state[2]), ir.IntType(lanes))  # one movmsk
         return builder.icmp_unsigned("!=", mask, ir.IntType(lanes)(0))
 
