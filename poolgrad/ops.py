@@ -13,18 +13,13 @@ come only from :func:`vjp`, which returns the output and a :class:`Pullback`.
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 
 import numpy as np
 
 from . import geometry
-from .kernels import channels_last as cl_kernels
-from .kernels import max_pool as max_kernels
-from .kernels import rows as row_kernels
-from .kernels import sum_pool as sum_kernels
-from .kernels import unpool as unpool_kernels
+from .kernels import dispatch
 
 __all__ = [
     "Pullback",
@@ -144,11 +139,15 @@ class Pullback:
     ``dy`` must have the output's shape; ``dx`` has the input's shape and dtype. A
     pullback is pure: it may be called any number of times. ``saved`` holds the arrays
     it keeps (for max pooling with ``ties="first"``, only the winning tap of each
-    window, in the smallest unsigned type that numbers the window's taps).
+    window, in the smallest unsigned type that numbers the window's taps). ``kernels``
+    names the kernels that ran the forward and that run the backward (``{"forward":
+    "rows.max_pool_forward_tiled", "backward": ...}``; see ``docs/kernels.md``).
     """
 
-    def __init__(self, op: str, backward, y_shape, x_shape, x_dtype, saved: dict):
+    def __init__(self, op: str, backward, y_shape, x_shape, x_dtype, saved: dict,
+                 kernels: tuple[str, str]):
         self.op = op
+        self.kernels = dict(zip(("forward", "backward"), kernels, strict=True))
         self._backward = backward
         self.y_shape = tuple(y_shape)
         self.x_shape = tuple(x_shape)
@@ -180,39 +179,10 @@ class Pullback:
                 f"saves {self.saved_bytes} bytes)")
 
 
-def _kernel_dy(layout: _Layout, dy: np.ndarray, channels_last: bool) -> np.ndarray:
-    """dy as the fast kernels take it: C-contiguous and writeable (a read-only dy would
-    need a compile of its own), ``(N, C, D, H, W)`` or, channels-last, ``(N, D, H, W, C)``."""
-    view = layout.to_kernel(dy)
-    if channels_last:
-        view = _to_channels_last(view)
-    if view.flags.c_contiguous and view.flags.writeable:
-        return view
-    return np.array(view, order="C")
-
-
 # Channels-last: an ``(N, C, *spatial)`` array stored with C fastest (PyTorch's
 # channels_last memory format) is pooled by kernels that run along C, and its output and
-# gradient keep that memory format, as in PyTorch.
-_CHANNELS_LAST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _to_channels_last(a: np.ndarray) -> np.ndarray:
-    """The ``(N, D, H, W, C)`` view of a 5-d kernel array."""
-    return a.transpose(0, 2, 3, 4, 1)
-
-
-def _is_channels_last(xk: np.ndarray) -> bool:
-    """Whether the kernel view ``xk`` is stored channels-last (and not also plain
-    C-contiguous, which the NCHW kernels serve)."""
-    return (xk.dtype in _CHANNELS_LAST_DTYPES and not xk.flags.c_contiguous
-            and _to_channels_last(xk).flags.c_contiguous)
-
-
-def _tap_like(dtype: np.dtype) -> np.ndarray:
-    """The channels-last max kernels' ``tap_like``: taps (window positions) as wide as
-    the values, so that loops mixing the two vectorize."""
-    return np.empty(0, np.int32 if dtype == np.float32 else np.int64)
+# gradient keep that memory format, as in PyTorch (the dispatch decides; see
+# :func:`poolgrad.kernels.dispatch.operand`).
 
 
 def _empty(shape: tuple[int, ...], dtype, channels_last: bool) -> np.ndarray:
@@ -246,151 +216,70 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
         _gradient_input(x, op)
     xk = _compute_view(x, layout)
     out_shape = layout.kernel_shape(plan.out_spatial)
-    channels_last = _is_channels_last(xk)
-    yk = _empty(out_shape, xk.dtype, channels_last)
-    tiled = not channels_last and row_kernels.serves_tiled_forward(plan, xk)
-    interior = None if tiled else row_kernels.row_pass_geometry(plan, xk)
-    width = row_kernels.width_witness(plan.extent[2])  # picks the kernels' W passes
-    # inference: the same values, and no winners to record (as PyTorch's forward without
-    # autograd keeps no indices)
-    values_only = (not want_pullback and not return_indices
-                   and (channels_last or tiled or interior is not None))
-    pos = None if values_only else _empty(
-        out_shape, geometry.position_dtype(plan.window_size), channels_last)
-    if values_only and channels_last:
-        cl_kernels.max_values_forward(_to_channels_last(xk), plan.table, plan.dilation,
-                                      _to_channels_last(yk))
-    elif values_only and tiled:
-        row_kernels.max_values_forward_tiled(xk, plan.table, plan.extent, plan.dilation,
-                                             width, yk)
-    elif values_only:
-        values_forward = (row_kernels.max_values_forward_blocks
-                          if row_kernels.serves_blocks(plan, interior)
-                          else row_kernels.max_values_forward_rows)
-        values_forward(xk, plan.table, plan.extent, plan.dilation, interior, width, yk)
-    elif channels_last:
-        cl_kernels.max_pool_forward(_to_channels_last(xk), plan.table, plan.dilation,
-                                    plan.extent, _tap_like(xk.dtype), _to_channels_last(yk),
-                                    _to_channels_last(pos))
-    elif tiled:
-        row_kernels.max_pool_forward_tiled(xk, plan.table, plan.extent, plan.dilation, width,
-                                           yk, pos)
-    elif interior is not None and row_kernels.serves_recorded_blocks(plan, interior):
-        row_kernels.max_pool_forward_blocks(xk, plan.table, plan.extent, plan.dilation,
-                                            interior, yk, pos)
-    elif interior is not None:
-        row_kernels.max_pool_forward_rows(xk, plan.table, plan.extent, plan.dilation, interior,
-                                          width, yk, pos)
-    else:
-        max_kernels.max_pool_forward(xk, plan.table, plan.dilation, plan.extent, yk, pos)
+    # inference (no pullback, no indices) may fold the values only, as PyTorch's forward
+    # without autograd keeps no indices; the general kernel records winners anyway
+    forward = dispatch.choose("max", "forward", plan, dispatch.operand(xk),
+                              record=want_pullback or return_indices)
+    yk = _empty(out_shape, xk.dtype, forward.channels_last)
+    pos = _empty(out_shape, geometry.position_dtype(plan.window_size),
+                 forward.channels_last) if forward.records else None
+    forward(xk, yk, pos)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if return_indices:
-        indices = _empty(out_shape, np.int64, channels_last)
-        in_h, in_w = plan.kernel_axes[1].length, plan.kernel_axes[2].length
-        max_kernels.window_positions_to_indices(
-            pos, plan.table, plan.dilation, plan.extent, in_h, in_w, indices)
+        indices = _empty(out_shape, np.int64, forward.channels_last)
+        dispatch.choose("max", "indices", plan, dispatch.operand(pos))(pos, indices)
         y = (y, indices.reshape(y.shape))
     if not want_pullback:
         return y, None
-    ptr, outs, taps = plan.cover
     dx_shape = layout.kernel_shape(plan.in_spatial)
     if ties == "first":
+        # dx is stored as the forward stored y: C-contiguous or channels-last
+        gradient = dispatch.Operand(xk.dtype, "channels_last" if forward.channels_last
+                                    else "nchw")
+        backward_kernel = dispatch.choose("max", "backward", plan, gradient)
+
         def backward(dy):
-            dx = _empty(dx_shape, dy.dtype, channels_last)
-            interior = row_kernels.row_pass_geometry(plan, dx)
-            if channels_last:
-                cl_kernels.max_pool_backward(
-                    _kernel_dy(layout, dy, True), _to_channels_last(pos), ptr, outs, taps,
-                    plan.extent, _tap_like(dy.dtype), np.zeros(1, dy.dtype),
-                    _to_channels_last(dx))
-            elif row_kernels.serves_tiled_backward(plan):
-                _max_backward_tiled(_kernel_dy(layout, dy, False), pos, plan, dx)
-            elif interior is not None:
-                row_kernels.max_pool_backward_rows(
-                    _kernel_dy(layout, dy, False), pos, ptr, outs, taps,
-                    plan.table, plan.extent, interior, dx)
-            else:
-                max_kernels.max_pool_backward(layout.to_kernel(dy), pos, ptr, outs, taps,
-                                              plan.extent, dx)
+            dx = _empty(dx_shape, dy.dtype, backward_kernel.channels_last)
+            backward_kernel(layout.to_kernel(dy), pos, dx)
             return dx
         saved = {"window_positions": pos}
     else:
         xk, yk = _owned(xk, x), _owned(yk, y[0] if return_indices else y)
         tie_count = np.empty(out_shape, dtype=xk.dtype)
-        max_kernels.max_pool_tie_count(xk, plan.table, plan.dilation, yk, tie_count)
+        dispatch.choose("max", "tie_count", plan, dispatch.operand(xk))(xk, yk, tie_count)
+        backward_kernel = dispatch.choose("max", "split", plan,
+                                          dispatch.Operand(xk.dtype, "nchw"))
 
         def backward(dy):
             dx = np.empty(dx_shape, dtype=dy.dtype)
-            max_kernels.max_pool_backward_split(xk, yk, layout.to_kernel(dy), tie_count, pos,
-                                                ptr, outs, taps, plan.extent, dx)
+            backward_kernel(xk, yk, layout.to_kernel(dy), tie_count, pos, dx)
             return dx
         saved = {"x": xk, "y": yk, "tie_count": tie_count, "window_positions": pos}
     y_shape = y[0].shape if return_indices else y.shape
-    return y, Pullback(op, backward, y_shape, x.shape, x.dtype, saved)
+    return y, Pullback(op, backward, y_shape, x.shape, x.dtype, saved,
+                       (forward.name, backward_kernel.name))
 
 
-@functools.lru_cache(maxsize=None)
-def _float_bits(dtype: np.dtype) -> np.ndarray:
-    """The bits of -0, of the exponent field and of the quiet-NaN flag of ``dtype``, as
-    its same-width signed integers (read-only: shared by every call)."""
-    bits = np.dtype(f"i{dtype.itemsize}")
-    info = np.finfo(dtype)
-    exponent = ((1 << info.iexp) - 1) << info.nmant
-    quiet = 1 << (info.nmant - 1)
-    negative_zero = np.array(-0.0, dtype=dtype).view(bits)[()]
-    table = np.array([negative_zero, exponent, quiet], dtype=bits)
-    table.flags.writeable = False
-    return table
-
-
-def _max_backward_tiled(dy, pos, plan, dx):
-    """Max-pool backward for windows that tile the input: each element is written once,
-    the gradients moved as integer bits (see :func:`row_kernels.max_pool_backward_tiled`)."""
-    float_bits = _float_bits(dx.dtype)
-    row_kernels.max_pool_backward_tiled(dy.view(float_bits.dtype), pos, plan.extent,
-                                        row_kernels.tiled_width(plan.extent[2]), float_bits,
-                                        dx.view(float_bits.dtype))
-
-
-def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, op):
+def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, op,
+                kind="avg"):
     xk = _compute_view(x, layout)
     divisor = plan.divisor_table(divisor_mode, divisor_override, xk.dtype)
-    channels_last = _is_channels_last(xk)
-    yk = _empty(layout.kernel_shape(plan.out_spatial), xk.dtype, channels_last)
-    if channels_last:
-        cl_kernels.avg_pool_forward(_to_channels_last(xk), plan.table, plan.dilation, divisor,
-                                    np.zeros(1, xk.dtype), _to_channels_last(yk))
-    elif row_kernels.serves_tiled_forward(plan, xk):
-        row_kernels.avg_pool_forward_tiled(xk, plan.extent, divisor, np.zeros(1, xk.dtype),
-                                           row_kernels.width_witness(plan.extent[2]), yk)
-    elif (interior := row_kernels.row_pass_geometry(plan, xk)) is not None:
-        rows_forward = (row_kernels.avg_pool_forward_blocks
-                        if row_kernels.serves_blocks(plan, interior)
-                        else row_kernels.avg_pool_forward_rows)
-        rows_forward(xk, plan.table, plan.extent, plan.dilation, interior, divisor,
-                     np.zeros(1, xk.dtype), yk)
-    else:
-        sum_kernels.avg_pool_forward(xk, plan.table, plan.dilation, divisor, yk)
+    forward = dispatch.choose(kind, "forward", plan, dispatch.operand(xk))
+    yk = _empty(layout.kernel_shape(plan.out_spatial), xk.dtype, forward.channels_last)
+    forward(xk, yk, divisor)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None
-    ptr, outs, _ = plan.cover
     dx_shape = layout.kernel_shape(plan.in_spatial)
+    gradient = dispatch.Operand(xk.dtype, "channels_last" if forward.channels_last else "nchw")
+    backward_kernel = dispatch.choose(kind, "backward", plan, gradient)
 
     def backward(dy):
-        dx = _empty(dx_shape, dy.dtype, channels_last)
-        interior = row_kernels.row_pass_geometry(plan, dx)
-        if channels_last:
-            cl_kernels.avg_pool_backward(_kernel_dy(layout, dy, True), divisor, ptr, outs,
-                                         _to_channels_last(dx))
-        elif interior is not None:
-            row_kernels.avg_pool_backward_rows(_kernel_dy(layout, dy, False),
-                                               divisor, ptr, outs, plan.table, plan.extent,
-                                               interior, dx)
-        else:
-            sum_kernels.avg_pool_backward(layout.to_kernel(dy), divisor, ptr, outs, dx)
+        dx = _empty(dx_shape, dy.dtype, backward_kernel.channels_last)
+        backward_kernel(layout.to_kernel(dy), divisor, dx)
         return dx
-    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {})
+    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {},
+                       (forward.name, backward_kernel.name))
 
 
 def _check_p(p) -> float:
@@ -412,20 +301,23 @@ def _lp_engine(x, layout, plan, p, want_pullback, op):
     if not (np.isfinite(p_typed) and p_typed > 0 and np.isfinite(1 / p_typed)):
         raise ValueError(f"p = {p!r} is out of range for {xk.dtype} computation; "
                          f"p must be finite and > 0 in {xk.dtype}")
+    forward = dispatch.choose("lp", "forward", plan, dispatch.operand(xk))
     yk = np.empty(layout.kernel_shape(plan.out_spatial), dtype=xk.dtype)
-    sum_kernels.lp_pool_forward(xk, plan.table, plan.dilation, p_typed, yk)
+    forward(xk, yk, p_typed)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None
-    ptr, outs, _ = plan.cover
     dx_shape = layout.kernel_shape(plan.in_spatial)
     xk, yk = _owned(xk, x), _owned(yk, y)
+    backward_kernel = dispatch.choose("lp", "backward", plan,
+                                      dispatch.Operand(xk.dtype, "nchw"))
 
     def backward(dy):
         dx = np.empty(dx_shape, dtype=dy.dtype)
-        sum_kernels.lp_pool_backward(xk, yk, layout.to_kernel(dy), p_typed, ptr, outs, dx)
+        backward_kernel(xk, yk, layout.to_kernel(dy), p_typed, dx)
         return dx
-    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {"x": xk, "y": yk})
+    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {"x": xk, "y": yk},
+                       (forward.name, backward_kernel.name))
 
 
 def _sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim):
@@ -621,26 +513,9 @@ def global_max_pool(x, ties="first", *, spatial_dims=None):
 def _global_avg_pool(x, *, spatial_dims=None, want_pullback=False):
     x = _check_array(x, "x", floating=True)
     ndim = _global_dims(x, spatial_dims)
-    layout = _Layout(x.shape, ndim)
-    if not x.flags.c_contiguous:
-        plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-        return _avg_engine(x, layout, plan, "real", None, want_pullback, "global_avg_pool")
-    # contiguous planes: one pass per plane, with the sum's latency hidden
-    planes, length = math.prod(layout.lead), math.prod(layout.spatial)
-    compute = _COMPUTE_DTYPE[x.dtype]
-    flat = x.reshape(planes, length).astype(compute, copy=False)
-    divisor = compute.type(length)
-    out = np.empty(planes, dtype=compute)
-    sum_kernels.global_avg_forward(flat, divisor, out)
-    y = out.astype(x.dtype, copy=False).reshape(layout.user_shape((1,) * ndim))
-    if not want_pullback:
-        return y, None
-
-    def backward(dy):
-        dx = np.empty((planes, length), dtype=dy.dtype)
-        sum_kernels.global_avg_backward(np.ascontiguousarray(dy).reshape(planes), divisor, dx)
-        return dx
-    return y, Pullback("global_avg_pool", backward, y.shape, x.shape, x.dtype, {})
+    plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
+    return _avg_engine(x, _Layout(x.shape, ndim), plan, "real", None, want_pullback,
+                       "global_avg_pool", kind="global_avg")
 
 
 def global_avg_pool(x, *, spatial_dims=None):
@@ -739,7 +614,8 @@ def _max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=Non
     flat_y = _compute_view(y, layout).reshape(lead + (count,))
     out = np.zeros(lead + (plane,), dtype=flat_y.dtype)
     written = np.empty(flat_y.shape, dtype=np.uint8)
-    unpool_kernels.max_unpool_forward(flat_y, flat_indices, out, written)
+    forward = dispatch.choose("unpool", "forward", None, dispatch.Operand(out.dtype, "nchw"))
+    forward(flat_y, flat_indices, out, written)
     result = out.astype(y.dtype, copy=False).reshape(layout.user_shape(out_spatial))
     if not want_pullback:
         return result, None
@@ -747,10 +623,13 @@ def _max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=Non
     def backward(dout):
         dy = np.empty(flat_y.shape, dtype=dout.dtype)
         flat_dout = np.ascontiguousarray(dout).reshape(lead + (plane,))
-        unpool_kernels.max_unpool_backward(flat_dout, flat_indices, written, dy)
+        backward_kernel(flat_dout, flat_indices, written, dy)
         return dy
     saved = {"indices": flat_indices, "written": written}
-    return result, Pullback("max_unpool", backward, result.shape, y.shape, y.dtype, saved)
+    backward_kernel = dispatch.choose("unpool", "backward", None,
+                                      dispatch.Operand(flat_y.dtype, "nchw"))
+    return result, Pullback("max_unpool", backward, result.shape, y.shape, y.dtype, saved,
+                            (forward.name, backward_kernel.name))
 
 
 def max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=None):

@@ -6,33 +6,69 @@ import pytest
 
 import poolgrad as pg
 from poolgrad import geometry, ops
-from poolgrad.kernels import rows
+from poolgrad.kernels import dispatch
 
-# (spatial, kernel, stride, padding): every (kernel, stride) with a vectorized W pass,
-# in 1, 2 and 3 dims, with and without padding (windows cut by W padding take the
+# The kernels each case must run, in the order (max values-only forward, max recorded
+# forward, max backward, avg forward, avg backward); see docs/kernels.md
+TILED = ("rows.max_values_forward_tiled", "rows.max_pool_forward_tiled",
+         "rows.max_pool_backward_tiled", "rows.avg_pool_forward_tiled",
+         "rows.avg_pool_backward_rows")
+ROWS = ("rows.max_values_forward_rows", "rows.max_pool_forward_rows",
+        "rows.max_pool_backward_rows", "rows.avg_pool_forward_rows",
+        "rows.avg_pool_backward_rows")
+BLOCKS = ("rows.max_values_forward_blocks", "rows.max_pool_forward_blocks",
+          "rows.max_pool_backward_rows", "rows.avg_pool_forward_blocks",
+          "rows.avg_pool_backward_rows")
+# a row of 8 windows, two of them cut by the padding: too few clear ones for a recorded
+# block, enough for the values-only blocks, which mask the padded taps
+BLOCKS_UNRECORDED = BLOCKS[:1] + ROWS[1:2] + BLOCKS[2:]
+# tiling windows of a W width without row passes: only the backward has a fast kernel
+TILED_BACKWARD = ("max_pool.max_pool_forward", "max_pool.max_pool_forward",
+                  "rows.max_pool_backward_tiled", "sum_pool.avg_pool_forward",
+                  "sum_pool.avg_pool_backward")
+
+# (spatial, kernel, stride, padding, kernels): every (kernel, stride) with a vectorized W
+# pass, in 1, 2 and 3 dims, with and without padding (windows cut by W padding take the
 # one-by-one path), including inputs too narrow to have interior windows
 CASES = [
-    ((17,), 4, 4, 0), ((18,), 4, 4, ((1, 3),)), ((3,), 4, 4, ((1, 0),)), ((9,), 4, 4, 2),
-    ((9, 11), 2, 2, 0), ((9, 11), 2, 2, 1), ((9, 11), 3, 2, 1), ((8, 13), 3, 2, ((2, 0), (1, 2))),
-    ((2, 3), 3, 2, 1), ((7, 4), 3, 2, ((0, 1), (2, 1))), ((5, 6, 9), 2, 2, 1), ((5, 6, 9), 3, 2, 0),
+    ((17,), 4, 4, 0, TILED), ((18,), 4, 4, ((1, 3),), ROWS), ((3,), 4, 4, ((1, 0),), ROWS),
+    ((9,), 4, 4, 2, ROWS), ((9, 11), 2, 2, 0, TILED), ((9, 11), 2, 2, 1, ROWS),
+    ((9, 11), 3, 2, 1, ROWS), ((8, 13), 3, 2, ((2, 0), (1, 2)), ROWS),
+    ((2, 3), 3, 2, 1, ROWS), ((7, 4), 3, 2, ((0, 1), (2, 1)), ROWS),
+    ((5, 6, 9), 2, 2, 1, ROWS), ((5, 6, 9), 3, 2, 0, ROWS),
     # windows that tile the input (the tiled max backward), with rows, columns and slices
     # that no window reads
-    ((5, 6, 9), 2, 2, 0), ((4, 8), 2, 2, 0), ((16,), 4, 4, 0), ((7, 10), 3, 3, 0),
+    ((5, 6, 9), 2, 2, 0, TILED), ((4, 8), 2, 2, 0, TILED), ((16,), 4, 4, 0, TILED),
+    ((7, 10), 3, 3, 0, TILED_BACKWARD),
     # tiling windows wider than the tiled kernels' constant widths, and one tap wide
-    ((6, 17), (2, 5), (2, 5), 0), ((7, 6), (3, 1), (3, 1), 0),
+    ((6, 17), (2, 5), (2, 5), 0, TILED_BACKWARD), ((7, 6), (3, 1), (3, 1), 0, TILED_BACKWARD),
     # 3-tap stride-2 rows long enough for the vector blocks of the average: exactly one
     # block ending at the last element of x, blocks that overlap, W padding on both
     # sides (one block reaching into both; windows with a single real tap), and 3-d
     # windows with more than three tap rows
-    ((3, 17), 3, 2, 0), ((4, 40), 3, 2, 1), ((5, 37), 3, 2, ((2, 1), (1, 2))),
-    ((3, 15), 3, 2, 1), ((3, 21), 3, 2, ((0, 0), (2, 2))),
-    ((3, 5, 23), 3, 2, ((1, 0), (0, 1), (1, 1))),
+    ((3, 17), 3, 2, 0, BLOCKS), ((4, 40), 3, 2, 1, BLOCKS),
+    ((5, 37), 3, 2, ((2, 1), (1, 2)), BLOCKS), ((3, 15), 3, 2, 1, BLOCKS_UNRECORDED),
+    ((3, 21), 3, 2, ((0, 0), (2, 2)), BLOCKS),
+    ((3, 5, 23), 3, 2, ((1, 0), (0, 1), (1, 1)), BLOCKS),
     # tiling windows 2 wide, whose backward routes rows in blocks of 32 bytes (8 float32
     # or 4 float64): blocks that overlap with a column no window reads, an odd number of
     # tap rows, a single one, and 3-d windows with four
-    ((5, 23), 2, 2, 0), ((7, 20), (3, 2), (3, 2), 0), ((3, 12), (1, 2), (1, 2), 0),
-    ((3, 5, 30), 2, 2, 0),
+    ((5, 23), 2, 2, 0, TILED), ((7, 20), (3, 2), (3, 2), 0, TILED),
+    ((3, 12), (1, 2), (1, 2), 0, TILED), ((3, 5, 30), 2, 2, 0, TILED),
 ]
+
+
+def chosen_kernels(monkeypatch):
+    """A list that collects the name of every kernel the dispatch chooses from now on."""
+    names = []
+    choose = dispatch.choose
+
+    def spy(*args, **kwargs):
+        kernel = choose(*args, **kwargs)
+        names.append(kernel.name)
+        return kernel
+    monkeypatch.setattr(dispatch, "choose", spy)
+    return names
 
 
 def put_nan_payloads(plane):
@@ -48,10 +84,10 @@ def put_nan_payloads(plane):
 
 
 def both_paths(fn, monkeypatch):
-    """``fn()`` with the row passes, then with the general kernels only."""
+    """``fn()`` with the kernels the dispatch chooses, then with the general kernels only."""
     fast = fn()
     with monkeypatch.context() as patch:
-        patch.setattr(rows, "ENABLED", False)
+        patch.setattr(dispatch, "choose", dispatch.general)
         slow = fn()
     return fast, slow
 
@@ -59,7 +95,7 @@ def both_paths(fn, monkeypatch):
 @pytest.mark.parametrize("case", range(len(CASES)))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_row_passes_match_the_general_kernels(case, dtype, monkeypatch):
-    spatial, kernel, stride, padding = CASES[case]
+    spatial, kernel, stride, padding, kernels = CASES[case]
     rng = np.random.default_rng(case)
     x = rng.integers(-2, 3, (2, 3) + spatial).astype(dtype)  # many ties
     x[0, 0].flat[::5] = np.nan  # NaN must win, the first one
@@ -73,7 +109,14 @@ def test_row_passes_match_the_general_kernels(case, dtype, monkeypatch):
         (y, indices), pullback = pg.vjp(pg.max_pool, x, *args, return_indices=True)
         return y, indices, pullback(dy)
 
-    dy = rng.standard_normal(pg.max_pool(x, *args).shape).astype(dtype)
+    with monkeypatch.context() as patch:
+        ran = chosen_kernels(patch)
+        values_only = pg.max_pool(x, *args)
+        (_, pullback), (_, avg_pullback) = pg.vjp(pg.max_pool, x, *args), pg.vjp(
+            pg.avg_pool, x, *args)
+    assert ran[:1] + list(pullback.kernels.values()) + list(
+        avg_pullback.kernels.values()) == list(kernels)
+    dy = rng.standard_normal(values_only.shape).astype(dtype)
     fast, slow = both_paths(max_run, monkeypatch)
     for a, b in zip(fast, slow, strict=True):
         assert a.tobytes() == b.tobytes()
@@ -100,11 +143,7 @@ def test_stride2_blocks_leave_out_the_taps_past_either_edge(dtype, monkeypatch):
     taps that fall in the W padding or, with ceil_mode, past the end of the row: the
     same bits as the general kernels (average, with and without the padding counted;
     a window of -0s gives +0) and as the forward that records winners (max)."""
-    served = []
-    for name in ("avg_pool_forward_blocks", "max_values_forward_blocks"):
-        kernel = getattr(rows, name)
-        monkeypatch.setattr(rows, name, lambda *args, kernel=kernel, name=name: served.append(
-            name) or kernel(*args))
+    served = chosen_kernels(monkeypatch)
     rng = np.random.default_rng(5)
     # (width, padding, dilation, ceil_mode); the last one with tap rows 2 apart
     for width, padding, dilation, ceil_mode in (
@@ -125,8 +164,8 @@ def test_stride2_blocks_leave_out_the_taps_past_either_edge(dtype, monkeypatch):
         recorded, _ = pg.vjp(pg.max_pool, x, *args)
         assert pg.max_pool(x, *args).tobytes() == recorded.tobytes()
     # every case ran the blocks (the general kernels run unspied)
-    assert served.count("avg_pool_forward_blocks") == 10
-    assert served.count("max_values_forward_blocks") == 5
+    assert served.count("rows.avg_pool_forward_blocks") == 10
+    assert served.count("rows.max_values_forward_blocks") == 5
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -137,10 +176,7 @@ def test_recorded_stride2_blocks_keep_the_winners_of_the_general_kernels(dtype,
     values, winners and gradients of the general kernels, with ties, NaN rows, windows
     of -inf at the cut edges (the first real tap wins), and tap numbers that move on
     along H and D (3-d windows, dilated H, 27 taps)."""
-    served = []
-    kernel = rows.max_pool_forward_blocks
-    monkeypatch.setattr(rows, "max_pool_forward_blocks",
-                        lambda *args: served.append(1) or kernel(*args))
+    served = chosen_kernels(monkeypatch)
     rng = np.random.default_rng(11)
     cases = [((7, 20), 3, 2, 0, 1, True), ((7, 41), 3, 2, 1, 1, False),
              ((6, 37), 3, 2, ((2, 1), (1, 2)), 1, False), ((9, 36), 3, 2, 1, (2, 1), True),
@@ -163,32 +199,36 @@ def test_recorded_stride2_blocks_keep_the_winners_of_the_general_kernels(dtype,
         fast, slow = both_paths(run, monkeypatch)
         for a, b in zip(fast, slow, strict=True):
             assert a.tobytes() == b.tobytes()
-    assert len(served) == len(cases)  # every case ran the blocks
+    # every case ran the blocks (the general kernels run unspied)
+    assert served.count("rows.max_pool_forward_blocks") == len(cases)
 
 
 def test_row_passes_serve_the_common_layers():
     x = np.zeros((1, 1, 1, 8, 8), np.float32)
     plan = geometry.sliding_plan((8, 8), (2, 2), (2, 2), (1, 1), ((0, 0), (0, 0)), False)
-    assert rows.row_pass_geometry(plan, x) is not None
+    assert dispatch.row_interior(plan) is not None
     dilated = geometry.sliding_plan((8, 8), (2, 2), (2, 2), (1, 2), ((0, 0), (0, 0)), False)
-    assert rows.row_pass_geometry(dilated, x) is None
-    assert rows.row_pass_geometry(plan, x.transpose(0, 1, 2, 4, 3)) is None
-    assert rows.row_pass_geometry(plan, x.astype(np.int32)) is None
+    assert dispatch.row_interior(dilated) is None
     read_only = x.copy()
     read_only.flags.writeable = False
-    assert rows.row_pass_geometry(plan, read_only) is None
+    assert dispatch.operand(x).fast
+    for other in (x.transpose(0, 1, 2, 4, 3), x.astype(np.int32), read_only):
+        assert not dispatch.operand(other).fast
+        name = dispatch.choose("max", "forward", plan, dispatch.operand(other)).name
+        assert name == "max_pool.max_pool_forward"
+    assert dispatch.choose("max", "forward", plan, dispatch.operand(x)).name == (
+        "rows.max_values_forward_tiled")
 
 
 def test_plans_keep_their_per_call_tables_and_hand_out_copies():
     """The W interior and the divisor tables are built once per plan; writing into a
     table a call was given changes nothing for the next call."""
     plan = geometry.sliding_plan((9, 11), (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), False)
-    x = np.zeros((1, 1, 1, 9, 11), np.float32)
     # windows start at 2*ow - 1: window 0 reads the front padding, window 5 the back
-    interior = rows.row_pass_geometry(plan, x)
+    interior = dispatch.row_interior(plan)
     assert interior.tolist() == [1, 5, 2]
     interior[:] = 0
-    assert rows.row_pass_geometry(plan, x).tolist() == [1, 5, 2]
+    assert dispatch.row_interior(plan).tolist() == [1, 5, 2]
     padded = plan.divisor_table("padded", None, np.float32)
     assert padded[2, :6].tolist() == [3] * 6
     padded[:] = 7
@@ -246,7 +286,7 @@ def test_fast_paths_on_arrays_that_run_in_parallel(monkeypatch):
             fast = run()
             rng = np.random.default_rng(10)
             with monkeypatch.context() as patch:
-                patch.setattr(rows, "ENABLED", False)
+                patch.setattr(dispatch, "choose", dispatch.general)
                 slow = run()
             for a, b in zip(fast, slow, strict=True):
                 if op is pg.max_pool:
@@ -264,7 +304,7 @@ def test_inference_forward_gives_the_values_of_the_recorded_forward(case, dtype)
     channels-last); it must give the bits of the forward that records the winners."""
     from poolgrad.bench import channels_last
 
-    spatial, kernel, stride, padding = CASES[case]
+    spatial, kernel, stride, padding, kernels = CASES[case]
     rng = np.random.default_rng(case)
     x = rng.integers(-2, 3, (2, 8) + spatial).astype(dtype)  # many ties
     x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)  # +0/-0 ties

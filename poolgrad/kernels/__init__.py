@@ -7,6 +7,19 @@ geometry comes as the int64 tables of a :class:`~poolgrad.geometry.WindowPlan`.
 Parallel loops own whole output rows (forward) or whole input rows (backward,
 which gathers through the plan's cover tables), so there are no races and no
 atomics, and every sum has a fixed order: the same bits at any thread count.
+
+Which kernel serves a call is decided in one place, :mod:`.dispatch`.
+
+Arguments that are not plain arrays and numbers follow two conventions:
+
+* A **compile-time constant** travels in the *type* of an argument, so that Numba
+  compiles the kernel once per value and the loops that depend on it have no branch:
+  a small int ``k`` as :func:`constant` (an empty array with ``k`` dims; the kernel
+  reads ``arg.ndim``), a dtype as an empty array of that dtype (``tap_like``), and an
+  optional output as ``None`` (typed ``none``: its code is compiled out).
+* A **runtime value the compiler must not fold** (the +0 that turns a sum's -0 into
+  +0, the bit masks of a float type) travels in a small array (``plus_zero``,
+  ``float_bits``): fast-math may ignore the sign of a literal zero, not of a load.
 """
 
 import functools
@@ -56,6 +69,21 @@ def parallel_kernel(fn):
 
     call.compiled = compiled
     return call
+
+
+# Compile-time constants are for the few values a kernel is specialised for; anything
+# larger is a runtime argument (and an array has at most 64 dims).
+_MAX_CONSTANT = 8
+
+
+def constant(value: int) -> np.ndarray:
+    """``value`` (1 to 8) as a compile-time constant: an empty uint8 array with ``value``
+    dims, whose type, and so the kernel compiled for it, differs for each value. The
+    kernel reads it as ``arg.ndim``."""
+    if not 1 <= value <= _MAX_CONSTANT:
+        raise ValueError(f"a compile-time constant is 1 to {_MAX_CONSTANT}, got {value}: "
+                         f"pass it as a runtime argument")
+    return np.empty((0,) * value, np.uint8)
 
 
 @numba.njit(inline="always", **JIT_OPTIONS)

@@ -10,8 +10,8 @@ output positions vectorizes (SIMD across ``ow``). Padding in D and H costs nothi
 Taps are folded in row-major window order and compared strictly, so the winner (the
 first maximum, or the first NaN) and the sums' order are exactly the general kernels'.
 The vectorized passes exist for the common W geometries: (kernel, stride) of (2, 2),
-(3, 2) and (4, 4) with no W dilation; :func:`row_pass_geometry` tells whether a plan
-qualifies. Indices are unsigned so that NumPy's negative-index wraparound (which
+(3, 2) and (4, 4) with no W dilation; :func:`~poolgrad.kernels.dispatch.row_interior`
+tells whether a plan qualifies. Indices are unsigned so that NumPy's negative-index wraparound (which
 blocks vectorization) is never compiled in.
 """
 
@@ -19,14 +19,11 @@ import numpy as np
 from numba import njit, prange, uint64
 from numba.extending import overload
 
-from . import JIT_OPTIONS, parallel_kernel
+from . import JIT_OPTIONS, constant, parallel_kernel
 from .max_pool import max_backward_row, max_pool_row
 from .simd import (BLOCK, PREFETCH_BYTES, ROUTE_BYTES, max2_block, max3_stride2_block,
                    prefetch, route2_block, route3_stride2_blocks, sum3_stride2_block)
 
-ROW_PASS_W = ((2, 2), (3, 2), (4, 4))  # (kernel, stride) along W with a vectorized pass
-ENABLED = True  # the tests switch the row passes off to compare with the general kernels
-_SERVED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 # Helpers are plain compiled calls (``_row``), which LLVM inlines, unless a loop needs
 # them inlined by Numba itself to vectorize (``_inline``, which compiles slower: the
@@ -306,7 +303,7 @@ def row_windows(table, od, oh):
 @parallel_kernel
 def max_pool_forward_rows(x, table, extent, dilation, interior, width, y, pos):
     """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_forward` for plans that
-    :func:`row_pass_geometry` accepts. ``interior`` = (lo, hi, stride): the output columns
+    :func:`~.dispatch.row_interior` accepts. ``interior`` = (lo, hi, stride): the output columns
     whose windows lie wholly inside the input along W, and the W stride. A row whose
     windows read a NaN is redone window by window (NaN must win, the first one)."""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
@@ -442,11 +439,11 @@ def _max_values_pass_of_width(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, fir
 
 
 def width_witness(kernel_w: int) -> np.ndarray:
-    """The ``width`` argument of the max-forward row kernels: an empty array with
-    ``kernel_w`` dimensions, whose type tells Numba the W kernel (each width in
-    ``ROW_PASS_W`` has one stride; in the tiled kernels the stride is the kernel) when
-    it compiles the kernel for it."""
-    return np.empty((0,) * kernel_w, np.uint8)
+    """The ``width`` argument of the max-forward row kernels: the W kernel as a
+    compile-time :func:`~poolgrad.kernels.constant` (each width in
+    ``dispatch.ROW_PASS_W`` has one stride; in the tiled kernels the stride is the
+    kernel)."""
+    return constant(kernel_w)
 
 
 @parallel_kernel
@@ -507,8 +504,8 @@ def max_values_forward_rows(x, table, extent, dilation, interior, width, y):
 
 
 @parallel_kernel
-def max_values_forward_blocks(x, table, extent, dilation, interior, width, y):
-    """:func:`max_values_forward_rows` for plans that :func:`serves_blocks` accepts (3
+def max_values_forward_blocks(x, table, extent, dilation, y):
+    """:func:`max_values_forward_rows` for the plans of the dispatch's ``_stride2_blocks`` (3
     taps at stride 2 along W, rows of at least one block): each row in blocks of
     :func:`~poolgrad.kernels.simd.max3_stride2_block`, the windows cut by the W padding
     included, so ``y`` is written once. Rows that read a NaN are redone exactly. (On
@@ -553,18 +550,10 @@ def _max_row_in_blocks(xf, first, n_d, step_d, n_h, step_h, column, in_w, yf, yb
     return nan
 
 
-def serves_recorded_blocks(plan, interior) -> bool:
-    """Whether :func:`max_pool_forward_blocks` serves a plan that the row passes serve:
-    3 taps at stride 2 along W and at least one block of windows clear of the W
-    padding in every row."""
-    return (plan.extent[2] == 3 and interior[2] == 2
-            and interior[1] - interior[0] >= BLOCK)
-
-
 @parallel_kernel
 def max_pool_forward_blocks(x, table, extent, dilation, interior, y, pos):
     """:func:`max_pool_forward_rows` (values and winners) for plans that
-    :func:`serves_recorded_blocks` accepts: the windows clear of the W padding in
+    the dispatch's ``_recorded_stride2_blocks`` accepts: the windows clear of the W padding in
     blocks of :func:`~poolgrad.kernels.simd.max3_stride2_block`, which records the
     winners too, and the few cut by it (ResNet's first) one by one. Rows that read a
     NaN are redone exactly. (The row passes loaded one of the three taps element by
@@ -731,7 +720,7 @@ def _max_in_blocks(xf, xb, offsets, yf, pf, yb, out_w):
 @parallel_kernel
 def max_values_forward_tiled(x, table, extent, dilation, width, y):
     """The ``y`` of :func:`max_values_forward_rows` for plans whose windows tile the input
-    (see :func:`serves_tiled_forward`). ``width``: see :func:`width_witness` (its stride
+    (the dispatch's ``_tiled_forward``). ``width``: see :func:`width_witness` (its stride
     is the kernel here). Rows that read a NaN are redone exactly."""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
@@ -805,7 +794,7 @@ def _sum_tile(xf, xb, offsets, kw, yf, yb, out_w, factor, divisor, zero):
 @parallel_kernel
 def avg_pool_forward_tiled(x, extent, divisor, plus_zero, width, y):
     """The result of :func:`avg_pool_forward_rows` for plans whose windows tile the input
-    (see :func:`serves_tiled_forward`), with the loop of :func:`max_pool_forward_tiled`:
+    (the dispatch's ``_tiled_forward``), with the loop of :func:`max_pool_forward_tiled`:
     the first pass adds two tap rows, each later pass one, and the last pass divides."""
     zero = plus_zero[0]
     n_batch, n_chan, in_d, in_h, in_w = x.shape
@@ -829,25 +818,10 @@ def avg_pool_forward_tiled(x, extent, divisor, plus_zero, width, y):
                                                 in_w, ext_d, ext_h)
 
 
-def _serves_array(x: np.ndarray) -> bool:
-    """Whether the row and tiled forward kernels take this array: writeable C-contiguous
-    float32/float64. Each other dtype, and the read-only variant, would cost another long
-    compile of these large kernels for little use."""
-    return ENABLED and x.dtype in _SERVED_DTYPES and x.flags.c_contiguous and x.flags.writeable
-
-
-def serves_tiled_forward(plan, x: np.ndarray) -> bool:
-    """Whether the tiled forward kernels (max and avg) serve this plan and array: windows
-    that tile the input (:attr:`~poolgrad.geometry.WindowPlan.tiles`), a W kernel of 2 or
-    4 (the widths of ``ROW_PASS_W`` whose stride is the kernel; each width is a compile
-    of its own), and an array :func:`_serves_array` takes."""
-    return plan.tiles and plan.extent[2] in (2, 4) and _serves_array(x)
-
-
 @parallel_kernel
 def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, plus_zero, y):
     """Same result as :func:`~poolgrad.kernels.sum_pool.avg_pool_forward` for plans that
-    :func:`row_pass_geometry` accepts (see :func:`max_pool_forward_rows`).
+    :func:`~.dispatch.row_interior` accepts (see :func:`max_pool_forward_rows`).
 
     The sums start from their first tap, not from 0, so a window of -0s sums to -0:
     ``plus_zero`` (a 1-element array holding +0) is added to every sum before its
@@ -889,22 +863,13 @@ def avg_pool_forward_rows(x, table, extent, dilation, interior, divisor, plus_ze
             oh, od, plane = next_row(oh, od, plane, out_h, out_d)
 
 
-def serves_blocks(plan, interior) -> bool:
-    """Whether :func:`avg_pool_forward_blocks` and :func:`max_values_forward_blocks`
-    serve a plan that the row passes serve
-    (``interior`` from :func:`row_pass_geometry`): 3 taps at stride 2 along W and rows
-    of at least one block. (Every window holds a real tap: the geometry refuses
-    padding that would leave one without.)"""
-    return plan.extent[2] == 3 and interior[2] == 2 and plan.out_spatial[-1] >= BLOCK
-
-
 @parallel_kernel
-def avg_pool_forward_blocks(x, table, extent, dilation, interior, divisor, plus_zero, y):
-    """:func:`avg_pool_forward_rows` for plans that :func:`serves_blocks` accepts: the
+def avg_pool_forward_blocks(x, table, extent, dilation, divisor, plus_zero, y):
+    """:func:`avg_pool_forward_rows` for the plans of the dispatch's ``_stride2_blocks``: the
     same bits, with each row in blocks of :data:`~poolgrad.kernels.simd.BLOCK` outputs
     (see :mod:`poolgrad.kernels.simd`), the windows cut by the W padding included. A
     block adds all of its windows' tap rows and divides at once, so ``y`` is written
-    once. It takes the arguments of :func:`avg_pool_forward_rows` (``interior`` unused).
+    once.
     (A separate kernel: in :func:`avg_pool_forward_rows`
     the block path slowed the short rows it does not serve, by a third on 7-wide
     rows.)"""
@@ -952,28 +917,6 @@ def _mean_row_in_blocks(xf, first, n_d, step_d, n_h, step_h, column, in_w, yf, y
         else:
             sum3_stride2_block(xf, first, n_d, step_d, n_h, step_h, start, yf, yb + at,
                                divisor_w, at, factor, zero, None)
-
-
-def serves_tiled_backward(plan) -> bool:
-    """Whether :func:`max_pool_backward_tiled` serves this plan: its windows tile the
-    input. It needs nothing else: ``dy`` and ``dx`` reach it C-contiguous."""
-    return ENABLED and plan.tiles
-
-
-def row_pass_geometry(plan, x: np.ndarray):
-    """``(lo, hi, stride)`` if the row-pass kernels serve this plan and array, else None.
-
-    ``[lo, hi)`` are the output columns whose windows lie wholly inside the input along W,
-    and ``stride`` the W stride (:attr:`~poolgrad.geometry.AxisWindows.interior`).
-    Served: writeable C-contiguous float32/float64 arrays, undilated W taps, a sliding
-    (not adaptive) W axis with (kernel, stride) in ``ROW_PASS_W``.
-    """
-    axis = plan.kernel_axes[2]
-    interior = axis.interior
-    if (not _serves_array(x) or axis.dilation != 1 or interior is None
-            or (axis.extent, interior[2]) not in ROW_PASS_W):
-        return None
-    return np.array(interior, dtype=np.int64)
 
 
 # ------------------------------------------------------------------------------ backward
@@ -1068,7 +1011,7 @@ def _avg_back_pass(dyf, ob, factor, divisor, dxf, xb, kw, sw, lo, hi):
 def max_pool_backward_rows(dy, pos, cover_ptr, cover_out, cover_tap, table, extent,
                            interior, dx):
     """Same result as :func:`~poolgrad.kernels.max_pool.max_pool_backward` for C-contiguous
-    ``dy`` and plans that :func:`row_pass_geometry` accepts. Rows that come out with an
+    ``dy`` and plans that :func:`~.dispatch.row_interior` accepts. Rows that come out with an
     infinity or a NaN are redone exactly (see :func:`_routed`)."""
     n_batch, n_chan, in_d, in_h, in_w = dx.shape
     out_d, out_h, out_w = dy.shape[2], dy.shape[3], dy.shape[4]
@@ -1114,7 +1057,7 @@ def max_pool_backward_rows(dy, pos, cover_ptr, cover_out, cover_tap, table, exte
 @parallel_kernel
 def avg_pool_backward_rows(dy, divisor, cover_ptr, cover_out, table, extent, interior, dx):
     """Same result as :func:`~poolgrad.kernels.sum_pool.avg_pool_backward` for C-contiguous
-    ``dy`` and plans that :func:`row_pass_geometry` accepts."""
+    ``dy`` and plans that :func:`~.dispatch.row_interior` accepts."""
     n_batch, n_chan, in_d, in_h, in_w = dx.shape
     out_d, out_h, out_w = dy.shape[2], dy.shape[3], dy.shape[4]
     lo, hi, stride_w = interior[0], interior[1], interior[2]

@@ -1,0 +1,512 @@
+"""The one place that chooses a kernel: by op, pass, layout, geometry, dtype and backend.
+
+:mod:`poolgrad.ops` describes a call, ``choose(op, direction, plan, operand)``, and runs
+the :class:`Kernel` it gets back. Nothing else picks a kernel. Each ``(op, direction)``
+has a list of rules, tried in order; the first whose ``serves`` accepts the call wins,
+and the last rule of every list, the general kernel, serves every call. The table of
+which call goes where, and why each kernel exists, is ``docs/kernels.md``.
+
+A :class:`Kernel` runs with the same arguments whichever kernel it is, 5-d arrays
+``(N, C, D, H, W)`` whatever their memory layout (see ``RUN SIGNATURES`` below): the
+rule's ``run`` turns them into the arguments its family's kernel takes (a
+channels-last view, a flat row, the plan's tables), so a kernel's own parameters never
+leak into ``ops.py``.
+
+Run signatures (one per op and direction)::
+
+    ("max", "forward")     run(x, y, pos)      pos None unless kernel.records
+    ("max", "indices")     run(pos, indices)   winners -> PyTorch's flat int64 indices
+    ("max", "backward")    run(dy, pos, dx)
+    ("max", "tie_count")   run(x, y, ties)     ties="split": ties per window
+    ("max", "split")       run(x, y, dy, ties, pos, dx)
+    ("avg", "forward")     run(x, y, divisor)  divisor: plan.divisor_table(...)
+    ("avg", "backward")    run(dy, divisor, dx)
+    ("global_avg", ...)    as ("avg", ...), for a global average (one window per plane)
+    ("lp", "forward")      run(x, y, p)
+    ("lp", "backward")     run(x, y, dy, p, dx)
+    ("unpool", "forward")  run(y, indices, out, written)   flat (N, C, L) arrays
+    ("unpool", "backward") run(dout, indices, written, dy)
+
+Backends: ``"numba"`` (NumPy arrays on the CPU) is the only one today; a CUDA backend
+adds its rules under its own name, and ``ops.py`` does not change.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import channels_last as cl
+from . import max_pool as general_max
+from . import rows
+from . import sum_pool
+from . import unpool as unpool_kernels
+from .simd import BLOCK
+
+BACKENDS = ("numba",)
+LAYOUTS = ("nchw", "channels_last", "strided")
+
+# Dtypes the vectorized kernels (row passes, tiles, blocks, channels-last) are compiled
+# for; any other dtype (the integers of a max forward) takes the general kernels.
+_FAST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+# (kernel, stride) along W with a vectorized row pass (see :mod:`.rows`)
+ROW_PASS_W = ((2, 2), (3, 2), (4, 4))
+
+
+@dataclass(frozen=True)
+class Operand:
+    """What a kernel choice needs to know of the array a pass reads or writes: its
+    compute dtype, its memory layout (one of ``LAYOUTS``), whether it is writeable,
+    and the backend that owns it."""
+
+    dtype: np.dtype
+    layout: str
+    writeable: bool = True
+    backend: str = "numba"
+
+    @property
+    def fast(self) -> bool:
+        """Whether the vectorized NCHW kernels take it (each other dtype, and the
+        read-only variant, would cost another long compile for little use)."""
+        return self.layout == "nchw" and self.writeable and self.dtype in _FAST_DTYPES
+
+
+def operand(a: np.ndarray) -> Operand:
+    """The :class:`Operand` of a 5-d kernel view ``a``. ``"nchw"``: C-contiguous;
+    ``"channels_last"``: C fastest in memory (PyTorch's channels_last) and not also
+    C-contiguous, for the float dtypes that have channels-last kernels; otherwise
+    ``"strided"``."""
+    if a.flags.c_contiguous:
+        layout = "nchw"
+    elif a.dtype in _FAST_DTYPES and a.transpose(0, 2, 3, 4, 1).flags.c_contiguous:
+        layout = "channels_last"
+    else:
+        layout = "strided"
+    return Operand(a.dtype, layout, bool(a.flags.writeable))
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A chosen kernel: ``name`` (``family.function``), whether it writes the winners
+    (max forwards; the general one always does), the memory layout its outputs take,
+    and ``run``, which takes the arguments of its ``(op, direction)``."""
+
+    name: str
+    run: Callable
+    records: bool = False
+    channels_last: bool = False
+
+    def __call__(self, *args):
+        return self.run(*args)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    serves: Callable  # (plan, operand, record) -> bool
+    bind: Callable  # plan -> run
+    records: bool = False
+
+
+# -------------------------------------------------------------------------- geometry
+# Which plans the vectorized kernels serve. Pure functions of the plan.
+
+
+def row_interior(plan):
+    """``(lo, hi, stride)`` as an int64 array if the row passes serve this plan's W
+    axis, else None: undilated taps, even windows (not adaptive) and a (kernel, stride)
+    in ``ROW_PASS_W``. ``[lo, hi)`` are the output columns whose windows lie wholly
+    inside the input (:attr:`~poolgrad.geometry.AxisWindows.interior`). Each call
+    returns a fresh array."""
+    axis = plan.kernel_axes[2]
+    interior = axis.interior
+    if axis.dilation != 1 or interior is None or (axis.extent, interior[2]) not in ROW_PASS_W:
+        return None
+    return np.array(interior, dtype=np.int64)
+
+
+def _tiled_forward(plan) -> bool:
+    """Windows that tile the input, with a W kernel of 2 or 4: the widths of
+    ``ROW_PASS_W`` whose stride is the kernel (each width a compile of its own)."""
+    return plan.tiles and plan.extent[2] in (2, 4)
+
+
+def _stride2_blocks(plan) -> bool:
+    """3 taps at stride 2 along W (a row pass geometry) and rows of at least one
+    :data:`~poolgrad.kernels.simd.BLOCK`."""
+    interior = plan.kernel_axes[2].interior
+    return (row_interior(plan) is not None and plan.extent[2] == 3 and interior[2] == 2
+            and plan.out_spatial[-1] >= BLOCK)
+
+
+def _recorded_stride2_blocks(plan) -> bool:
+    """3 taps at stride 2 along W and at least one block of windows clear of the W
+    padding in every row (the recorded blocks do the cut windows one by one)."""
+    interior = plan.kernel_axes[2].interior
+    return (row_interior(plan) is not None and plan.extent[2] == 3 and interior[2] == 2
+            and interior[1] - interior[0] >= BLOCK)
+
+
+# --------------------------------------------------------------------- argument helpers
+
+
+def _cl(a):
+    """The ``(N, D, H, W, C)`` view of a 5-d array."""
+    return a.transpose(0, 2, 3, 4, 1)
+
+
+def _contiguous(a):
+    """``a`` as the fast kernels take it: C-contiguous and writeable (a read-only array
+    would need a compile of its own)."""
+    if a.flags.c_contiguous and a.flags.writeable:
+        return a
+    return np.array(a, order="C")
+
+
+def _zero(dtype):
+    """A 1-element array holding +0, the ``plus_zero`` of the kernels that must add +0
+    (see :mod:`poolgrad.kernels`: runtime values the compiler must not fold)."""
+    return np.zeros(1, dtype)
+
+
+def _tap_like(dtype):
+    """Taps (window positions) as wide as the values, for the channels-last max
+    kernels: an empty array whose dtype is the constant."""
+    return np.empty(0, np.int32 if dtype == np.float32 else np.int64)
+
+
+@functools.lru_cache(maxsize=None)
+def _float_bits(dtype: np.dtype) -> np.ndarray:
+    """The bits of -0, of the exponent field and of the quiet-NaN flag of ``dtype``, as
+    its same-width signed integers (read-only: shared by every call)."""
+    bits = np.dtype(f"i{dtype.itemsize}")
+    info = np.finfo(dtype)
+    exponent = ((1 << info.iexp) - 1) << info.nmant
+    quiet = 1 << (info.nmant - 1)
+    negative_zero = np.array(-0.0, dtype=dtype).view(bits)[()]
+    table = np.array([negative_zero, exponent, quiet], dtype=bits)
+    table.flags.writeable = False
+    return table
+
+
+# ---------------------------------------------------------------------------- max
+
+
+def _max_general(plan):
+    return lambda x, y, pos: general_max.max_pool_forward(x, plan.table, plan.dilation,
+                                                          plan.extent, y, pos)
+
+
+def _max_cl(plan):
+    return lambda x, y, pos: cl.max_pool_forward(_cl(x), plan.table, plan.dilation,
+                                                 plan.extent, _tap_like(x.dtype), _cl(y),
+                                                 _cl(pos))
+
+
+def _max_values_cl(plan):
+    return lambda x, y, pos: cl.max_values_forward(_cl(x), plan.table, plan.dilation, _cl(y))
+
+
+def _max_tiled(plan):
+    width = rows.width_witness(plan.extent[2])
+    return lambda x, y, pos: rows.max_pool_forward_tiled(x, plan.table, plan.extent,
+                                                         plan.dilation, width, y, pos)
+
+
+def _max_values_tiled(plan):
+    width = rows.width_witness(plan.extent[2])
+    return lambda x, y, pos: rows.max_values_forward_tiled(x, plan.table, plan.extent,
+                                                           plan.dilation, width, y)
+
+
+def _max_blocks(plan):
+    interior = row_interior(plan)
+    return lambda x, y, pos: rows.max_pool_forward_blocks(x, plan.table, plan.extent,
+                                                          plan.dilation, interior, y, pos)
+
+
+def _max_values_blocks(plan):
+    return lambda x, y, pos: rows.max_values_forward_blocks(x, plan.table, plan.extent,
+                                                            plan.dilation, y)
+
+
+def _max_rows(plan):
+    interior, width = row_interior(plan), rows.width_witness(plan.extent[2])
+    return lambda x, y, pos: rows.max_pool_forward_rows(x, plan.table, plan.extent,
+                                                        plan.dilation, interior, width, y,
+                                                        pos)
+
+
+def _max_values_rows(plan):
+    interior, width = row_interior(plan), rows.width_witness(plan.extent[2])
+    return lambda x, y, pos: rows.max_values_forward_rows(x, plan.table, plan.extent,
+                                                          plan.dilation, interior, width, y)
+
+
+def _max_indices(plan):
+    in_h, in_w = plan.kernel_axes[1].length, plan.kernel_axes[2].length
+    return lambda pos, indices: general_max.window_positions_to_indices(
+        pos, plan.table, plan.dilation, plan.extent, in_h, in_w, indices)
+
+
+def _max_back_general(plan):
+    ptr, outs, taps = plan.cover
+    return lambda dy, pos, dx: general_max.max_pool_backward(dy, pos, ptr, outs, taps,
+                                                             plan.extent, dx)
+
+
+def _max_back_cl(plan):
+    ptr, outs, taps = plan.cover
+    return lambda dy, pos, dx: cl.max_pool_backward(
+        _contiguous(_cl(dy)), _cl(pos), ptr, outs, taps, plan.extent, _tap_like(dx.dtype),
+        _zero(dx.dtype), _cl(dx))
+
+
+def _max_back_tiled(plan):
+    # the gradients move as integer bits (see rows.max_pool_backward_tiled)
+    width = rows.tiled_width(plan.extent[2])
+
+    def run(dy, pos, dx):
+        bits = _float_bits(dx.dtype)
+        rows.max_pool_backward_tiled(_contiguous(dy).view(bits.dtype), pos, plan.extent,
+                                     width, bits, dx.view(bits.dtype))
+    return run
+
+
+def _max_back_rows(plan):
+    ptr, outs, taps = plan.cover
+    interior = row_interior(plan)
+    return lambda dy, pos, dx: rows.max_pool_backward_rows(
+        _contiguous(dy), pos, ptr, outs, taps, plan.table, plan.extent, interior, dx)
+
+
+def _tie_count(plan):
+    return lambda x, y, ties: general_max.max_pool_tie_count(x, plan.table, plan.dilation,
+                                                             y, ties)
+
+
+def _split(plan):
+    ptr, outs, taps = plan.cover
+    return lambda x, y, dy, ties, pos, dx: general_max.max_pool_backward_split(
+        x, y, dy, ties, pos, ptr, outs, taps, plan.extent, dx)
+
+
+# ---------------------------------------------------------------------------- avg
+
+
+def _avg_general(plan):
+    return lambda x, y, divisor: sum_pool.avg_pool_forward(x, plan.table, plan.dilation,
+                                                           divisor, y)
+
+
+def _avg_cl(plan):
+    return lambda x, y, divisor: cl.avg_pool_forward(_cl(x), plan.table, plan.dilation,
+                                                     divisor, _zero(x.dtype), _cl(y))
+
+
+def _avg_tiled(plan):
+    width = rows.width_witness(plan.extent[2])
+    return lambda x, y, divisor: rows.avg_pool_forward_tiled(x, plan.extent, divisor,
+                                                             _zero(x.dtype), width, y)
+
+
+def _avg_blocks(plan):
+    return lambda x, y, divisor: rows.avg_pool_forward_blocks(
+        x, plan.table, plan.extent, plan.dilation, divisor, _zero(x.dtype), y)
+
+
+def _avg_rows(plan):
+    interior = row_interior(plan)
+    return lambda x, y, divisor: rows.avg_pool_forward_rows(
+        x, plan.table, plan.extent, plan.dilation, interior, divisor, _zero(x.dtype), y)
+
+
+def _avg_back_general(plan):
+    ptr, outs, _ = plan.cover
+    return lambda dy, divisor, dx: sum_pool.avg_pool_backward(dy, divisor, ptr, outs, dx)
+
+
+def _avg_back_cl(plan):
+    ptr, outs, _ = plan.cover
+    return lambda dy, divisor, dx: cl.avg_pool_backward(_contiguous(_cl(dy)), divisor, ptr,
+                                                        outs, _cl(dx))
+
+
+def _avg_back_rows(plan):
+    ptr, outs, _ = plan.cover
+    interior = row_interior(plan)
+    return lambda dy, divisor, dx: rows.avg_pool_backward_rows(
+        _contiguous(dy), divisor, ptr, outs, plan.table, plan.extent, interior, dx)
+
+
+def _planes(a):
+    """A C-contiguous 5-d array as ``(planes, plane length)``."""
+    return a.reshape(a.shape[0] * a.shape[1], -1)
+
+
+def _global_avg(plan):
+    # one pass per contiguous plane, with the sum's latency hidden
+    length = math.prod(plan.in_spatial)
+    return lambda x, y, divisor: sum_pool.global_avg_forward(
+        _planes(x), x.dtype.type(length), y.reshape(-1))
+
+
+def _global_avg_back(plan):
+    length = math.prod(plan.in_spatial)
+    return lambda dy, divisor, dx: sum_pool.global_avg_backward(
+        np.ascontiguousarray(dy).reshape(-1), dx.dtype.type(length), _planes(dx))
+
+
+# ------------------------------------------------------------------------- lp, unpool
+
+
+def _lp(plan):
+    return lambda x, y, p: sum_pool.lp_pool_forward(x, plan.table, plan.dilation, p, y)
+
+
+def _lp_back(plan):
+    ptr, outs, _ = plan.cover
+    return lambda x, y, dy, p, dx: sum_pool.lp_pool_backward(x, y, dy, p, ptr, outs, dx)
+
+
+def _unpool(plan):
+    return unpool_kernels.max_unpool_forward
+
+
+def _unpool_back(plan):
+    return unpool_kernels.max_unpool_backward
+
+
+# ---------------------------------------------------------------------------- rules
+
+
+def _is_cl(plan, operand, record):
+    return operand.layout == "channels_last"
+
+
+def _always(plan, operand, record):
+    return True
+
+
+def _values(serves):
+    """``serves``, for a forward that need not record the winners."""
+    return lambda plan, operand, record: not record and serves(plan, operand, record)
+
+
+def _fast(geometry):
+    """The fast NCHW kernels' test: an operand they take and a plan ``geometry`` accepts."""
+    return lambda plan, operand, record: operand.fast and geometry(plan)
+
+
+def _rows_serve(plan):
+    return row_interior(plan) is not None
+
+
+_AVG_FORWARD = [
+    _Rule("channels_last.avg_pool_forward", _is_cl, _avg_cl),
+    _Rule("rows.avg_pool_forward_tiled", _fast(_tiled_forward), _avg_tiled),
+    _Rule("rows.avg_pool_forward_blocks", _fast(_stride2_blocks), _avg_blocks),
+    _Rule("rows.avg_pool_forward_rows", _fast(_rows_serve), _avg_rows),
+    _Rule("sum_pool.avg_pool_forward", _always, _avg_general),
+]
+_AVG_BACKWARD = [
+    _Rule("channels_last.avg_pool_backward", _is_cl, _avg_back_cl),
+    _Rule("rows.avg_pool_backward_rows", _fast(_rows_serve), _avg_back_rows),
+    _Rule("sum_pool.avg_pool_backward", _always, _avg_back_general),
+]
+
+_RULES = {
+    ("max", "forward"): [
+        _Rule("channels_last.max_values_forward", _values(_is_cl), _max_values_cl),
+        _Rule("channels_last.max_pool_forward", _is_cl, _max_cl, records=True),
+        _Rule("rows.max_values_forward_tiled", _values(_fast(_tiled_forward)),
+              _max_values_tiled),
+        _Rule("rows.max_pool_forward_tiled", _fast(_tiled_forward), _max_tiled,
+              records=True),
+        _Rule("rows.max_values_forward_blocks", _values(_fast(_stride2_blocks)),
+              _max_values_blocks),
+        _Rule("rows.max_values_forward_rows", _values(_fast(_rows_serve)), _max_values_rows),
+        _Rule("rows.max_pool_forward_blocks", _fast(_recorded_stride2_blocks), _max_blocks,
+              records=True),
+        _Rule("rows.max_pool_forward_rows", _fast(_rows_serve), _max_rows, records=True),
+        _Rule("max_pool.max_pool_forward", _always, _max_general, records=True),
+    ],
+    ("max", "indices"): [
+        _Rule("max_pool.window_positions_to_indices", _always, _max_indices),
+    ],
+    ("max", "backward"): [
+        _Rule("channels_last.max_pool_backward", _is_cl, _max_back_cl),
+        # any W width: dy and dx reach it C-contiguous
+        _Rule("rows.max_pool_backward_tiled", _fast(lambda plan: plan.tiles), _max_back_tiled),
+        _Rule("rows.max_pool_backward_rows", _fast(_rows_serve), _max_back_rows),
+        _Rule("max_pool.max_pool_backward", _always, _max_back_general),
+    ],
+    ("max", "tie_count"): [_Rule("max_pool.max_pool_tie_count", _always, _tie_count)],
+    ("max", "split"): [_Rule("max_pool.max_pool_backward_split", _always, _split)],
+    ("avg", "forward"): _AVG_FORWARD,
+    ("avg", "backward"): _AVG_BACKWARD,
+    # contiguous planes: one window per plane, summed in one pass; any other layout
+    # takes the average's kernels with the same plan
+    ("global_avg", "forward"): [
+        _Rule("sum_pool.global_avg_forward", lambda plan, operand, record:
+              operand.layout == "nchw", _global_avg)] + _AVG_FORWARD,
+    ("global_avg", "backward"): [
+        _Rule("sum_pool.global_avg_backward", lambda plan, operand, record:
+              operand.layout == "nchw", _global_avg_back)] + _AVG_BACKWARD,
+    ("lp", "forward"): [_Rule("sum_pool.lp_pool_forward", _always, _lp)],
+    ("lp", "backward"): [_Rule("sum_pool.lp_pool_backward", _always, _lp_back)],
+    ("unpool", "forward"): [_Rule("unpool.max_unpool_forward", _always, _unpool)],
+    ("unpool", "backward"): [_Rule("unpool.max_unpool_backward", _always, _unpool_back)],
+}
+
+
+def _rules(op: str, direction: str, operand: Operand):
+    if operand.backend not in BACKENDS:
+        raise ValueError(f"no kernels for backend {operand.backend!r}; backends: {BACKENDS}")
+    try:
+        return _RULES[op, direction]
+    except KeyError:
+        known = ", ".join(f"{o}/{d}" for o, d in _RULES)
+        raise ValueError(f"no kernel for op {op!r}, pass {direction!r}; known: {known}") from None
+
+
+def _kernel(rule: _Rule, plan, operand: Operand) -> Kernel:
+    return Kernel(rule.name, rule.bind(plan), rule.records,
+                  operand.layout == "channels_last")
+
+
+def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = False) -> Kernel:
+    """The kernel for one pass of one call.
+
+    Args:
+        op: ``"max"``, ``"avg"``, ``"global_avg"``, ``"lp"`` or ``"unpool"``.
+        direction: ``"forward"`` or ``"backward"`` (max also ``"indices"``,
+            ``"tie_count"`` and ``"split"``).
+        plan: the call's :class:`~poolgrad.geometry.WindowPlan` (None for unpool).
+        operand: :func:`operand` of the array the pass reads (forward) or writes
+            (backward).
+        record: a max forward must write each window's winner (for a pullback or for
+            indices); without it a kernel that folds values only may serve.
+    """
+    for rule in _rules(op, direction, operand):
+        if rule.serves(plan, operand, record):
+            return _kernel(rule, plan, operand)
+    raise AssertionError("the last rule of every list serves every call")
+
+
+def general(op: str, direction: str, plan, operand: Operand, *, record: bool = False) -> Kernel:
+    """The general kernel of ``(op, direction)``, which serves every call: the reference
+    the fast kernels are tested against (a test replaces :func:`choose` by this)."""
+    rule = _rules(op, direction, operand)[-1]
+    return _kernel(rule, plan, Operand(operand.dtype, "strided", operand.writeable,
+                                       operand.backend))
+
+
+def names(op: str, direction: str) -> list[str]:
+    """Every kernel that may serve ``(op, direction)``, in the order they are tried."""
+    return [rule.name for rule in _rules(op, direction, Operand(np.dtype(np.float32), "nchw"))]
