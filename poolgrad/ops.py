@@ -141,7 +141,7 @@ class Pullback:
     it keeps (for max pooling with ``ties="first"``, only the winning tap of each
     window, in the smallest unsigned type that numbers the window's taps). ``kernels``
     names the kernels that ran the forward and that run the backward (``{"forward":
-    "rows.max_pool_forward_tiled", "backward": ...}``; see ``docs/kernels.md``).
+    "tiled.max_pool_forward_tiled", "backward": ...}``; see ``docs/kernels.md``).
     """
 
     def __init__(self, op: str, backward, y_shape, x_shape, x_dtype, saved: dict,

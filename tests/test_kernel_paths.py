@@ -10,21 +10,21 @@ from poolgrad.kernels import dispatch
 
 # The kernels each case must run, in the order (max values-only forward, max recorded
 # forward, max backward, avg forward, avg backward); see docs/kernels.md
-TILED = ("rows.max_values_forward_tiled", "rows.max_pool_forward_tiled",
-         "rows.max_pool_backward_tiled", "rows.avg_pool_forward_tiled",
-         "rows.avg_pool_backward_rows")
-ROWS = ("rows.max_values_forward_rows", "rows.max_pool_forward_rows",
-        "rows.max_pool_backward_rows", "rows.avg_pool_forward_rows",
-        "rows.avg_pool_backward_rows")
-BLOCKS = ("rows.max_values_forward_blocks", "rows.max_pool_forward_blocks",
-          "rows.max_pool_backward_rows", "rows.avg_pool_forward_blocks",
-          "rows.avg_pool_backward_rows")
+TILED = ("tiled.max_values_forward_tiled", "tiled.max_pool_forward_tiled",
+         "tiled.max_pool_backward_tiled", "tiled.avg_pool_forward_tiled",
+         "gather_rows.avg_pool_backward_rows")
+ROWS = ("row_passes.max_values_forward_rows", "row_passes.max_pool_forward_rows",
+        "gather_rows.max_pool_backward_rows", "row_passes.avg_pool_forward_rows",
+        "gather_rows.avg_pool_backward_rows")
+BLOCKS = ("blocks.max_values_forward_blocks", "blocks.max_pool_forward_blocks",
+          "gather_rows.max_pool_backward_rows", "blocks.avg_pool_forward_blocks",
+          "gather_rows.avg_pool_backward_rows")
 # a row of 8 windows, two of them cut by the padding: too few clear ones for a recorded
 # block, enough for the values-only blocks, which mask the padded taps
 BLOCKS_UNRECORDED = BLOCKS[:1] + ROWS[1:2] + BLOCKS[2:]
 # tiling windows of a W width without row passes: only the backward has a fast kernel
 TILED_BACKWARD = ("max_pool.max_pool_forward", "max_pool.max_pool_forward",
-                  "rows.max_pool_backward_tiled", "sum_pool.avg_pool_forward",
+                  "tiled.max_pool_backward_tiled", "sum_pool.avg_pool_forward",
                   "sum_pool.avg_pool_backward")
 
 # (spatial, kernel, stride, padding, kernels): every (kernel, stride) with a vectorized W
@@ -164,8 +164,8 @@ def test_stride2_blocks_leave_out_the_taps_past_either_edge(dtype, monkeypatch):
         recorded, _ = pg.vjp(pg.max_pool, x, *args)
         assert pg.max_pool(x, *args).tobytes() == recorded.tobytes()
     # every case ran the blocks (the general kernels run unspied)
-    assert served.count("rows.avg_pool_forward_blocks") == 10
-    assert served.count("rows.max_values_forward_blocks") == 5
+    assert served.count("blocks.avg_pool_forward_blocks") == 10
+    assert served.count("blocks.max_values_forward_blocks") == 5
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -200,7 +200,7 @@ def test_recorded_stride2_blocks_keep_the_winners_of_the_general_kernels(dtype,
         for a, b in zip(fast, slow, strict=True):
             assert a.tobytes() == b.tobytes()
     # every case ran the blocks (the general kernels run unspied)
-    assert served.count("rows.max_pool_forward_blocks") == len(cases)
+    assert served.count("blocks.max_pool_forward_blocks") == len(cases)
 
 
 def test_row_passes_serve_the_common_layers():
@@ -217,7 +217,7 @@ def test_row_passes_serve_the_common_layers():
         name = dispatch.choose("max", "forward", plan, dispatch.operand(other)).name
         assert name == "max_pool.max_pool_forward"
     assert dispatch.choose("max", "forward", plan, dispatch.operand(x)).name == (
-        "rows.max_values_forward_tiled")
+        "tiled.max_values_forward_tiled")
 
 
 def test_plans_keep_their_per_call_tables_and_hand_out_copies():

@@ -8,7 +8,25 @@ Parallel loops own whole output rows (forward) or whole input rows (backward,
 which gathers through the plan's cover tables), so there are no races and no
 atomics, and every sum has a fixed order: the same bits at any thread count.
 
-Which kernel serves a call is decided in one place, :mod:`.dispatch`.
+Which kernel serves a call is decided in one place, :mod:`.dispatch`. The families:
+:mod:`.max_pool` and :mod:`.sum_pool` (the general kernels: any geometry, dtype and
+layout), :mod:`.row_passes`, :mod:`.blocks`, :mod:`.tiled` and :mod:`.gather_rows` (NCHW
+fast paths; their shared walking code in :mod:`.walk`, their vector blocks in
+:mod:`.simd`), :mod:`.channels_last` and :mod:`.unpool`.
+
+Contracts every kernel keeps, whatever its path (the fast kernels are tested against
+the general ones, bit for bit):
+
+* **Max**: the winner of a window is its first maximum in row-major window order (a
+  later tap wins only if strictly larger), or its first NaN (:func:`beats`); padding
+  never wins. A vector pass that cannot order NaNs reports them, and the kernel redoes
+  that row window by window.
+* **Sums** (average, Lp, gathered gradients) add their terms in row-major window
+  order, or, in a gather, in increasing output order. A sum that starts from its first
+  term adds a ``plus_zero`` before dividing, so a window of -0s gives +0, the result
+  of a sum that starts from 0.
+* **Max gradients** are ``0 + dy`` at the winner: a -0 arrives as +0, a signalling
+  NaN quieted, exactly as the general gather gives them.
 
 Arguments that are not plain arrays and numbers follow two conventions:
 

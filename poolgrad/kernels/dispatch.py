@@ -42,7 +42,7 @@ import numpy as np
 
 from . import channels_last as cl
 from . import max_pool as general_max
-from . import rows
+from . import blocks, gather_rows, row_passes, tiled
 from . import sum_pool
 from . import unpool as unpool_kernels
 from .simd import BLOCK
@@ -54,7 +54,7 @@ LAYOUTS = ("nchw", "channels_last", "strided")
 # for; any other dtype (the integers of a max forward) takes the general kernels.
 _FAST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
-# (kernel, stride) along W with a vectorized row pass (see :mod:`.rows`)
+# (kernel, stride) along W with a vectorized row pass (see :mod:`.row_passes`)
 ROW_PASS_W = ((2, 2), (3, 2), (4, 4))
 
 
@@ -213,38 +213,38 @@ def _max_values_cl(plan):
 
 
 def _max_tiled(plan):
-    width = rows.width_witness(plan.extent[2])
-    return lambda x, y, pos: rows.max_pool_forward_tiled(x, plan.table, plan.extent,
+    width = row_passes.width_witness(plan.extent[2])
+    return lambda x, y, pos: tiled.max_pool_forward_tiled(x, plan.table, plan.extent,
                                                          plan.dilation, width, y, pos)
 
 
 def _max_values_tiled(plan):
-    width = rows.width_witness(plan.extent[2])
-    return lambda x, y, pos: rows.max_values_forward_tiled(x, plan.table, plan.extent,
+    width = row_passes.width_witness(plan.extent[2])
+    return lambda x, y, pos: tiled.max_values_forward_tiled(x, plan.table, plan.extent,
                                                            plan.dilation, width, y)
 
 
 def _max_blocks(plan):
     interior = row_interior(plan)
-    return lambda x, y, pos: rows.max_pool_forward_blocks(x, plan.table, plan.extent,
+    return lambda x, y, pos: blocks.max_pool_forward_blocks(x, plan.table, plan.extent,
                                                           plan.dilation, interior, y, pos)
 
 
 def _max_values_blocks(plan):
-    return lambda x, y, pos: rows.max_values_forward_blocks(x, plan.table, plan.extent,
+    return lambda x, y, pos: blocks.max_values_forward_blocks(x, plan.table, plan.extent,
                                                             plan.dilation, y)
 
 
 def _max_rows(plan):
-    interior, width = row_interior(plan), rows.width_witness(plan.extent[2])
-    return lambda x, y, pos: rows.max_pool_forward_rows(x, plan.table, plan.extent,
+    interior, width = row_interior(plan), row_passes.width_witness(plan.extent[2])
+    return lambda x, y, pos: row_passes.max_pool_forward_rows(x, plan.table, plan.extent,
                                                         plan.dilation, interior, width, y,
                                                         pos)
 
 
 def _max_values_rows(plan):
-    interior, width = row_interior(plan), rows.width_witness(plan.extent[2])
-    return lambda x, y, pos: rows.max_values_forward_rows(x, plan.table, plan.extent,
+    interior, width = row_interior(plan), row_passes.width_witness(plan.extent[2])
+    return lambda x, y, pos: row_passes.max_values_forward_rows(x, plan.table, plan.extent,
                                                           plan.dilation, interior, width, y)
 
 
@@ -268,12 +268,12 @@ def _max_back_cl(plan):
 
 
 def _max_back_tiled(plan):
-    # the gradients move as integer bits (see rows.max_pool_backward_tiled)
-    width = rows.tiled_width(plan.extent[2])
+    # the gradients move as integer bits (see tiled.max_pool_backward_tiled)
+    width = tiled.tiled_width(plan.extent[2])
 
     def run(dy, pos, dx):
         bits = _float_bits(dx.dtype)
-        rows.max_pool_backward_tiled(_contiguous(dy).view(bits.dtype), pos, plan.extent,
+        tiled.max_pool_backward_tiled(_contiguous(dy).view(bits.dtype), pos, plan.extent,
                                      width, bits, dx.view(bits.dtype))
     return run
 
@@ -281,7 +281,7 @@ def _max_back_tiled(plan):
 def _max_back_rows(plan):
     ptr, outs, taps = plan.cover
     interior = row_interior(plan)
-    return lambda dy, pos, dx: rows.max_pool_backward_rows(
+    return lambda dy, pos, dx: gather_rows.max_pool_backward_rows(
         _contiguous(dy), pos, ptr, outs, taps, plan.table, plan.extent, interior, dx)
 
 
@@ -310,19 +310,19 @@ def _avg_cl(plan):
 
 
 def _avg_tiled(plan):
-    width = rows.width_witness(plan.extent[2])
-    return lambda x, y, divisor: rows.avg_pool_forward_tiled(x, plan.extent, divisor,
+    width = row_passes.width_witness(plan.extent[2])
+    return lambda x, y, divisor: tiled.avg_pool_forward_tiled(x, plan.extent, divisor,
                                                              _zero(x.dtype), width, y)
 
 
 def _avg_blocks(plan):
-    return lambda x, y, divisor: rows.avg_pool_forward_blocks(
+    return lambda x, y, divisor: blocks.avg_pool_forward_blocks(
         x, plan.table, plan.extent, plan.dilation, divisor, _zero(x.dtype), y)
 
 
 def _avg_rows(plan):
     interior = row_interior(plan)
-    return lambda x, y, divisor: rows.avg_pool_forward_rows(
+    return lambda x, y, divisor: row_passes.avg_pool_forward_rows(
         x, plan.table, plan.extent, plan.dilation, interior, divisor, _zero(x.dtype), y)
 
 
@@ -340,7 +340,7 @@ def _avg_back_cl(plan):
 def _avg_back_rows(plan):
     ptr, outs, _ = plan.cover
     interior = row_interior(plan)
-    return lambda dy, divisor, dx: rows.avg_pool_backward_rows(
+    return lambda dy, divisor, dx: gather_rows.avg_pool_backward_rows(
         _contiguous(dy), divisor, ptr, outs, plan.table, plan.extent, interior, dx)
 
 
@@ -409,14 +409,14 @@ def _rows_serve(plan):
 
 _AVG_FORWARD = [
     _Rule("channels_last.avg_pool_forward", _is_cl, _avg_cl),
-    _Rule("rows.avg_pool_forward_tiled", _fast(_tiled_forward), _avg_tiled),
-    _Rule("rows.avg_pool_forward_blocks", _fast(_stride2_blocks), _avg_blocks),
-    _Rule("rows.avg_pool_forward_rows", _fast(_rows_serve), _avg_rows),
+    _Rule("tiled.avg_pool_forward_tiled", _fast(_tiled_forward), _avg_tiled),
+    _Rule("blocks.avg_pool_forward_blocks", _fast(_stride2_blocks), _avg_blocks),
+    _Rule("row_passes.avg_pool_forward_rows", _fast(_rows_serve), _avg_rows),
     _Rule("sum_pool.avg_pool_forward", _always, _avg_general),
 ]
 _AVG_BACKWARD = [
     _Rule("channels_last.avg_pool_backward", _is_cl, _avg_back_cl),
-    _Rule("rows.avg_pool_backward_rows", _fast(_rows_serve), _avg_back_rows),
+    _Rule("gather_rows.avg_pool_backward_rows", _fast(_rows_serve), _avg_back_rows),
     _Rule("sum_pool.avg_pool_backward", _always, _avg_back_general),
 ]
 
@@ -424,16 +424,16 @@ _RULES = {
     ("max", "forward"): [
         _Rule("channels_last.max_values_forward", _values(_is_cl), _max_values_cl),
         _Rule("channels_last.max_pool_forward", _is_cl, _max_cl, records=True),
-        _Rule("rows.max_values_forward_tiled", _values(_fast(_tiled_forward)),
+        _Rule("tiled.max_values_forward_tiled", _values(_fast(_tiled_forward)),
               _max_values_tiled),
-        _Rule("rows.max_pool_forward_tiled", _fast(_tiled_forward), _max_tiled,
+        _Rule("tiled.max_pool_forward_tiled", _fast(_tiled_forward), _max_tiled,
               records=True),
-        _Rule("rows.max_values_forward_blocks", _values(_fast(_stride2_blocks)),
+        _Rule("blocks.max_values_forward_blocks", _values(_fast(_stride2_blocks)),
               _max_values_blocks),
-        _Rule("rows.max_values_forward_rows", _values(_fast(_rows_serve)), _max_values_rows),
-        _Rule("rows.max_pool_forward_blocks", _fast(_recorded_stride2_blocks), _max_blocks,
+        _Rule("row_passes.max_values_forward_rows", _values(_fast(_rows_serve)), _max_values_rows),
+        _Rule("blocks.max_pool_forward_blocks", _fast(_recorded_stride2_blocks), _max_blocks,
               records=True),
-        _Rule("rows.max_pool_forward_rows", _fast(_rows_serve), _max_rows, records=True),
+        _Rule("row_passes.max_pool_forward_rows", _fast(_rows_serve), _max_rows, records=True),
         _Rule("max_pool.max_pool_forward", _always, _max_general, records=True),
     ],
     ("max", "indices"): [
@@ -442,8 +442,8 @@ _RULES = {
     ("max", "backward"): [
         _Rule("channels_last.max_pool_backward", _is_cl, _max_back_cl),
         # any W width: dy and dx reach it C-contiguous
-        _Rule("rows.max_pool_backward_tiled", _fast(lambda plan: plan.tiles), _max_back_tiled),
-        _Rule("rows.max_pool_backward_rows", _fast(_rows_serve), _max_back_rows),
+        _Rule("tiled.max_pool_backward_tiled", _fast(lambda plan: plan.tiles), _max_back_tiled),
+        _Rule("gather_rows.max_pool_backward_rows", _fast(_rows_serve), _max_back_rows),
         _Rule("max_pool.max_pool_backward", _always, _max_back_general),
     ],
     ("max", "tie_count"): [_Rule("max_pool.max_pool_tie_count", _always, _tie_count)],

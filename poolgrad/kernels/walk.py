@@ -1,0 +1,110 @@
+"""Walking code shared by the row kernels (:mod:`.row_passes`, :mod:`.blocks`,
+:mod:`.tiled`, :mod:`.gather_rows`): how parallel steps take runs of output rows, where
+an output row's windows and tap rows start, and the software prefetch.
+
+Also the two ways those kernels compile their helpers: ``helper``, a plain compiled
+call that LLVM inlines, and ``inlined``, inlined by Numba itself, for the helpers a
+loop needs inlined to vectorize (it compiles slower: the per-tap helpers of the max
+passes as plain calls cut a first vjp's compile by 6 s at the same speed).
+"""
+
+from numba import njit
+
+from . import JIT_OPTIONS
+from .simd import BLOCK, PREFETCH_BYTES, prefetch
+
+helper = njit(**JIT_OPTIONS)
+inlined = njit(inline="always", **JIT_OPTIONS)
+# Overloads (compiled-code functions whose implementation Numba picks by argument types)
+# are cached with the kernels that call them
+OVERLOAD_OPTIONS = {key: value for key, value in JIT_OPTIONS.items() if key != "cache"}
+
+
+@helper
+def row_steps(n_rows):
+    """``(steps, rows per step)``: a parallel step takes a run of consecutive rows (up to
+    32, keeping at least 256 steps), so that only its first row's (plane, od, oh) costs
+    integer divisions. Short rows (VGG's deep 7-wide ones) spent a third of their time
+    on them."""
+    per_step = max(1, min(32, n_rows // 256))
+    return (n_rows + per_step - 1) // per_step, per_step
+
+
+@helper
+def step_start(row, out_h, out_d):
+    """``(oh, od, plane)`` of output row ``row``."""
+    return row % out_h, (row // out_h) % out_d, row // (out_h * out_d)
+
+
+@helper
+def next_row(oh, od, plane, out_h, out_d):
+    """``(oh, od, plane)`` of the row after ``(oh, od, plane)``."""
+    oh += 1
+    if oh == out_h:
+        oh = 0
+        od += 1
+        if od == out_d:
+            od = 0
+            plane += 1
+    return oh, od, plane
+
+
+@helper
+def prefetch_count(n_streams, per_row, itemsize):
+    """How many elements each output row asks for ahead (see :func:`prefetch_ahead`):
+    ``per_row``, the input the next row adds, if the tap rows form one stream (a
+    2-d window) of 512 B to 8 KB per row, else none. (The global average, one stream
+    of short planes, asks for every plane.) Measured on 2x2/2 max forwards
+    (two threads): 8x64x224x224 took 0.65x the time, 32x64x112x112 0.86x and
+    32x128x56x56 0.94x, but 28-wide rows took 1.19x (the asking costs more than it
+    saves), 1-d rows of 16 KB 1.25x and 3-d windows (a stream per slice) 1.03-1.07x."""
+    nbytes = per_row * itemsize
+    return per_row if n_streams == 1 and 512 <= nbytes <= 8192 else 0
+
+
+@inlined
+def prefetch_ahead(xf, first, count):
+    """Ask for ``count`` elements of the input :data:`~poolgrad.kernels.simd.PREFETCH_BYTES`
+    past ``first``, the first tap row of the output row in hand."""
+    if count > 0:
+        prefetch(xf, first + PREFETCH_BYTES // xf.itemsize, count)
+
+
+@helper
+def block_tap_rows(table, dilation, od, oh, plane, in_d, in_h, in_w):
+    """The real tap rows of output row ``(plane, od, oh)`` as the blocks of
+    :mod:`.simd` take them, ``(first, n_d, step_d, n_h, step_h)``: they start at
+    ``first + jd*step_d + jh*step_h`` for ``jd`` < ``n_d`` and ``jh`` < ``n_h``."""
+    start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
+    first = ((plane * in_d + start_d + first_d * dilation[0]) * in_h + start_h
+             + first_h * dilation[1]) * in_w
+    return (first, end_d - first_d, dilation[0] * in_h * in_w, end_h - first_h,
+            dilation[1] * in_w)
+
+
+@helper
+def block_place(block, out_w, column, in_w):
+    """``(at, start, edge)`` of block ``block`` (a multiple of ``BLOCK``) of an output
+    row ``out_w`` windows long whose window 0 starts at column ``column`` (3 taps,
+    stride 2): its first window, where that window starts, and whether its taps, columns
+    ``start`` to ``start + 2*BLOCK``, reach outside ``[0, in_w)``. The last block ends at
+    ``out_w`` and may overlap the one before: it writes the same values again, which
+    costs less than a scalar tail."""
+    at = min(block, out_w - BLOCK)
+    start = column + 2 * at
+    return at, start, start < 0 or start + 2 * BLOCK >= in_w
+
+
+@helper
+def input_per_row(table, out_h, in_h, in_w):
+    """How far the tap rows move from one output row to the next along H (the H stride
+    in rows; a whole slice when there is one output row)."""
+    return (table[1, 0, 1] - table[1, 0, 0]) * in_w if out_h > 1 else in_h * in_w
+
+
+@helper
+def row_windows(table, od, oh):
+    """``(start, first, end)`` along D of slice ``od``, then along H of row ``oh``: where
+    the output row's windows start and which of their tap rows are real."""
+    return (table[0, 0, od], table[0, 1, od], table[0, 2, od],
+            table[1, 0, oh], table[1, 1, oh], table[1, 2, oh])
