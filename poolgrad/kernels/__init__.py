@@ -64,7 +64,7 @@ JIT_OPTIONS = {"cache": True, "nogil": True, "fastmath": set(FASTMATH),
 # Below this many elements in its largest array, a kernel runs on the calling thread
 # alone. Waking the thread pool costs more than it saves on small arrays, and in a
 # training loop BLAS's threads are still spinning from the last matrix product: both
-# pools then fight over the cores and a 100 us pooling call takes milliseconds.
+# pools then fight over the cores and a short pooling call takes many times as long.
 SERIAL_BELOW = 2**18
 
 

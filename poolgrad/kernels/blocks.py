@@ -73,7 +73,7 @@ def max_pool_forward_blocks(x, table, extent, dilation, interior, y, pos):
     blocks of :func:`~poolgrad.kernels.simd.max3_stride2_block`, which records the
     winners too, and the few cut by it (ResNet's first) one by one. Rows that read a
     NaN are redone exactly. (The row passes loaded one of the three taps element by
-    element, as in the values-only forward: AlexNet's 3x3/2 took 8.1 ms there.)"""
+    element, as in the values-only forward.)"""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     number_step_d = extent[1] * 3  # from one tap row of a window to the next along D
@@ -123,8 +123,8 @@ def _record_cut_windows(xf, first, n_d, step_d, n_h, step_h, table, number, numb
     """The windows of one output row of :func:`max_pool_forward_blocks` that the W
     padding cuts (outside ``[lo, hi)``), one by one and tap by tap in the kernels'
     order. Returns whether a tap was NaN. (The general kernels'
-    :func:`~poolgrad.kernels.max_pool.max_pool_row` does the same per row, but called for
-    these windows in every row it took ResNet's 3x3/2 from 7.3 to 10.8 ms.)"""
+    :func:`~poolgrad.kernels.max_pool.max_pool_row` does the same per row, but a call
+    for these windows in every row made the kernel slower.)"""
     nan = False
     for edge in range(out_w - (hi - lo)):
         ow = edge if edge < lo else edge + hi - lo
@@ -157,8 +157,7 @@ def avg_pool_forward_blocks(x, table, extent, dilation, divisor, plus_zero, y):
     block adds all of its windows' tap rows and divides at once, so ``y`` is written
     once.
     (A separate kernel: in :func:`~.row_passes.avg_pool_forward_rows`
-    the block path slowed the short rows it does not serve, by a third on 7-wide
-    rows.)"""
+    the block path slowed the short rows it does not serve.)"""
     zero = plus_zero[0]
     n_batch, n_chan, in_d, in_h, in_w = x.shape
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
@@ -177,9 +176,8 @@ def avg_pool_forward_blocks(x, table, extent, dilation, divisor, plus_zero, y):
             factor = divisor[0, od] * divisor[1, oh]
             prefetch_ahead(xf, first, ahead)
             # a 2-d window's 3 tap rows as constants, which lets the compiler unroll the
-            # blocks' tap-row loop: the ResNet 3x3/2 rows took 6.3 ms instead of 7.3
-            # (one thread, data in cache, 16 times the 2x64x112x112 input); the same
-            # test inside the blocks, where it is made for every block, cost 1-2%
+            # blocks' tap-row loop, which made these rows faster; the same test inside
+            # the blocks, where it is made for every block, was slower
             if n_d == 1 and n_h == 3:
                 _mean_row_in_blocks(xf, first, 1, 0, 3, step_h, column, in_w, yf,
                                     row * out_w, out_w, factor, divisor_w, zero)

@@ -23,8 +23,8 @@ def _fold_taps(best, best_tap, row, start_w, first_w, end_w, dil_w, tap, first):
     taps are folded in one pass over C (VGG's 2x2/2 and the 3x3/2 layers), so ``best``
     and ``best_tap`` are loaded and stored once per tap row; other counts one pass per
     tap. A third case for four taps (the 1-d k=4 layer) was level there and made the
-    two-tap case slower (VGG's 2x2/2 3.9 -> 5.1 ms). ``tap`` has the values' width, for
-    the reason given in :func:`max_pool_forward`."""
+    two-tap case slower. ``tap`` has the values' width, for the reason given in
+    :func:`max_pool_forward`."""
     count = end_w - first_w
     w0 = start_w + first_w * dil_w
     if count == 2:
@@ -67,9 +67,8 @@ def max_pool_forward(x, table, dilation, extent, tap_like, y, pos):
     The maxima are folded in place in ``y``, one window row at a time; their taps in a
     private buffer as wide as the values (``tap_like``'s dtype: int32 for float32, int64
     for float64), narrowed into ``pos`` once per window. A select of a float and a uint8
-    in one loop kept the loop scalar on AVX2 CPUs (Zen 3): 8x slower. Folding a window
-    row per pass instead of a tap per pass took VGG's 2x2/2 from 7.9 to 3.3 ms and
-    ResNet's 3x3/2 from 18.0 to 8.9 ms on two threads."""
+    in one loop kept the loop scalar on AVX2 CPUs. Folding a window row per pass instead
+    of a tap per pass (:func:`_fold_taps`) made it much faster."""
     n_batch, n_chan = x.shape[0], x.shape[4]
     out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3]
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
@@ -169,8 +168,7 @@ def max_pool_backward(dy, pos, cover_ptr, cover_out, cover_tap, extent, tap_like
     or an integer 0 (which made the sum a float64) kept the loops from vectorizing well.
 
     Input rows whose every element is read by exactly one window (VGG's 2x2/2, any
-    tiling) are written in one pass, with no zeroing. VGG's deep 2x2/2 took 0.44 ms
-    instead of 2.0, AlexNet's 3x3/2 5.5 ms instead of 9.5 (two threads)."""
+    tiling) are written in one pass, with no zeroing."""
     n_batch, in_d, in_h, in_w, n_chan = dx.shape
     ext_h, ext_w = extent[1], extent[2]
     tap_type = tap_like.dtype.type
@@ -221,9 +219,8 @@ def _add_taps(total, row, start_w, first_w, end_w, dil_w):
     """Add the taps ``[first_w, end_w)`` of one window row to ``total``, in tap order:
     three taps in one pass over C, so ``total`` is loaded and stored once per tap row
     (as :func:`_fold_values` does for the maxima), any other count one pass per tap.
-    ResNet's 3x3/2 average took 3.7 ms instead of 4.1 on two threads; for two taps one
-    pass measured slower than two (a whole 2x2 window is one pass of its own: see
-    :func:`avg_pool_forward`)."""
+    One pass made three taps faster; for two taps one pass measured slower than two (a
+    whole 2x2 window is one pass of its own: see :func:`avg_pool_forward`)."""
     count = end_w - first_w
     w0 = start_w + first_w * dil_w
     if count == 3:
@@ -243,11 +240,10 @@ def avg_pool_forward(x, table, dilation, divisor, plus_zero, y):
 
     A 2-d window of two real tap rows of two taps (VGG's 2x2/2) is summed and divided
     in one pass over C, so ``y`` is written once, with no zeroing pass and no division
-    pass: VGG's 2x2/2 took 3.0 ms instead of 3.4 on two threads. Its sum starts from
-    the first tap, not from 0, so a window of -0s sums to -0: ``plus_zero`` (a
-    1-element array holding +0, loaded so that the compiler cannot drop it) is added to
-    the sum before its division, which makes that +0, as a sum that starts from 0 does,
-    and leaves every other sum alone."""
+    pass, which is faster. Its sum starts from the first tap, not from 0, so a window of
+    -0s sums to -0: ``plus_zero`` (a 1-element array holding +0, loaded so that the
+    compiler cannot drop it) is added to the sum before its division, which makes that
+    +0, as a sum that starts from 0 does, and leaves every other sum alone."""
     zero = plus_zero[0]
     n_batch, n_chan = x.shape[0], x.shape[4]
     out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3]
@@ -259,7 +255,7 @@ def avg_pool_forward(x, table, dilation, divisor, plus_zero, y):
         n = rest // out_d
         start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
         start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
-        # rows of other windows take a loop without the test (it cost them up to 7%)
+        # rows of other windows take a loop without the test (a test per window slowed them)
         if (end_d - first_d == 1) & (end_h - first_h == 2):
             xd = start_d + first_d * dil_d
             upper = x[n, xd, start_h + first_h * dil_h]

@@ -88,7 +88,7 @@ def _max_pass(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
     Each W width has a function of its own (:func:`_max_pass_2` ...) whose loops have
     constant geometry, row count and ``first``, so they have no branch and no
     conditional load, and vectorize: left to LLVM, the test of ``first`` stayed inside
-    the loop on AVX2 CPUs (Zen 3), which ran it scalar, 10x slower."""
+    the loop on AVX2 CPUs, which ran it scalar."""
     raise NotImplementedError("only for Numba-compiled kernels")
 
 

@@ -8,7 +8,7 @@ A window of 3 taps at stride 2 along W reads ``x[r + 2*ow + j]`` for ``j`` in 0,
 Taps 0 and 2 both fall on even offsets, so the vectorizer puts them in one interleaved
 group, cannot serve both from it, and loads one of them element by element: eight
 scalar loads and inserts per tap row for eight outputs. The ResNet 3x3/2 average
-forward then ran compute-bound at 1.2-1.5 ns per output on one thread.
+forward then ran compute-bound, not waiting on memory.
 
 :func:`sum3_stride2_block` needs no shuffle until the end: a vector loaded at tap ``j``
 of window 0 holds tap ``j`` of windows 0-3 in its even lanes, so three such vectors
@@ -302,11 +302,11 @@ def max3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
 # The tiled max backward writes every element of dx once: tap (jh, jw) of window ow gets
 # the window's gradient if it won, else 0. With a W kernel of 2 the compiler vectorizes
 # long rows, but VGG's deep layers have rows of 7 windows: shorter than one vector, so
-# every element took the scalar tail, and the backward ran compute-bound (4.8 ms on one
-# thread, 2.4 ms on two: it scaled with the cores, not with memory). A block routes 4
-# windows (float32) to 8 elements of each of two tap rows with a few vector operations;
-# rows of any length take whole blocks, the last one overlapping the one before. The
-# tiled max forwards' short rows had the same scalar tails: :func:`max2_block`.
+# every element took the scalar tail, and the backward ran compute-bound (it scaled with
+# the cores, not with memory). A block routes 4 windows (float32) to 8 elements of each
+# of two tap rows with a few vector operations; rows of any length take whole blocks,
+# the last one overlapping the one before. The tiled max forwards' short rows had the
+# same scalar tails: :func:`max2_block`.
 
 ROUTE_BYTES = 32  # bytes of a tap row per block: 8 float32 or 4 float64 elements
 
@@ -498,11 +498,10 @@ def max2_block(typingctx, xf, base, offsets, start, yf, out, pf):
 
 # ----------------------------------------------------------------------------- prefetch
 #
-# The row kernels read x in order, yet on this machine the hardware prefetcher leaves
-# them waiting on memory: the ResNet 3x3/2 average forward took 8.0-8.3 ms on one
-# thread against 7.4 ms for a loop that only reads x and writes y, and 7.2-7.3 ms
-# once each output row asked for the input a few rows ahead. On two threads: 4.4 -> 3.7
-# ms, and the VGG 2x2/2 max forward 4.1 -> 3.4 ms (rows.prefetch_count says where the
+# The row kernels read x in order, yet the hardware prefetcher can leave them waiting
+# on memory: the ResNet 3x3/2 average forward ran slower than a loop that only reads x
+# and writes y, and no slower once each output row asked for the input a few rows
+# ahead; the VGG 2x2/2 max forward gained too (walk.prefetch_count says where the
 # kernels ask).
 
 PREFETCH_BYTES = 8192  # how far ahead of the tap rows in use the kernels ask for input

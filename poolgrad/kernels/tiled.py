@@ -40,7 +40,7 @@ def sum_tile_loop(xf, r0, r1, n_rows, kw, yf, yb, out_w, first, last, factor, di
 # 1-d k/k, 3-d 2x2x2/2) read each input element once, and an output row's tap rows lie at
 # fixed offsets from its first. These kernels keep no per-row window table and no W
 # edges: on short rows (VGG's deep 7-wide ones) such per-row bookkeeping cost more than
-# the loads, and the general row kernels ran at a third of these speeds.
+# the loads, and the general row kernels ran far slower than these.
 
 
 @helper
@@ -101,8 +101,8 @@ def _short_in_blocks(kw, out_w, itemsize):
     """Whether the tiled max forwards take rows in vector blocks: a W kernel of 2 and rows
     of at least one block but shorter than 32 windows. On VGG's deep 7-wide rows the
     compiler's loops ran only their scalar tails; long rows vectorize well as they are.
-    The kernels ask once per call: asked per row inside the tile helpers, it cost 4-5%
-    on those rows."""
+    The kernels ask once per call: asked per row inside the tile helpers, it slowed
+    those rows."""
     return kw == 2 and ROUTE_BYTES // itemsize <= 2 * out_w and out_w < 32
 
 
@@ -149,7 +149,7 @@ def max_values_forward_tiled(x, table, extent, dilation, width, y):
 
 
 # the recorded forward is a kernel of its own: one kernel for both (``pos`` None for the
-# values only, a `pos is None` test choosing the loops) made a first vjp compile 3.5 s longer
+# values only, a `pos is None` test choosing the loops) made a first vjp compile longer
 @parallel_kernel
 def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
     """Reads ``x``, writes ``y`` and the winners ``pos``, for the plans of

@@ -5,7 +5,7 @@ an output row's windows and tap rows start, and the software prefetch.
 Also the two ways those kernels compile their helpers: ``helper``, a plain compiled
 call that LLVM inlines, and ``inlined``, inlined by Numba itself, for the helpers a
 loop needs inlined to vectorize (it compiles slower: the per-tap helpers of the max
-passes as plain calls cut a first vjp's compile by 6 s at the same speed).
+passes, as plain calls, shortened a first vjp's compile and ran as fast).
 """
 
 from numba import njit
@@ -24,8 +24,8 @@ OVERLOAD_OPTIONS = {key: value for key, value in JIT_OPTIONS.items() if key != "
 def row_steps(n_rows):
     """``(steps, rows per step)``: a parallel step takes a run of consecutive rows (up to
     32, keeping at least 256 steps), so that only its first row's (plane, od, oh) costs
-    integer divisions. Short rows (VGG's deep 7-wide ones) spent a third of their time
-    on them."""
+    integer divisions. Short rows (VGG's deep 7-wide ones) spent much of their time on
+    them."""
     per_step = max(1, min(32, n_rows // 256))
     return (n_rows + per_step - 1) // per_step, per_step
 
@@ -54,10 +54,9 @@ def prefetch_count(n_streams, per_row, itemsize):
     """How many elements each output row asks for ahead (see :func:`prefetch_ahead`):
     ``per_row``, the input the next row adds, if the tap rows form one stream (a
     2-d window) of 512 B to 8 KB per row, else none. (The global average, one stream
-    of short planes, asks for every plane.) Measured on 2x2/2 max forwards
-    (two threads): 8x64x224x224 took 0.65x the time, 32x64x112x112 0.86x and
-    32x128x56x56 0.94x, but 28-wide rows took 1.19x (the asking costs more than it
-    saves), 1-d rows of 16 KB 1.25x and 3-d windows (a stream per slice) 1.03-1.07x."""
+    of short planes, asks for every plane.) The bounds come from 2x2/2 max forwards:
+    wide 2-d rows ran faster for the asking; narrower ones ran slower (the asking costs
+    more than it saves), as did longer 1-d rows and 3-d windows (a stream per slice)."""
     nbytes = per_row * itemsize
     return per_row if n_streams == 1 and 512 <= nbytes <= 8192 else 0
 
