@@ -204,13 +204,14 @@ def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
     ``xf[r + start + 2*k + j]``, added tap row by tap row (jd, then jh, in increasing
     order) and tap by tap (``j`` = 0, 1, 2) from the first tap, and the sum becomes
     ``(sum + zero) / (factor * divisor[at + k])``: the order and operations of
-    :func:`~poolgrad.kernels.rows.avg_pool_forward_rows`.
+    :func:`~poolgrad.kernels.row_passes.avg_pool_forward_rows`.
 
     ``width`` None: every tap is read and must be in bounds. An integer: the taps whose
     column ``start + 2*k + j`` lies outside ``[0, width)`` (the W padding, or past the
     row's end with ceil_mode) are not read and add +0 in their place. That changes at
     most the sign of a zero sum, which ``+ zero`` (+0) makes +0 as it does in the
-    kernels (see there), before the division. Nothing outside the taps and ``divisor[at:at + 8]`` is read.
+    kernels (see there), before the division. Nothing outside the taps and
+    ``divisor[at:at + 8]`` is read.
     """
     real = _three_tap_types(xf, yf, width, (first, n_d, step_d, n_h, step_h, start, out, at))
     if not (real is not None and _contiguous_1d(divisor, real) and factor == real
@@ -374,7 +375,7 @@ def route3_stride2_blocks(typingctx, dyf, pf, out, n_blocks, dxf, at, tap):
     are numbered ``tap``, ``tap + 1``, ``tap + 2``, and a tap gets ``dyf[out + k]`` if it
     is the winner ``pf[out + k]``, else +0. An even column gets tap 2 of the window
     before (none for the first) and then tap 0 of its own, an odd one tap 1: added in
-    increasing output order, as :func:`~poolgrad.kernels.rows._max_back_pass` adds them.
+    increasing output order, as :func:`~poolgrad.kernels.gather_rows._max_back_pass` adds them.
     Tap 2 of the last window (column ``at + 16*n_blocks``) is left to the caller.
 
     The row loop it replaces read the two columns of a window as two strided streams,
@@ -465,7 +466,7 @@ def max2_block(typingctx, xf, base, offsets, start, yf, out, pf):
                     for j in (0, 1)], nan
 
         def fold(best, tap, value, number):
-            # a later tap wins only if larger (see rows._fold_max)
+            # a later tap wins only if larger (see row_passes.fold_max)
             wins = builder.fcmp_ordered(">", value, best)
             return (builder.select(wins, value, best),
                     builder.select(wins, number, tap) if record else tap)
