@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 
+from . import __doc__ as _ABOUT  # the package's first line: what poolgrad is
 from . import ops
 
 
@@ -71,8 +72,9 @@ _positive = _at_least(1)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poolgrad", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="poolgrad", description=_ABOUT.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                     title="commands (poolgrad COMMAND --help for each)")
     p = commands.add_parser("demo", help="show where a max-pool layer routes a batch's gradient")
     p.add_argument("--batch", type=_positive, default=100, help="examples in the batch")
     p.add_argument("--size", type=_positive, default=6, help="input height and width")
@@ -223,7 +225,11 @@ def _print_rich(rendered) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `poolgrad`: what it can do, not an error
+        parser.print_help()
+        return 0
     try:
         if args.command == "demo":
             print(demo(args.batch, args.size, args.kernel, args.stride, args.seed))
