@@ -28,6 +28,16 @@ from . import ops
 from .geometry import per_dim
 
 
+def _take_saved(owner, name: str, forward: str):
+    """Take (and release) what ``owner.forward`` saved for its ``backward``: a second
+    ``backward``, or one with no ``forward`` before it, is a RuntimeError."""
+    value = owner.__dict__.pop(name, None)
+    if value is None:
+        raise RuntimeError(f"{type(owner).__name__}.backward called without {forward} "
+                           "before it (or twice)")
+    return value
+
+
 class Layer:
     """Base class: no weights, no state; ``training`` switches Dropout and state saving."""
 
@@ -44,11 +54,7 @@ class Layer:
 
     def _saved(self, name: str):
         """Take (and release) what ``forward`` saved for ``backward``."""
-        value = self.__dict__.pop(name, None)
-        if value is None:
-            raise RuntimeError(f"{type(self).__name__}.backward called without a training "
-                               "forward before it (or twice)")
-        return value
+        return _take_saved(self, name, "a training forward")
 
     def __repr__(self):
         return f"{type(self).__name__}()"
@@ -367,7 +373,8 @@ class Sequential(Layer):
 
 class SoftmaxCrossEntropy:
     """Mean softmax cross-entropy over a batch: ``forward(logits, labels) -> loss``;
-    ``backward() -> dlogits``, which is ``(softmax - one_hot) / N``."""
+    ``backward() -> dlogits``, which is ``(softmax - one_hot) / N``. Like the layers,
+    ``backward`` releases what ``forward`` saved: calling it again is a RuntimeError."""
 
     def forward(self, logits: np.ndarray, labels: np.ndarray) -> float:
         labels = np.asarray(labels)
@@ -387,8 +394,8 @@ class SoftmaxCrossEntropy:
         return float(np.mean(log_sum - shifted[rows, labels]))
 
     def backward(self) -> np.ndarray:
-        probs, labels = self._probs, self._labels
-        del self._probs, self._labels
+        probs = _take_saved(self, "_probs", "a forward")
+        labels = _take_saved(self, "_labels", "a forward")
         grad = probs.copy()
         grad[np.arange(len(labels)), labels] -= 1
         return grad / len(labels)

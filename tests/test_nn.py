@@ -292,3 +292,20 @@ def test_optimizer_state_round_trip_continues_exactly():
 def test_optimizer_bad_settings(cls, kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         cls([], **kwargs)
+
+
+def test_loss_backward_releases_its_state_like_the_layers():
+    loss = nn.SoftmaxCrossEntropy()
+    with pytest.raises(RuntimeError, match=r"^SoftmaxCrossEntropy.backward called without a "
+                                           r"forward before it \(or twice\)"):
+        loss.backward()
+    logits = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
+    loss.forward(logits, np.array([1, 2]))
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    expected = (probs - np.eye(3)[[1, 2]]) / 2
+    np.testing.assert_allclose(loss.backward(), expected, rtol=1e-12)
+    assert not {"_probs", "_labels"} & set(vars(loss))  # released once used
+    with pytest.raises(RuntimeError, match=r"called without a forward before it \(or twice\)"):
+        loss.backward()  # a second call, as for every layer (see the pool layers' test)
+    loss.forward(logits, np.array([1, 2]))  # a new forward makes backward usable again
+    np.testing.assert_allclose(loss.backward(), expected, rtol=1e-12)
