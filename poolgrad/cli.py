@@ -16,6 +16,7 @@ import numpy as np
 
 from . import __doc__ as _ABOUT  # the package's first line: what poolgrad is
 from . import ops
+from ._files import check_output_file
 
 
 def _format_grid(values: np.ndarray, width: int = 6) -> str:
@@ -179,6 +180,7 @@ def train(args) -> None:
 
 def bench(args) -> None:
     from . import bench as suite
+    check_output_file(args.out)  # before the minutes of timing, not after them
     result = suite.run(quick=args.quick, repeats=args.repeats, threads=args.threads,
                        progress=lambda text: print(f"  timing {text}", file=sys.stderr))
     suite.write_json(result, args.out)

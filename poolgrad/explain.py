@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ops
-from ._files import write_atomically
+from ._files import check_output_folder, write_atomically
 
 KINDS = ("max", "avg", "lp")
 SOURCES = "random, digits, mnist1d, a .npy file, or checkpoint:DIR"
@@ -453,6 +453,7 @@ def explain(source: str = "digits", out: str = "explain", *, kind: str = "max", 
         raise ExplainError(f"dy must be 'random' or 'ones', got {dy!r}")
     if examples < 1:
         raise ExplainError(f"examples must be >= 1, got {examples}")
+    check_output_folder(out, ExplainError)  # before the work, not after it
     x, description, layer = load_batch(source, batch, seed, channel)
     if layer is not None:  # a checkpoint's pooling layer brings its own settings
         kind, kernel = layer["kind"], layer["kernel_size"]
@@ -475,6 +476,7 @@ def explain(source: str = "digits", out: str = "explain", *, kind: str = "max", 
 
 def explain_invariance(source: str = "digits", out: str = "explain", *, kernel: int = 2,
                        batch: int = 100, seed: int = 0) -> dict:
+    check_output_folder(out, ExplainError)
     x, description, _ = load_batch(source, batch, seed)
     rows = invariance(x, kernel)
     path = draw_invariance(rows, kernel, os.path.join(out, "invariance.png"), description)

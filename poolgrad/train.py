@@ -23,7 +23,7 @@ import zipfile
 import numpy as np
 
 from . import datasets, nn, optim
-from ._files import write_atomically
+from ._files import check_output_folder, write_atomically
 
 POOLS = ("max", "avg", "lp", "strided-conv")
 
@@ -144,18 +144,6 @@ def load_checkpoint(path: str):
     return weights, state, meta
 
 
-def _check_writable(out: str) -> None:
-    try:
-        os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, ".poolgrad-write-test")
-        with open(probe, "w"):
-            pass
-        os.unlink(probe)
-    except OSError as error:
-        raise TrainError(f"cannot write to the output folder {out}: "
-                         f"{error.strerror or error}") from None
-
-
 def _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed):
     defaults = defaults_for(dataset)
     settings = {"dataset": dataset, "pool": pool, "gap_head": bool(gap_head),
@@ -209,7 +197,7 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
         history, start_epoch, train_time = meta["history"], meta["epoch"], meta["train_time_s"]
     else:
         settings = _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed)
-    _check_writable(out)
+    check_output_folder(out, TrainError)
     if plot:
         _matplotlib_figure()  # fail before training, not after, when matplotlib is missing
     data = data if data is not None else datasets.load(settings["dataset"])

@@ -69,3 +69,21 @@ def test_full_run_keeps_its_verdicts_and_quick_mode_gives_none():
     assert "geometric-mean" not in quick and "slower" not in quick
     # the table itself is the same in both modes
     assert quick.splitlines()[1:5] == full.splitlines()[1:5]
+
+
+@pytest.mark.parametrize("out, message", [
+    ("folder", "cannot write the output file {out}: it is a folder; give a file name"),
+    ("folder/", "cannot write the output file {out}: it is a folder; give a file name"),
+    ("a-file/bench.json", "cannot write the output file {out}: {tmp}/a-file is a file, not a "
+                          "folder"),
+    ("", "cannot write the output file '': the path is empty"),
+])
+def test_bad_out_is_refused_before_any_timing(tmp_path, capsys, out, message):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "a-file").write_text("not a folder")
+    out = str(tmp_path / out) + ("/" if out.endswith("/") else "") if out else ""
+    assert cli.main(["bench", "--quick", "--out", out]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"poolgrad bench: error: {message.format(out=out, tmp=tmp_path)}\n"
+    assert captured.out == ""  # refused before the suite ran (it reports each layer)
+    assert not list(tmp_path.rglob(".poolgrad-*"))

@@ -166,6 +166,28 @@ def test_bad_arguments(tmp_path, args, message):
     assert message in done.stderr.strip().splitlines()[-1], done.stderr
 
 
+@pytest.mark.parametrize("invariance", [False, True])
+def test_bad_out_is_refused_before_the_work(tmp_path, invariance):
+    (tmp_path / "a-file").write_text("not a folder")
+    # the source does not exist either: --out is checked first, before any loading
+    source = ["--source", str(tmp_path / "missing.npy")] + ["--invariance"] * invariance
+    for out, problem in [(tmp_path / "a-file", "it is a file, not a folder"),
+                         (tmp_path / "a-file" / "figures", f"{tmp_path / 'a-file'} is a file, "
+                                                           "not a folder")]:
+        done = run_cli(*source, "--out", str(out))
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert done.stderr == (f"poolgrad explain: error: cannot write to the output folder "
+                               f"{out}: {problem}\n")
+
+
+def test_figures_are_written_atomically_into_a_new_folder(tmp_path):
+    out = tmp_path / "new" / "figures"
+    done = run_cli("--source", "random", "--out", str(out), "--no-color")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["batch.png", "examples.png",
+                                                      "max_vs_avg.png", "overlap.png"]
+
+
 def test_checkpoint_without_a_sliding_pool_says_so(tmp_path):
     pytest.importorskip("sklearn")
     from poolgrad import train

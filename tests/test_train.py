@@ -4,6 +4,7 @@ IDX reader round-trips, and bad input gives one clear line and a non-zero exit."
 import gzip
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -213,6 +214,19 @@ def test_cli_bad_input_gives_one_line_and_non_zero_exit(tmp_path):
         assert done.returncode != 0, args
         assert "Traceback" not in done.stderr, (args, done.stderr)
         assert message in done.stderr.strip().splitlines()[-1], (args, done.stderr)
+
+
+def test_atomic_write_errors_name_the_file_not_the_temporary(tmp_path):
+    from poolgrad._files import write_atomically
+    (tmp_path / "folder").mkdir()
+    for path in (tmp_path / "folder", tmp_path / "folder" / "x" / "y"):
+        if path.name == "y":
+            (tmp_path / "folder" / "x").write_text("a file where a folder is needed")
+        message = rf"^\[Errno \d+\] cannot write {re.escape(str(path))}: "
+        with pytest.raises(OSError, match=message) as caught:
+            write_atomically(str(path), lambda stream: stream.write(b"{}"))
+        assert ".poolgrad-" not in str(caught.value)
+    assert not list(tmp_path.rglob(".poolgrad-*"))  # the temporary was removed
 
 
 def test_atomic_writes_get_the_usual_permissions(tmp_path):
