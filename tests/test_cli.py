@@ -39,3 +39,12 @@ def test_bare_poolgrad_prints_the_help_and_exits_zero():
     for command in ("demo", "bench", "train", "explain"):
         assert f"\n    {command} " in run.stdout, command
     assert cli.main([]) == 0
+
+
+def test_the_package_exports_exactly_the_public_operators():
+    import poolgrad
+    from poolgrad import ops
+    assert poolgrad.__all__ == ops.__all__
+    assert "max_pool" in poolgrad.__all__ and "vjp" in poolgrad.__all__
+    for name in ops.__all__:
+        assert getattr(poolgrad, name) is getattr(ops, name), name
