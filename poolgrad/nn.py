@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from . import ops
-from .geometry import per_dim
+from .geometry import output_length, per_dim
 
 
 def _take_saved(owner, name: str, forward: str):
@@ -129,13 +129,17 @@ class Conv(Layer):
             raise ValueError(f"Conv expects (N, {in_channels}, {self.ndim} spatial dims) input, "
                              f"got shape {x.shape}")
         n = x.shape[0]
-        padded = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in self.padding])
-        out_spatial = tuple(
-            (length - d * (k - 1) - 1) // s + 1 for length, k, s, d in
-            zip(padded.shape[2:], self.kernel, self.stride, self.dilation, strict=True))
-        if min(out_spatial) < 1:
+        try:  # the pooling layers' output-size rule, in floor mode
+            out_spatial = tuple(
+                output_length(length, k, s, d, p, p, ceil_mode=False, axis=axis)
+                for axis, (length, k, s, d, p) in enumerate(zip(
+                    x.shape[2:], self.kernel, self.stride, self.dilation, self.padding,
+                    strict=True)))
+        except ValueError:
             raise ValueError(f"Conv: input {x.shape[2:]} is smaller than the kernel "
-                             f"{self.kernel} (dilation {self.dilation}, padding {self.padding})")
+                             f"{self.kernel} (dilation {self.dilation}, padding {self.padding})"
+                             ) from None
+        padded = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in self.padding])
         # columns laid out (C, *kernel, N, *out): one matrix product for the whole batch
         cols = np.empty((in_channels,) + self.kernel + (n,) + out_spatial, dtype=x.dtype)
         for tap in np.ndindex(*self.kernel):

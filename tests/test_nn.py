@@ -84,6 +84,27 @@ def test_conv_matches_torch(ndim, kwargs):
     np.testing.assert_allclose(conv.grads["b"], bt.grad.numpy(), rtol=1e-12, atol=1e-12)
 
 
+def test_conv_output_size_is_the_pooling_rule():
+    """Conv sizes its output with geometry.output_length, the rule of the pooling
+    operators (floor mode): the same length, and no output is the same error."""
+    from poolgrad import geometry
+    for length in range(1, 9):
+        for kernel, stride, dilation, padding in [(1, 1, 1, 0), (2, 2, 1, 0), (3, 2, 1, 1),
+                                                  (3, 1, 2, 2), (4, 3, 1, 1), (2, 3, 3, 0)]:
+            conv = nn.Conv(1, 1, kernel, stride, padding, dilation, ndim=1)
+            x = np.zeros((1, 1, length), np.float32)
+            try:
+                expected = geometry.output_length(length, kernel, stride, dilation, padding,
+                                                  padding, False)
+            except ValueError:
+                with pytest.raises(ValueError, match="Conv: input .* is smaller than the kernel"):
+                    conv.forward(x)
+                continue
+            y = conv.forward(x)
+            assert y.shape == (1, 1, expected)
+            assert conv.backward(np.ones_like(y)).shape == x.shape
+
+
 def test_batch_weight_gradient_is_the_mean_of_per_example_gradients():
     rng = np.random.default_rng(7)
     model = small_net()
