@@ -146,14 +146,10 @@ def _positive_float(text: str) -> float:
 
 
 def train(args) -> None:
+    from . import datasets, nn
     from . import train as trainer
-    from .datasets import DatasetError
-    if args.pool not in trainer.POOLS:
-        raise ValueError(f"unknown --pool {args.pool!r}: choose one of "
-                         f"{', '.join(trainer.POOLS)}")
-    if not (args.dataset in ("digits", "mnist1d") or args.dataset.startswith("idx:")):
-        raise DatasetError(f"unknown --dataset {args.dataset!r}: choose digits, mnist1d or "
-                           "idx:PATH (a folder of MNIST-style IDX files)")
+    nn.check_pool(args.pool, what="--pool")
+    datasets.kind_of(args.dataset, what="--dataset")
     if args.resume:
         given = [flag for flag, value, default in [
             ("--pool", args.pool, "max"),
@@ -190,9 +186,8 @@ def bench(args) -> None:
 
 def explain(args) -> None:
     from . import explain as explainer
-    if args.kind not in explainer.KINDS:
-        raise ValueError(f"unknown --kind {args.kind!r}: choose one of "
-                         f"{', '.join(explainer.KINDS)}")
+    from . import nn
+    nn.check_pool(args.kind, explainer.KINDS, "--kind")
     if args.invariance:
         result = explainer.explain_invariance(args.source, args.out, kernel=args.kernel,
                                               batch=args.batch or 100, seed=args.seed)

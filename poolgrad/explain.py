@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops
+from . import datasets, nn, ops
 from ._files import check_output_folder, write_atomically
 
-KINDS = ("max", "avg", "lp")
-SOURCES = "random, digits, mnist1d, a .npy file, or checkpoint:DIR"
+KINDS = tuple(nn.POOLING)  # the pooling layers: max, avg, lp
+SOURCES = f"random, {', '.join(datasets.BUNDLED)}, a .npy file, or checkpoint:DIR"
 
 
 class ExplainError(ValueError):
@@ -85,8 +85,7 @@ def route(x, kind: str = "max", kernel=2, stride=None, padding=0, ties: str = "f
           p: float = 2.0, dy=None) -> Routing:
     """Pool ``x`` (``(N, H, W)`` maps, or ``(N, L)`` sequences) and pull back ``dy``
     (default: ones), with the core's vjp."""
-    if kind not in KINDS:
-        raise ExplainError(f"unknown kind {kind!r}: choose one of {', '.join(KINDS)}")
+    nn.check_pool(kind, KINDS, "kind", ExplainError)
     x = np.asarray(x, dtype=np.float64)
     if x.ndim not in (2, 3):
         raise ExplainError(f"x must be (N, H, W), (N, L) or one (H, W) map, got shape {x.shape}")
@@ -133,8 +132,7 @@ def load_batch(source: str, batch: int = 16, seed: int = 0, channel: int = 0):
         raise ExplainError(f"batch must be >= 1, got {batch}")
     if source == "random":
         return rng.standard_normal((batch, 6, 6)).round(2), f"{batch} random 6x6 maps", None
-    if source in ("digits", "mnist1d"):
-        from . import datasets
+    if source in datasets.BUNDLED:
         data = datasets.load(source)
         chosen = rng.choice(len(data.y_test), size=min(batch, len(data.y_test)), replace=False)
         x = data.x_test[chosen][:, 0]
@@ -165,7 +163,7 @@ def load_batch(source: str, batch: int = 16, seed: int = 0, channel: int = 0):
 
 def _checkpoint_batch(folder, batch, seed, channel):
     """The input of a trained model's first pooling layer, on real test examples."""
-    from . import datasets, nn, train
+    from . import train
     weights, _, meta = train.load_checkpoint(os.path.join(folder, train.CHECKPOINT))
     settings = meta["settings"]
     data = datasets.load(settings["dataset"])
@@ -175,7 +173,7 @@ def _checkpoint_batch(folder, batch, seed, channel):
                               gap_head=settings["gap_head"], seed=settings["seed"])
     model.load_state_dict(weights)
     model.eval()
-    kinds = {nn.MaxPool: "max", nn.AvgPool: "avg", nn.LpPool: "lp"}
+    kinds = {layer: kind for kind, layer in nn.POOLING.items()}
     pools = [i for i, layer in enumerate(model.layers) if type(layer) in kinds]
     if not pools:
         raise ExplainError(f"the model in {folder} has no max, avg or lp pooling layer "

@@ -295,6 +295,22 @@ class LpPool(Pool):
                          dilation=dilation, ceil_mode=ceil_mode)
 
 
+# The pooling layers by name (poolgrad train's --pool, poolgrad explain's --kind), and
+# train's downsampling choices: one of them or a learned strided convolution.
+POOLING = {"max": MaxPool, "avg": AvgPool, "lp": LpPool}
+POOLS = (*POOLING, "strided-conv")
+
+
+def check_pool(name, choices=POOLS, what: str = "pool",
+               error: type[ValueError] = ValueError) -> str:
+    """``name`` if it is one of ``choices`` (names from :data:`POOLS`); otherwise
+    ``error`` saying ``unknown {what} ...`` and what is allowed. The one check of pool
+    names."""
+    if name not in choices:
+        raise error(f"unknown {what} {name!r}: choose one of {', '.join(choices)}")
+    return name
+
+
 class GlobalAvgPool(Pool):
     """:func:`poolgrad.global_avg_pool` as a layer: ``(N, C, *spatial)`` to
     ``(N, C, 1, ...)``."""

@@ -25,7 +25,7 @@ import numpy as np
 from . import datasets, nn, optim
 from ._files import check_output_folder, write_atomically
 
-POOLS = ("max", "avg", "lp", "strided-conv")
+POOLS = nn.POOLS  # the --pool choices
 
 # Per-dataset defaults, chosen so that a bare `poolgrad train --dataset NAME` reaches the
 # README's accuracy: conv widths and kernel per stage (each stage halves the length),
@@ -47,10 +47,7 @@ class TrainError(ValueError):
 
 
 def defaults_for(dataset: str) -> dict:
-    key = "idx" if isinstance(dataset, str) and dataset.startswith("idx:") else dataset
-    if key not in DEFAULTS:
-        raise TrainError(f"unknown dataset {dataset!r}: choose digits, mnist1d or idx:PATH")
-    return DEFAULTS[key]
+    return DEFAULTS[datasets.kind_of(dataset, error=TrainError)]
 
 
 def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, pool: str = "max",
@@ -58,8 +55,7 @@ def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, poo
                 seed: int = 0, dtype=np.float32) -> nn.Sequential:
     """Stages of conv -> ReLU -> downsample (2x), then a linear head on the flattened
     features, or with ``gap_head`` on their global average."""
-    if pool not in POOLS:
-        raise TrainError(f"unknown pool {pool!r}: choose one of {', '.join(POOLS)}")
+    nn.check_pool(pool, error=TrainError)
     rng = np.random.default_rng(seed)
     ndim = len(spatial)
     layers: list[nn.Layer] = []
@@ -152,8 +148,7 @@ def _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed):
                 "optimizer": defaults["optimizer"] if optimizer is None else optimizer,
                 "lr": defaults["lr"] if lr is None else lr, "seed": seed,
                 "widths": list(defaults["widths"]), "conv_kernel": defaults["conv_kernel"]}
-    if pool not in POOLS:
-        raise TrainError(f"unknown pool {pool!r}: choose one of {', '.join(POOLS)}")
+    nn.check_pool(pool, error=TrainError)
     if settings["optimizer"] not in optim.OPTIMIZERS:
         raise TrainError(f"unknown optimizer {settings['optimizer']!r}: choose one of "
                          f"{', '.join(optim.OPTIMIZERS)}")

@@ -57,6 +57,28 @@ def test_every_pool_and_the_gap_head_train(tmp_path, pool):
     assert metrics["history"][-1]["train_loss"] < metrics["history"][0]["train_loss"]
 
 
+def test_pool_and_dataset_names_have_one_check_each():
+    from poolgrad import explain, nn
+    assert train.POOLS == nn.POOLS == ("max", "avg", "lp", "strided-conv")
+    assert explain.KINDS == tuple(nn.POOLING) == ("max", "avg", "lp")
+    for call in (lambda: train.build_model(1, (8, 8), 2, pool="median"),
+                 lambda: train.train("digits", "unused", pool="median", data=toy_data())):
+        with pytest.raises(train.TrainError, match="^unknown pool 'median': choose one of "
+                                                   "max, avg, lp, strided-conv$"):
+            call()
+    with pytest.raises(explain.ExplainError, match="^unknown kind 'strided-conv': choose one "
+                                                   "of max, avg, lp$"):
+        explain.route(np.zeros((1, 4, 4)), "strided-conv")
+    allowed = r"choose digits, mnist1d or idx:PATH \(a folder of MNIST-style IDX files\)$"
+    for name in ("cifar", "idx:", None):
+        with pytest.raises(train.TrainError, match=f"^unknown dataset {name!r}: {allowed}"):
+            train.defaults_for(name)
+        with pytest.raises(datasets.DatasetError, match=f"^unknown dataset {name!r}: {allowed}"):
+            datasets.load(name)
+    assert [datasets.kind_of(n) for n in ("digits", "mnist1d", "idx:/data")] == [
+        "digits", "mnist1d", "idx"]
+
+
 def test_resume_cannot_go_back_or_change_dataset(tmp_path):
     run(tmp_path, "done", epochs=2)
     with pytest.raises(train.TrainError, match="already run 2 epochs"):
