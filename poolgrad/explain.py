@@ -11,14 +11,14 @@ drawing functions turn a :class:`Routing` into PNG figures (matplotlib) and
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import datasets, nn, ops
-from ._files import check_output_folder, write_atomically
+from ._figures import figure_class, save_png
+from ._files import check_output_folder
 
 KINDS = tuple(nn.POOLING)  # the pooling layers: max, avg, lp
 SOURCES = f"random, {', '.join(datasets.BUNDLED)}, a .npy file, or checkpoint:DIR"
@@ -194,23 +194,14 @@ def _checkpoint_batch(folder, batch, seed, channel):
 
 
 def _subplots(rows, cols, figsize, squeeze=True):
-    """A matplotlib figure and its axes, made without pyplot (which would change the
-    caller's backend and keep figures alive)."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ExplainError("the figures need matplotlib: pip install matplotlib "
-                           "(or pip install 'poolgrad[explain]')") from None
-    figure = Figure(figsize=figsize)
+    """A matplotlib figure and its axes."""
+    figure = figure_class("the figures", "explain", ExplainError)(figsize=figsize)
     return figure, figure.subplots(rows, cols, squeeze=squeeze)
 
 
 def _save(figure, path):
     figure.tight_layout(rect=(0, 0, 1, 0.9))  # room for the two-line title
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    write_atomically(path, lambda stream: stream.write(buffer.getvalue()))
-    return path
+    return save_png(figure, path, dpi=110, bbox_inches="tight")
 
 
 def _grid(axes, values, title, cmap="viridis", annotate=True, fmt="{:.2g}", centered=False):

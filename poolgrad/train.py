@@ -12,7 +12,6 @@ the same weights as an uninterrupted one.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -23,6 +22,7 @@ import zipfile
 import numpy as np
 
 from . import datasets, nn, optim
+from ._figures import figure_class, save_png
 from ._files import check_output_folder, write_atomically
 
 POOLS = nn.POOLS  # the --pool choices
@@ -194,7 +194,7 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
         settings = _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed)
     check_output_folder(out, TrainError)
     if plot:
-        _matplotlib_figure()  # fail before training, not after, when matplotlib is missing
+        _figure_class()  # fail before training, not after, when matplotlib is missing
     data = data if data is not None else datasets.load(settings["dataset"])
 
     model = build_model(data.x_train.shape[1], data.spatial, data.classes,
@@ -261,19 +261,13 @@ def _json_safe(value):
     return value
 
 
-def _matplotlib_figure():
-    """matplotlib's ``Figure`` class (no pyplot, so the caller's backend is untouched)."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise TrainError("the training plot needs matplotlib: pip install matplotlib "
-                         "(or pip install 'poolgrad[train]')") from None
-    return Figure
+def _figure_class():
+    return figure_class("the training plot", "train", TrainError)
 
 
 def plot_history(history: list[dict], path: str, title: str = "") -> None:
     """Loss and accuracy per epoch (train and test) as a PNG, written atomically."""
-    figure = _matplotlib_figure()(figsize=(10, 4))
+    figure = _figure_class()(figsize=(10, 4))
     left, right = figure.subplots(1, 2)
     epochs = [h["epoch"] for h in history]
     for split in ("train", "test"):
@@ -287,6 +281,4 @@ def plot_history(history: list[dict], path: str, title: str = "") -> None:
         axes.legend()
     figure.suptitle(title)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    write_atomically(path, lambda stream: stream.write(buffer.getvalue()))
+    save_png(figure, path, dpi=100)

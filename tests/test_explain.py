@@ -1,6 +1,7 @@
 """poolgrad explain: its numbers are the core's pullback, the classic 4x4 example is
 right by hand, every mode writes its figures, and bad arguments get one clear line."""
 
+import re
 import subprocess
 import sys
 
@@ -186,6 +187,17 @@ def test_figures_are_written_atomically_into_a_new_folder(tmp_path):
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["batch.png", "examples.png",
                                                       "max_vs_avg.png", "overlap.png"]
+
+
+def test_without_matplotlib_the_figures_say_what_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails
+    message = ("matplotlib is needed for the figures: pip install matplotlib (or pip install "
+               "'poolgrad[explain]')")
+    with pytest.raises(explain.ExplainError, match=f"^{re.escape(message)}$"):
+        explain.draw_classic(str(tmp_path / "classic.png"))
+    assert cli.main(["explain", "--source", "random", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"poolgrad explain: error: {message}\n"
+    assert not list(tmp_path.iterdir())
 
 
 def test_checkpoint_without_a_sliding_pool_says_so(tmp_path):

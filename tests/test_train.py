@@ -79,6 +79,18 @@ def test_pool_and_dataset_names_have_one_check_each():
         "digits", "mnist1d", "idx"]
 
 
+def test_without_matplotlib_training_stops_before_it_starts(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails
+    message = (r"^matplotlib is needed for the training plot: pip install matplotlib \(or "
+               r"pip install 'poolgrad\[train\]'\)$")
+    with pytest.raises(train.TrainError, match=message):
+        run(tmp_path, "no-plot")
+    assert not (tmp_path / "no-plot").exists()  # nothing trained, nothing written
+    with pytest.raises(train.TrainError, match=message):
+        train.plot_history([], str(tmp_path / "plot.png"))
+    assert run(tmp_path, "plot-off", plot=False)["plot"] is None  # trains without a plot
+
+
 def test_resume_cannot_go_back_or_change_dataset(tmp_path):
     run(tmp_path, "done", epochs=2)
     with pytest.raises(train.TrainError, match="already run 2 epochs"):
