@@ -79,6 +79,79 @@ def test_one_dimensional_sequences():
     np.testing.assert_array_equal(routing.dx[:, 0], pullback(np.ones_like(y))[:, 0])
 
 
+def drawn_figures(monkeypatch, routing, tmp_path):
+    """The three routing figures of ``routing``, laid out as saved, with a renderer."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    figures, save = [], explain._save
+
+    def keep(figure, path, **options):
+        figures.append(figure)
+        return save(figure, path, **options)
+
+    monkeypatch.setattr(explain, "_save", keep)
+    explain.draw_examples(routing, str(tmp_path / "examples.png"), 3)
+    explain.draw_batch(routing, str(tmp_path / "batch.png"))
+    explain.draw_overlap(routing, str(tmp_path / "overlap.png"))
+    for figure in figures:
+        FigureCanvasAgg(figure).draw()
+    return figures
+
+
+def assert_readable(figure):
+    """Every panel at least half an inch high; no two numbers (or a number and a tick
+    label) of a panel on top of each other."""
+    renderer = figure.canvas.get_renderer()
+    numbered = 0
+    for axes in figure.axes:
+        if axes.get_label() == "<colorbar>":
+            continue
+        assert axes.get_window_extent(renderer).height / figure.dpi >= 0.5, axes.get_title()
+        texts = [t for t in axes.texts + axes.get_xticklabels()
+                 if t.get_visible() and t.get_text()]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        numbered += len(axes.texts)
+        for i, a in enumerate(boxes):
+            for j in range(i):
+                overlap = min(a.x1, boxes[j].x1) - max(a.x0, boxes[j].x0), \
+                          min(a.y1, boxes[j].y1) - max(a.y0, boxes[j].y0)
+                assert min(overlap) <= 0.5, (axes.get_title(), texts[i].get_text(),
+                                             texts[j].get_text())
+    return numbered
+
+
+@pytest.mark.parametrize("kind, kwargs, length", [
+    ("max", {"kernel": 2}, 40),  # poolgrad explain --source mnist1d
+    ("max", {"kernel": 3, "stride": 1, "ties": "split"}, 40),
+    ("avg", {"kernel": 3, "stride": 2, "padding": 1}, 40),
+    ("lp", {"kernel": 4, "p": 3.0}, 40),
+    ("max", {"kernel": 2}, 64),
+    ("avg", {"kernel": 5, "stride": 3}, 200),  # too long for numbers: bars only
+])
+def test_one_dimensional_figures_are_readable(monkeypatch, tmp_path, kind, kwargs, length):
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal((16, length)).round(2)
+    shape = explain.route(x[:1], kind, **kwargs).y.shape[1:]
+    routing = explain.route(x, kind, dy=rng.integers(1, 10, (16,) + shape), **kwargs)
+    assert routing.one_d
+    figures = drawn_figures(monkeypatch, routing, tmp_path)
+    numbers = [assert_readable(figure) for figure in figures]
+    if length <= 64:  # the numbers are there, one per window and per reached position
+        windows = routing.y.shape[2]
+        reached = int((routing.dx[:3] != 0).sum())
+        assert numbers[0] == 3 * windows + reached
+    # 1-d data is drawn along the sequence, not as one-cell-high grids
+    assert not any(axes.images for figure in figures for axes in figure.axes)
+
+
+def test_two_dimensional_figures_are_still_grids(monkeypatch, tmp_path):
+    x = np.random.default_rng(5).standard_normal((16, 6, 6)).round(2)
+    routing = explain.route(x, "max", kernel=2)
+    assert not routing.one_d
+    for figure in drawn_figures(monkeypatch, routing, tmp_path):
+        assert assert_readable(figure) > 0
+        assert all(axes.images for axes in figure.axes if axes.get_label() != "<colorbar>")
+
+
 def test_invariance_is_local_to_the_window():
     x = np.random.default_rng(2).random((20, 8, 8))
     rows = explain.invariance(x, kernel=2)
