@@ -5,7 +5,7 @@ come from ``vjp(op, x, ...) -> (y, pullback)``.
 """
 
 from . import ops
-from .ops import *  # noqa: F403  (the operators and vjp: exactly ops.__all__)
+from .ops import *  # the operators and vjp: exactly ops.__all__
 
 __version__ = "0.1.0"
 

@@ -74,8 +74,8 @@ def test_full_run_keeps_its_verdicts_and_quick_mode_gives_none():
 @pytest.mark.parametrize("out, message", [
     ("folder", "cannot write the output file {out}: it is a folder; give a file name"),
     ("folder/", "cannot write the output file {out}: it is a folder; give a file name"),
-    ("a-file/bench.json", "cannot write the output file {out}: {tmp}/a-file is a file, not a "
-                          "folder"),
+    ("a-file/bench.json",
+     "cannot write the output file {out}: {tmp}/a-file is a file, not a folder"),
     ("", "cannot write the output file '': the path is empty"),
 ])
 def test_bad_out_is_refused_before_any_timing(tmp_path, capsys, out, message):

@@ -245,9 +245,9 @@ def test_bad_out_is_refused_before_the_work(tmp_path, invariance):
     (tmp_path / "a-file").write_text("not a folder")
     # the source does not exist either: --out is checked first, before any loading
     source = ["--source", str(tmp_path / "missing.npy")] + ["--invariance"] * invariance
+    inside = tmp_path / "a-file" / "figures"
     for out, problem in [(tmp_path / "a-file", "it is a file, not a folder"),
-                         (tmp_path / "a-file" / "figures", f"{tmp_path / 'a-file'} is a file, "
-                                                           "not a folder")]:
+                         (inside, f"{tmp_path / 'a-file'} is a file, not a folder")]:
         done = run_cli(*source, "--out", str(out))
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert done.stderr == (f"poolgrad explain: error: cannot write to the output folder "
