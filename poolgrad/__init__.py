@@ -4,32 +4,9 @@ Operators take NumPy arrays ``(N, C, *spatial)`` with 1 to 3 spatial dims; gradi
 come from ``vjp(op, x, ...) -> (y, pullback)``.
 """
 
-from .ops import (
-    Pullback,
-    adaptive_avg_pool,
-    adaptive_max_pool,
-    avg_pool,
-    global_avg_pool,
-    global_lp_pool,
-    global_max_pool,
-    lp_pool,
-    max_pool,
-    max_unpool,
-    vjp,
-)
+from . import ops
+from .ops import *  # the operators and vjp: exactly ops.__all__
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Pullback",
-    "adaptive_avg_pool",
-    "adaptive_max_pool",
-    "avg_pool",
-    "global_avg_pool",
-    "global_lp_pool",
-    "global_max_pool",
-    "lp_pool",
-    "max_pool",
-    "max_unpool",
-    "vjp",
-]
+__all__ = list(ops.__all__)  # the public names are listed once, in ops

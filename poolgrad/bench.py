@@ -59,6 +59,12 @@ SUITE = (
 )
 
 LAYOUTS = ("NCHW", "channels-last")
+
+QUICK_NOTE = (
+    "quick mode only checks that the suite runs: its tiny shapes take microseconds, so\n"
+    "these times measure the fixed cost of a call (argument checks, dispatch, allocating\n"
+    "the output), not pooling speed, and the speedup column is no speed comparison.\n"
+    "Run `poolgrad bench` without --quick for that.")
 PASSES = ("forward", "backward", "forward+backward")
 
 
@@ -262,7 +268,7 @@ def format_table(result: dict) -> str:
         f"{machine.get('cpu_model')}, {machine.get('simd')}), {machine['threads']} threads, "
         f"NumPy copy {machine['copy_bandwidth_GBps']} GB/s, float32, median of "
         f"{result['repeats']}"
-        + (" (quick mode: tiny shapes)" if result["quick"] else ""),
+        + (" (quick mode: tiny shapes, see the note below)" if result["quick"] else ""),
         "",
         f"{'layer':<22} {'layout':<14} {'pass':<17} {'poolgrad ms':>11} {'torch ms':>9} "
         f"{'speedup':>8} {'roofline':>9}",
@@ -273,6 +279,8 @@ def format_table(result: dict) -> str:
         lines.append(
             f"{row['layer']:<22} {row['layout']:<14} {row['pass']:<17} "
             f"{row['poolgrad_ms']:11.2f} {torch_ms} {speedup} {row['roofline_fraction']:8.0%}")
+    if result["quick"]:  # no speed verdict from shapes this small
+        return "\n".join(lines + ["", QUICK_NOTE])
     summary = result["summary"]
     for key, label in [("max_forward_geomean_speedup_nchw", "max forward, NCHW"),
                        ("max_forward_backward_geomean_speedup_nchw",

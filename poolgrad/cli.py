@@ -14,7 +14,9 @@ import sys
 
 import numpy as np
 
+from . import __doc__ as _ABOUT  # the package's first line: what poolgrad is
 from . import ops
+from ._files import check_output_file
 
 
 def _format_grid(values: np.ndarray, width: int = 6) -> str:
@@ -71,8 +73,9 @@ _positive = _at_least(1)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poolgrad", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="poolgrad", description=_ABOUT.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                     title="commands (poolgrad COMMAND --help for each)")
     p = commands.add_parser("demo", help="show where a max-pool layer routes a batch's gradient")
     p.add_argument("--batch", type=_positive, default=100, help="examples in the batch")
     p.add_argument("--size", type=_positive, default=6, help="input height and width")
@@ -143,14 +146,10 @@ def _positive_float(text: str) -> float:
 
 
 def train(args) -> None:
+    from . import datasets, nn
     from . import train as trainer
-    from .datasets import DatasetError
-    if args.pool not in trainer.POOLS:
-        raise ValueError(f"unknown --pool {args.pool!r}: choose one of "
-                         f"{', '.join(trainer.POOLS)}")
-    if not (args.dataset in ("digits", "mnist1d") or args.dataset.startswith("idx:")):
-        raise DatasetError(f"unknown --dataset {args.dataset!r}: choose digits, mnist1d or "
-                           "idx:PATH (a folder of MNIST-style IDX files)")
+    nn.check_pool(args.pool, what="--pool")
+    datasets.kind_of(args.dataset, what="--dataset")
     if args.resume:
         given = [flag for flag, value, default in [
             ("--pool", args.pool, "max"),
@@ -177,6 +176,7 @@ def train(args) -> None:
 
 def bench(args) -> None:
     from . import bench as suite
+    check_output_file(args.out)  # before the minutes of timing, not after them
     result = suite.run(quick=args.quick, repeats=args.repeats, threads=args.threads,
                        progress=lambda text: print(f"  timing {text}", file=sys.stderr))
     suite.write_json(result, args.out)
@@ -186,9 +186,8 @@ def bench(args) -> None:
 
 def explain(args) -> None:
     from . import explain as explainer
-    if args.kind not in explainer.KINDS:
-        raise ValueError(f"unknown --kind {args.kind!r}: choose one of "
-                         f"{', '.join(explainer.KINDS)}")
+    from . import nn
+    nn.check_pool(args.kind, explainer.KINDS, "--kind")
     if args.invariance:
         result = explainer.explain_invariance(args.source, args.out, kernel=args.kernel,
                                               batch=args.batch or 100, seed=args.seed)
@@ -223,7 +222,11 @@ def _print_rich(rendered) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `poolgrad`: what it can do, not an error
+        parser.print_help()
+        return 0
     try:
         if args.command == "demo":
             print(demo(args.batch, args.size, args.kernel, args.stride, args.seed))

@@ -21,11 +21,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NAMES = ("digits", "mnist1d", "idx:PATH")
+BUNDLED = ("digits", "mnist1d")  # made or shipped by a package (idx:PATH reads a folder)
 
 
 class DatasetError(ValueError):
     """A dataset that cannot be loaded: unknown, missing or corrupt."""
+
+
+def kind_of(name, what: str = "dataset", error: type[ValueError] = DatasetError) -> str:
+    """``"digits"``, ``"mnist1d"`` or ``"idx"``: which dataset :func:`load` gives for
+    ``name``; for any other name, ``error`` saying ``unknown {what} ...`` and what is
+    allowed. The one check of dataset names."""
+    if name in BUNDLED:
+        return name
+    if isinstance(name, str) and name.startswith("idx:") and len(name) > 4:
+        return "idx"
+    raise error(f"unknown {what} {name!r}: choose {', '.join(BUNDLED)} or idx:PATH (a folder "
+                "of MNIST-style IDX files)")
 
 
 @dataclass
@@ -136,11 +148,7 @@ def idx(folder: str) -> Dataset:
 
 def load(name: str) -> Dataset:
     """``digits``, ``mnist1d`` or ``idx:PATH``."""
-    if name == "digits":
-        return digits()
-    if name == "mnist1d":
-        return mnist1d()
-    if isinstance(name, str) and name.startswith("idx:") and len(name) > 4:
+    kind = kind_of(name)
+    if kind == "idx":
         return idx(name[4:])
-    raise DatasetError(f"unknown dataset {name!r}: choose digits, mnist1d or idx:PATH "
-                       "(a folder of MNIST-style IDX files)")
+    return digits() if kind == "digits" else mnist1d()

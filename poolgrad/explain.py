@@ -5,23 +5,24 @@ terminal grids: ``poolgrad explain``.
 and collects what a lecture on pooling's backward pass shows: each example's routed
 gradient, how many examples send gradient to each input position, the batch gradient
 (the sum of the per-example ones), and how many windows cover each position. The
-drawing functions turn a :class:`Routing` into PNG figures (matplotlib) and
-:func:`render_terminal` into coloured grids (rich, or plain text without it).
+drawing functions turn a :class:`Routing` into PNG figures (matplotlib: grids for 2-d
+maps, line and bar plots along the sequence for 1-d data) and :func:`render_terminal`
+into coloured grids (rich, or plain text without it).
 """
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops
-from ._files import write_atomically
+from . import datasets, nn, ops
+from ._figures import figure_class, save_png
+from ._files import check_output_folder
 
-KINDS = ("max", "avg", "lp")
-SOURCES = "random, digits, mnist1d, a .npy file, or checkpoint:DIR"
+KINDS = tuple(nn.POOLING)  # the pooling layers: max, avg, lp
+SOURCES = f"random, {', '.join(datasets.BUNDLED)}, a .npy file, or checkpoint:DIR"
 
 
 class ExplainError(ValueError):
@@ -42,6 +43,7 @@ class Routing:
     dx_alone: np.ndarray  # each example pulled back alone, for the comparison
     windows: list  # per output (oh, ow): the input positions [(h, w), ...] it reads
     winners: np.ndarray | None  # (N, OH, OW) flat input index of each max (max only)
+    one_d: bool = False  # (N, L) sequences, pooled along L (kept as H = 1)
 
     @property
     def senders(self) -> np.ndarray:
@@ -85,8 +87,7 @@ def route(x, kind: str = "max", kernel=2, stride=None, padding=0, ties: str = "f
           p: float = 2.0, dy=None) -> Routing:
     """Pool ``x`` (``(N, H, W)`` maps, or ``(N, L)`` sequences) and pull back ``dy``
     (default: ones), with the core's vjp."""
-    if kind not in KINDS:
-        raise ExplainError(f"unknown kind {kind!r}: choose one of {', '.join(KINDS)}")
+    nn.check_pool(kind, KINDS, "kind", ExplainError)
     x = np.asarray(x, dtype=np.float64)
     if x.ndim not in (2, 3):
         raise ExplainError(f"x must be (N, H, W), (N, L) or one (H, W) map, got shape {x.shape}")
@@ -104,7 +105,7 @@ def route(x, kind: str = "max", kernel=2, stride=None, padding=0, ties: str = "f
                             for n in range(len(batch))])
     plan_windows = _windows(batch.shape[2:], op, options)
     return Routing(kind, settings, batch[:, 0], y[:, 0], dy[:, 0], dx[:, 0],
-                   alone[:, 0], plan_windows, None if indices is None else indices[:, 0])
+                   alone[:, 0], plan_windows, None if indices is None else indices[:, 0], one_d)
 
 
 def _windows(spatial, op, options):
@@ -133,8 +134,7 @@ def load_batch(source: str, batch: int = 16, seed: int = 0, channel: int = 0):
         raise ExplainError(f"batch must be >= 1, got {batch}")
     if source == "random":
         return rng.standard_normal((batch, 6, 6)).round(2), f"{batch} random 6x6 maps", None
-    if source in ("digits", "mnist1d"):
-        from . import datasets
+    if source in datasets.BUNDLED:
         data = datasets.load(source)
         chosen = rng.choice(len(data.y_test), size=min(batch, len(data.y_test)), replace=False)
         x = data.x_test[chosen][:, 0]
@@ -165,7 +165,7 @@ def load_batch(source: str, batch: int = 16, seed: int = 0, channel: int = 0):
 
 def _checkpoint_batch(folder, batch, seed, channel):
     """The input of a trained model's first pooling layer, on real test examples."""
-    from . import datasets, nn, train
+    from . import train
     weights, _, meta = train.load_checkpoint(os.path.join(folder, train.CHECKPOINT))
     settings = meta["settings"]
     data = datasets.load(settings["dataset"])
@@ -175,7 +175,7 @@ def _checkpoint_batch(folder, batch, seed, channel):
                               gap_head=settings["gap_head"], seed=settings["seed"])
     model.load_state_dict(weights)
     model.eval()
-    kinds = {nn.MaxPool: "max", nn.AvgPool: "avg", nn.LpPool: "lp"}
+    kinds = {layer: kind for kind, layer in nn.POOLING.items()}
     pools = [i for i, layer in enumerate(model.layers) if type(layer) in kinds]
     if not pools:
         raise ExplainError(f"the model in {folder} has no max, avg or lp pooling layer "
@@ -195,24 +195,15 @@ def _checkpoint_batch(folder, batch, seed, channel):
 # --------------------------------------------------------------------------- figures
 
 
-def _subplots(rows, cols, figsize, squeeze=True):
-    """A matplotlib figure and its axes, made without pyplot (which would change the
-    caller's backend and keep figures alive)."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ExplainError("the figures need matplotlib: pip install matplotlib "
-                           "(or pip install 'poolgrad[explain]')") from None
-    figure = Figure(figsize=figsize)
-    return figure, figure.subplots(rows, cols, squeeze=squeeze)
+def _subplots(rows, cols, figsize, squeeze=True, **options):
+    """A matplotlib figure and its axes (``options`` go to ``Figure.subplots``)."""
+    figure = figure_class("the figures", "explain", ExplainError)(figsize=figsize)
+    return figure, figure.subplots(rows, cols, squeeze=squeeze, **options)
 
 
-def _save(figure, path):
-    figure.tight_layout(rect=(0, 0, 1, 0.9))  # room for the two-line title
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    write_atomically(path, lambda stream: stream.write(buffer.getvalue()))
-    return path
+def _save(figure, path, top=0.9):
+    figure.tight_layout(rect=(0, 0, 1, top))  # the grids: room above ``top`` for the title
+    return save_png(figure, path, dpi=110, bbox_inches="tight")
 
 
 def _grid(axes, values, title, cmap="viridis", annotate=True, fmt="{:.2g}", centered=False):
@@ -253,61 +244,250 @@ def draw_examples(routing: Routing, path: str, examples: int = 3, description: s
     """For a few examples: the input with the windows and the winners (or the averaging
     weights), the pooled output, the upstream gradient and the gradient routed back."""
     examples = min(examples, len(routing.x))
-    figure, grid = _subplots(examples, 4, (13, 3.2 * examples), squeeze=False)
-    for n in range(examples):
-        left = grid[n, 0]
-        _grid(left, routing.x[n], f"example {n}: input, windows"
-              + (" and winners (circled)" if routing.kind == "max" else ""), cmap="Greys")
-        _outline_windows(left, routing, n)
-        _grid(grid[n, 1], routing.y[n], f"{routing.kind}-pooled output", cmap="Greys")
-        _grid(grid[n, 2], routing.dy[n], "upstream gradient dy", cmap="coolwarm", centered=True)
-        _grid(grid[n, 3], routing.dx[n], "gradient routed back to the input", cmap="coolwarm",
-              centered=True)
+    if routing.one_d:
+        figure = _examples_along(routing, examples)
+    else:
+        figure, grid = _subplots(examples, 4, (13, 3.2 * examples), squeeze=False)
+        for n in range(examples):
+            left = grid[n, 0]
+            _grid(left, routing.x[n], f"example {n}: input, windows"
+                  + (" and winners (circled)" if routing.kind == "max" else ""), cmap="Greys")
+            _outline_windows(left, routing, n)
+            _grid(grid[n, 1], routing.y[n], f"{routing.kind}-pooled output", cmap="Greys")
+            _grid(grid[n, 2], routing.dy[n], "upstream gradient dy", cmap="coolwarm",
+                  centered=True)
+            _grid(grid[n, 3], routing.dx[n], "gradient routed back to the input",
+                  cmap="coolwarm", centered=True)
     figure.suptitle(f"{routing.kind} pooling {_settings_text(routing)}: where each example's "
                     f"gradient goes\n{description}", fontsize=11)
-    return _save(figure, path)
+    return _save_drawn(figure, routing, path)
 
 
 def draw_batch(routing: Routing, path: str, description: str = ""):
     """The whole batch: how many examples send gradient to each input position, one
     example's sparse gradient, and the batch gradient (the sum of the per-example ones)."""
     info = routing.summary()
-    figure, (a, b, c) = _subplots(1, 3, (13, 4.2))
-    _grid(a, routing.dx[0], "example 0 alone: its gradient", cmap="coolwarm", centered=True)
-    image = _grid(b, routing.senders, f"how many of the {info['examples']} examples\nsend "
-                  "gradient to each position", cmap="magma", fmt="{:.0f}")
-    figure.colorbar(image, ax=b, fraction=0.046)
-    _grid(c, routing.batch_gradient, "batch gradient = sum of the\nper-example gradients",
-          cmap="coolwarm", centered=True)
+    if routing.one_d:
+        figure = _batch_along(routing, info)
+    else:
+        figure, (a, b, c) = _subplots(1, 3, (13, 4.2))
+        _grid(a, routing.dx[0], "example 0 alone: its gradient", cmap="coolwarm",
+              centered=True)
+        image = _grid(b, routing.senders, f"how many of the {info['examples']} examples\nsend "
+                      "gradient to each position", cmap="magma", fmt="{:.0f}")
+        figure.colorbar(image, ax=b, fraction=0.046)
+        _grid(c, routing.batch_gradient, "batch gradient = sum of the\nper-example gradients",
+              cmap="coolwarm", centered=True)
     figure.suptitle(
         f"{routing.kind} pooling {_settings_text(routing)}: each example reaches "
         f"{info['mean_positions_reached_per_example']:.1f} of {info['positions']} positions; "
         f"the batch reaches {info['positions_reached_by_batch']}\n"
         f"batch pullback == each example pulled back alone: "
         f"{info['batch_equals_examples_alone']}. {description}", fontsize=10)
-    return _save(figure, path)
+    return _save_drawn(figure, routing, path)
 
 
 def draw_overlap(routing: Routing, path: str):
     """Overlapping windows: how many windows cover each position, and where one
     example's contributions add up (positions that won, or share, several windows)."""
-    figure, (a, b, c) = _subplots(1, 3, (13, 4.2))
-    _grid(a, routing.x[0], "example 0: input and windows", cmap="Greys")
-    _outline_windows(a, routing, 0)
-    _grid(b, routing.coverage, "windows covering each position", cmap="magma", fmt="{:.0f}")
-    if routing.winners is not None:
-        wins = np.zeros(routing.x.shape[1:], dtype=np.int64)
-        width = routing.x.shape[2]
-        for flat in routing.winners[0].ravel():
-            wins[flat // width, flat % width] += 1
-        _grid(c, wins, "windows won by each position\n(>1: their gradients add up)",
-              cmap="magma", fmt="{:.0f}")
+    if routing.one_d:
+        figure = _overlap_along(routing)
     else:
-        _grid(c, routing.dx[0], "gradient routed back: overlapping\nwindows add up",
-              cmap="coolwarm", centered=True)
+        figure, (a, b, c) = _subplots(1, 3, (13, 4.2))
+        _grid(a, routing.x[0], "example 0: input and windows", cmap="Greys")
+        _outline_windows(a, routing, 0)
+        _grid(b, routing.coverage, "windows covering each position", cmap="magma",
+              fmt="{:.0f}")
+        if routing.winners is not None:
+            _grid(c, _wins(routing, 0), "windows won by each position\n(>1: their gradients "
+                  "add up)", cmap="magma", fmt="{:.0f}")
+        else:
+            _grid(c, routing.dx[0], "gradient routed back: overlapping\nwindows add up",
+                  cmap="coolwarm", centered=True)
     figure.suptitle(f"{routing.kind} pooling {_settings_text(routing)}: overlapping windows",
                     fontsize=11)
-    return _save(figure, path)
+    return _save_drawn(figure, routing, path)
+
+
+def _save_drawn(figure, routing, path):
+    # the grids keep the top tenth for the title; tight_layout makes room for it itself
+    # in the sequence plots
+    return _save(figure, path, top=1 if routing.one_d else 0.9)
+
+
+def _wins(routing, example):
+    """(H, W): how many windows each position of ``example`` won (max pooling)."""
+    wins = np.zeros(routing.x.shape[1:], dtype=np.int64)
+    width = routing.x.shape[2]
+    for flat in routing.winners[example].ravel():
+        wins[flat // width, flat % width] += 1
+    return wins
+
+
+# 1-d data gets line and bar plots along the sequence: as (1, L) grids they would be
+# strips one cell high with their numbers on top of each other.
+_FONT = 7  # points, the numbers over the bars
+
+
+def _number(value) -> str:
+    """A bar's value in at most four characters where it can: 7, 144, 3.5, .5, .33,
+    -.15, and ~0 for a gradient that rounds to 0.00."""
+    value = float(value)
+    size = abs(value)
+    if value.is_integer() or size >= 10:
+        return f"{value:.0f}" if size < 1e4 else f"{value:.1g}"
+    if size >= 0.995:
+        return f"{value:.1f}"
+    text = f"{value:.2f}"
+    return "~0" if float(text) == 0 else text.replace("0.", ".", 1).rstrip("0")
+
+
+def _text_width(text: str) -> float:
+    """Roughly how wide ``text`` is in points at the numbers' font size."""
+    return _FONT * sum(0.36 if c in ".-~" else 0.64 for c in text)
+
+
+def _spans(routing):
+    """Per window: its first and last input position along L (its real taps)."""
+    return [(min(w for _, w in window), max(w for _, w in window))
+            for window in routing.windows]
+
+
+def _sequence_axes(axes, length, title):
+    axes.set_title(title, fontsize=9, loc="left")
+    axes.set_xlim(-0.7, length - 0.3)
+    axes.tick_params(labelsize=7)
+    axes.grid(axis="y", alpha=0.3)
+    axes.spines[["top", "right"]].set_visible(False)
+
+
+def _bars(axes, centers, values, widths, title, length, color, skip_zeros=True):
+    """A bar per position (or per window, ``widths`` wide) with its value above it (below
+    it when negative): upright where the numbers fit side by side, else turned on their
+    side, and left out where even that would not fit."""
+    values = np.asarray(values, dtype=np.float64)
+    axes.bar(centers, values, width=widths, color=color, alpha=0.85)
+    _sequence_axes(axes, length, title)
+    axes.axhline(0, color="0.4", lw=0.6)
+    if np.all(values == np.round(values)):  # counts and integer gradients: integer ticks
+        axes.yaxis.get_major_locator().set_params(integer=True)
+    labels = [_number(v) if v or not skip_zeros else "" for v in values]
+    figure, box = axes.figure, axes.get_position()
+    # room for a number, in points: the distance between neighbouring bars
+    spacing = float(np.diff(centers).min()) if len(centers) > 1 else length
+    slot = figure.get_figwidth() * box.width * 72 / (length + 0.4) * spacing
+    widest = max(map(_text_width, labels))
+    upright = widest <= 0.9 * slot
+    # the numbers' reach beyond the bar ends, in points, on each side that has them
+    reach = (_FONT * 1.3 if upright else widest) + 3
+    sides = int(any(v > 0 for v, t in zip(values, labels) if t)) + int(
+        any(v < 0 for v, t in zip(values, labels) if t))
+    height = figure.get_figheight() * box.height * 72
+    low, high = min(values.min(), 0.0), max(values.max(), 0.0)
+    span = (high - low) or 1.0
+    numbered = (upright or slot >= 1.4 * _FONT) and height - sides * reach >= 0.4 * height
+    room = reach * span / (height - sides * reach) if numbered else 0.1 * span
+    axes.set_ylim(low - (room if low < 0 else 0), high + room)
+    if not numbered:
+        return
+    for x, v, label in zip(centers, values, labels, strict=True):
+        if label:
+            axes.annotate(label, (x, v), xytext=(0, 2 if v >= 0 else -2),
+                          textcoords="offset points", ha="center",
+                          va="bottom" if v >= 0 else "top", fontsize=_FONT,
+                          rotation=0 if upright else 90)
+
+
+def _signal(axes, routing, example, title, pooled=True):
+    """The input sequence, its windows as brackets below it (stacked where windows
+    overlap), each window's pooled output as a bar across it, and the winners."""
+    x = routing.x[example, 0]
+    length = len(x)
+    spans = _spans(routing)
+    low, high = float(x.min()), float(x.max())
+    height = (high - low) or 1.0
+    levels = int(routing.coverage.max())
+    axes.plot(np.arange(length), x, color="0.3", lw=1, marker=".", ms=4, zorder=2,
+              label="input")
+    for k, (first, last) in enumerate(spans):
+        color = f"C{k % 10}"
+        level = low - height * (0.12 + 0.1 * (k % levels))
+        axes.plot([first - 0.35, first - 0.35, last + 0.35, last + 0.35],
+                  [level + 0.03 * height, level, level, level + 0.03 * height], color=color,
+                  lw=1.2)
+        if pooled:
+            axes.plot([first - 0.4, last + 0.4], [routing.y[example, 0, k]] * 2, color=color,
+                      lw=2.5, alpha=0.8, zorder=1,
+                      label=f"{routing.kind}-pooled output" if k == 0 else None)
+    if routing.winners is not None:
+        won = np.unique(routing.winners[example])
+        axes.plot(won, x[won], "o", ms=9, mfc="none", mec="red", mew=1.8, zorder=3,
+                  label="winners")
+    if pooled:  # Lp norms lie above the values
+        high = max(high, float(routing.y[example, 0].max()))
+    axes.set_ylim(low - height * (0.2 + 0.1 * levels), high + height * 0.15)
+    axes.set_yticks([t for t in axes.get_yticks() if low <= t <= high])  # none by the brackets
+    _sequence_axes(axes, length, title)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+
+
+def _window_bars(routing, example, values):
+    """Bars for per-window values, centred on each window and no wider than the
+    distance between window centres (so overlapping windows' bars stay apart)."""
+    spans = _spans(routing)
+    centers = np.array([(first + last) / 2 for first, last in spans])
+    step = np.diff(centers).min() if len(centers) > 1 else np.inf
+    widths = [min(last - first + 1, step) - 0.2 for first, last in spans]
+    return centers, np.asarray(values)[example, 0], widths
+
+
+def _examples_along(routing, examples):
+    """draw_examples for 1-d data: per example, the input with its windows, then dy
+    and dx as bars along the sequence."""
+    length = routing.x.shape[2]
+    positions = np.arange(length)
+    figure, axes = _subplots(3 * examples, 1, (13, 4.4 * examples),
+                             gridspec_kw={"height_ratios": [1.8, 1, 1] * examples})
+    for n in range(examples):
+        top, middle, bottom = axes[3 * n:3 * n + 3]
+        _signal(top, routing, n, f"example {n}: input (windows bracketed below it)"
+                + (", winners circled" if routing.kind == "max" else ""))
+        _bars(middle, *_window_bars(routing, n, routing.dy),
+              "upstream gradient dy, one bar per window", length, "tab:blue")
+        _bars(bottom, positions, routing.dx[n, 0], 0.6,
+              "gradient routed back to the input, one bar per position", length, "tab:red")
+    return figure
+
+
+def _batch_along(routing, info):
+    """draw_batch for 1-d data: three bar plots along the sequence."""
+    length = routing.x.shape[2]
+    positions = np.arange(length)
+    figure, (a, b, c) = _subplots(3, 1, (13, 6.6))
+    _bars(a, positions, routing.dx[0, 0], 0.6, "example 0 alone: its gradient", length,
+          "tab:red")
+    _bars(b, positions, routing.senders[0], 0.6, f"how many of the {info['examples']} "
+          "examples send gradient to each position", length, "tab:purple")
+    _bars(c, positions, routing.batch_gradient[0], 0.6,
+          "batch gradient = sum of the per-example gradients", length, "tab:red")
+    return figure
+
+
+def _overlap_along(routing):
+    """draw_overlap for 1-d data: the windows stacked where they overlap, then bars."""
+    length = routing.x.shape[2]
+    positions = np.arange(length)
+    figure, (a, b, c) = _subplots(3, 1, (13, 6.6), gridspec_kw={"height_ratios": [1.8, 1, 1]})
+    _signal(a, routing, 0, "example 0: input and windows (bracketed below it)", pooled=False)
+    _bars(b, positions, routing.coverage[0], 0.6, "windows covering each position", length,
+          "tab:purple")
+    if routing.winners is not None:
+        _bars(c, positions, _wins(routing, 0)[0], 0.6,
+              "windows won by each position (>1: their gradients add up)", length, "tab:purple")
+    else:
+        _bars(c, positions, routing.dx[0, 0], 0.6,
+              "gradient routed back: overlapping windows add up", length, "tab:red")
+    return figure
 
 
 CLASSIC_INPUT = np.array([[1.0, 3.0, 2.0, 1.0],
@@ -453,6 +633,7 @@ def explain(source: str = "digits", out: str = "explain", *, kind: str = "max", 
         raise ExplainError(f"dy must be 'random' or 'ones', got {dy!r}")
     if examples < 1:
         raise ExplainError(f"examples must be >= 1, got {examples}")
+    check_output_folder(out, ExplainError)  # before the work, not after it
     x, description, layer = load_batch(source, batch, seed, channel)
     if layer is not None:  # a checkpoint's pooling layer brings its own settings
         kind, kernel = layer["kind"], layer["kernel_size"]
@@ -463,7 +644,8 @@ def explain(source: str = "digits", out: str = "explain", *, kind: str = "max", 
         shape = route(x[:1], kind, kernel, stride, padding, ties, p).y.shape[1:]
         upstream = np.random.default_rng(seed).integers(1, 10, (len(x),) + shape)
     routing = route(x, kind, kernel, stride, padding, ties, p, upstream)
-    overlap = route(x, kind, 3, 2, 1, ties, p) if min(routing.x.shape[1:]) >= 3 else routing
+    pooled_dims = routing.x.shape[2:] if routing.one_d else routing.x.shape[1:]
+    overlap = route(x, kind, 3, 2, 1, ties, p) if min(pooled_dims) >= 3 else routing
     files = {"examples": draw_examples(routing, os.path.join(out, "examples.png"), examples,
                                        description),
              "batch": draw_batch(routing, os.path.join(out, "batch.png"), description),
@@ -475,6 +657,7 @@ def explain(source: str = "digits", out: str = "explain", *, kind: str = "max", 
 
 def explain_invariance(source: str = "digits", out: str = "explain", *, kernel: int = 2,
                        batch: int = 100, seed: int = 0) -> dict:
+    check_output_folder(out, ExplainError)
     x, description, _ = load_batch(source, batch, seed)
     rows = invariance(x, kernel)
     path = draw_invariance(rows, kernel, os.path.join(out, "invariance.png"), description)

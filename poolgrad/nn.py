@@ -25,7 +25,17 @@ import math
 import numpy as np
 
 from . import ops
-from .geometry import per_dim
+from .geometry import output_length, per_dim
+
+
+def _take_saved(owner, name: str, forward: str):
+    """Take (and release) what ``owner.forward`` saved for its ``backward``: a second
+    ``backward``, or one with no ``forward`` before it, is a RuntimeError."""
+    value = owner.__dict__.pop(name, None)
+    if value is None:
+        raise RuntimeError(f"{type(owner).__name__}.backward called without {forward} "
+                           "before it (or twice)")
+    return value
 
 
 class Layer:
@@ -44,11 +54,7 @@ class Layer:
 
     def _saved(self, name: str):
         """Take (and release) what ``forward`` saved for ``backward``."""
-        value = self.__dict__.pop(name, None)
-        if value is None:
-            raise RuntimeError(f"{type(self).__name__}.backward called without a training "
-                               "forward before it (or twice)")
-        return value
+        return _take_saved(self, name, "a training forward")
 
     def __repr__(self):
         return f"{type(self).__name__}()"
@@ -123,13 +129,17 @@ class Conv(Layer):
             raise ValueError(f"Conv expects (N, {in_channels}, {self.ndim} spatial dims) input, "
                              f"got shape {x.shape}")
         n = x.shape[0]
-        padded = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in self.padding])
-        out_spatial = tuple(
-            (length - d * (k - 1) - 1) // s + 1 for length, k, s, d in
-            zip(padded.shape[2:], self.kernel, self.stride, self.dilation, strict=True))
-        if min(out_spatial) < 1:
+        try:  # the pooling layers' output-size rule, in floor mode
+            out_spatial = tuple(
+                output_length(length, k, s, d, p, p, ceil_mode=False, axis=axis)
+                for axis, (length, k, s, d, p) in enumerate(zip(
+                    x.shape[2:], self.kernel, self.stride, self.dilation, self.padding,
+                    strict=True)))
+        except ValueError:
             raise ValueError(f"Conv: input {x.shape[2:]} is smaller than the kernel "
-                             f"{self.kernel} (dilation {self.dilation}, padding {self.padding})")
+                             f"{self.kernel} (dilation {self.dilation}, padding {self.padding})"
+                             ) from None
+        padded = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in self.padding])
         # columns laid out (C, *kernel, N, *out): one matrix product for the whole batch
         cols = np.empty((in_channels,) + self.kernel + (n,) + out_spatial, dtype=x.dtype)
         for tap in np.ndindex(*self.kernel):
@@ -285,6 +295,22 @@ class LpPool(Pool):
                          dilation=dilation, ceil_mode=ceil_mode)
 
 
+# The pooling layers by name (poolgrad train's --pool, poolgrad explain's --kind), and
+# train's downsampling choices: one of them or a learned strided convolution.
+POOLING = {"max": MaxPool, "avg": AvgPool, "lp": LpPool}
+POOLS = (*POOLING, "strided-conv")
+
+
+def check_pool(name, choices=POOLS, what: str = "pool",
+               error: type[ValueError] = ValueError) -> str:
+    """``name`` if it is one of ``choices`` (names from :data:`POOLS`); otherwise
+    ``error`` saying ``unknown {what} ...`` and what is allowed. The one check of pool
+    names."""
+    if name not in choices:
+        raise error(f"unknown {what} {name!r}: choose one of {', '.join(choices)}")
+    return name
+
+
 class GlobalAvgPool(Pool):
     """:func:`poolgrad.global_avg_pool` as a layer: ``(N, C, *spatial)`` to
     ``(N, C, 1, ...)``."""
@@ -367,7 +393,8 @@ class Sequential(Layer):
 
 class SoftmaxCrossEntropy:
     """Mean softmax cross-entropy over a batch: ``forward(logits, labels) -> loss``;
-    ``backward() -> dlogits``, which is ``(softmax - one_hot) / N``."""
+    ``backward() -> dlogits``, which is ``(softmax - one_hot) / N``. Like the layers,
+    ``backward`` releases what ``forward`` saved: calling it again is a RuntimeError."""
 
     def forward(self, logits: np.ndarray, labels: np.ndarray) -> float:
         labels = np.asarray(labels)
@@ -387,8 +414,8 @@ class SoftmaxCrossEntropy:
         return float(np.mean(log_sum - shifted[rows, labels]))
 
     def backward(self) -> np.ndarray:
-        probs, labels = self._probs, self._labels
-        del self._probs, self._labels
+        probs = _take_saved(self, "_probs", "a forward")
+        labels = _take_saved(self, "_labels", "a forward")
         grad = probs.copy()
         grad[np.arange(len(labels)), labels] -= 1
         return grad / len(labels)

@@ -12,7 +12,6 @@ the same weights as an uninterrupted one.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -23,9 +22,10 @@ import zipfile
 import numpy as np
 
 from . import datasets, nn, optim
-from ._files import write_atomically
+from ._figures import figure_class, save_png
+from ._files import check_output_folder, write_atomically
 
-POOLS = ("max", "avg", "lp", "strided-conv")
+POOLS = nn.POOLS  # the --pool choices
 
 # Per-dataset defaults, chosen so that a bare `poolgrad train --dataset NAME` reaches the
 # README's accuracy: conv widths and kernel per stage (each stage halves the length),
@@ -47,10 +47,7 @@ class TrainError(ValueError):
 
 
 def defaults_for(dataset: str) -> dict:
-    key = "idx" if isinstance(dataset, str) and dataset.startswith("idx:") else dataset
-    if key not in DEFAULTS:
-        raise TrainError(f"unknown dataset {dataset!r}: choose digits, mnist1d or idx:PATH")
-    return DEFAULTS[key]
+    return DEFAULTS[datasets.kind_of(dataset, error=TrainError)]
 
 
 def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, pool: str = "max",
@@ -58,8 +55,7 @@ def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, poo
                 seed: int = 0, dtype=np.float32) -> nn.Sequential:
     """Stages of conv -> ReLU -> downsample (2x), then a linear head on the flattened
     features, or with ``gap_head`` on their global average."""
-    if pool not in POOLS:
-        raise TrainError(f"unknown pool {pool!r}: choose one of {', '.join(POOLS)}")
+    nn.check_pool(pool, error=TrainError)
     rng = np.random.default_rng(seed)
     ndim = len(spatial)
     layers: list[nn.Layer] = []
@@ -144,18 +140,6 @@ def load_checkpoint(path: str):
     return weights, state, meta
 
 
-def _check_writable(out: str) -> None:
-    try:
-        os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, ".poolgrad-write-test")
-        with open(probe, "w"):
-            pass
-        os.unlink(probe)
-    except OSError as error:
-        raise TrainError(f"cannot write to the output folder {out}: "
-                         f"{error.strerror or error}") from None
-
-
 def _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed):
     defaults = defaults_for(dataset)
     settings = {"dataset": dataset, "pool": pool, "gap_head": bool(gap_head),
@@ -164,8 +148,7 @@ def _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed):
                 "optimizer": defaults["optimizer"] if optimizer is None else optimizer,
                 "lr": defaults["lr"] if lr is None else lr, "seed": seed,
                 "widths": list(defaults["widths"]), "conv_kernel": defaults["conv_kernel"]}
-    if pool not in POOLS:
-        raise TrainError(f"unknown pool {pool!r}: choose one of {', '.join(POOLS)}")
+    nn.check_pool(pool, error=TrainError)
     if settings["optimizer"] not in optim.OPTIMIZERS:
         raise TrainError(f"unknown optimizer {settings['optimizer']!r}: choose one of "
                          f"{', '.join(optim.OPTIMIZERS)}")
@@ -209,9 +192,9 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
         history, start_epoch, train_time = meta["history"], meta["epoch"], meta["train_time_s"]
     else:
         settings = _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed)
-    _check_writable(out)
+    check_output_folder(out, TrainError)
     if plot:
-        _matplotlib_figure()  # fail before training, not after, when matplotlib is missing
+        _figure_class()  # fail before training, not after, when matplotlib is missing
     data = data if data is not None else datasets.load(settings["dataset"])
 
     model = build_model(data.x_train.shape[1], data.spatial, data.classes,
@@ -278,19 +261,13 @@ def _json_safe(value):
     return value
 
 
-def _matplotlib_figure():
-    """matplotlib's ``Figure`` class (no pyplot, so the caller's backend is untouched)."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise TrainError("the training plot needs matplotlib: pip install matplotlib "
-                         "(or pip install 'poolgrad[train]')") from None
-    return Figure
+def _figure_class():
+    return figure_class("the training plot", "train", TrainError)
 
 
 def plot_history(history: list[dict], path: str, title: str = "") -> None:
     """Loss and accuracy per epoch (train and test) as a PNG, written atomically."""
-    figure = _matplotlib_figure()(figsize=(10, 4))
+    figure = _figure_class()(figsize=(10, 4))
     left, right = figure.subplots(1, 2)
     epochs = [h["epoch"] for h in history]
     for split in ("train", "test"):
@@ -304,6 +281,4 @@ def plot_history(history: list[dict], path: str, title: str = "") -> None:
         axes.legend()
     figure.suptitle(title)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    write_atomically(path, lambda stream: stream.write(buffer.getvalue()))
+    save_png(figure, path, dpi=100)

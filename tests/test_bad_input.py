@@ -80,10 +80,6 @@ def raises(exc, match, fn, *arrays):
     assert_unchanged(snap)
 
 
-def xfail(reason, **kwargs):
-    return pytest.mark.xfail(strict=True, reason=reason, **kwargs)
-
-
 # ------------------------------------------------------------------------------------ x
 
 @pytest.mark.parametrize("name", ALL)

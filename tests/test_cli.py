@@ -29,3 +29,23 @@ def test_bad_arguments_exit_non_zero_with_one_line(args, message):
     assert run.returncode == 2
     assert "Traceback" not in run.stderr
     assert message in run.stderr.strip().splitlines()[-1]
+
+
+def test_bare_poolgrad_prints_the_help_and_exits_zero():
+    run = subprocess.run([sys.executable, "-m", "poolgrad.cli"], capture_output=True, text=True,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+    assert run.stdout.startswith("usage: poolgrad")
+    for command in ("demo", "bench", "train", "explain"):
+        assert f"\n    {command} " in run.stdout, command
+    assert cli.main([]) == 0
+
+
+def test_the_package_exports_exactly_the_public_operators():
+    import poolgrad
+    from poolgrad import ops
+    assert poolgrad.__all__ == ops.__all__
+    assert "max_pool" in poolgrad.__all__ and "vjp" in poolgrad.__all__
+    for name in ops.__all__:
+        assert getattr(poolgrad, name) is getattr(ops, name), name

@@ -1,6 +1,7 @@
 """poolgrad explain: its numbers are the core's pullback, the classic 4x4 example is
 right by hand, every mode writes its figures, and bad arguments get one clear line."""
 
+import re
 import subprocess
 import sys
 
@@ -76,6 +77,79 @@ def test_one_dimensional_sequences():
     y, pullback = pg.vjp(pg.max_pool, x[:, None], 3, 2)
     np.testing.assert_array_equal(routing.y[:, 0], y[:, 0])
     np.testing.assert_array_equal(routing.dx[:, 0], pullback(np.ones_like(y))[:, 0])
+
+
+def drawn_figures(monkeypatch, routing, tmp_path):
+    """The three routing figures of ``routing``, laid out as saved, with a renderer."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    figures, save = [], explain._save
+
+    def keep(figure, path, **options):
+        figures.append(figure)
+        return save(figure, path, **options)
+
+    monkeypatch.setattr(explain, "_save", keep)
+    explain.draw_examples(routing, str(tmp_path / "examples.png"), 3)
+    explain.draw_batch(routing, str(tmp_path / "batch.png"))
+    explain.draw_overlap(routing, str(tmp_path / "overlap.png"))
+    for figure in figures:
+        FigureCanvasAgg(figure).draw()
+    return figures
+
+
+def assert_readable(figure):
+    """Every panel at least half an inch high; no two numbers (or a number and a tick
+    label) of a panel on top of each other."""
+    renderer = figure.canvas.get_renderer()
+    numbered = 0
+    for axes in figure.axes:
+        if axes.get_label() == "<colorbar>":
+            continue
+        assert axes.get_window_extent(renderer).height / figure.dpi >= 0.5, axes.get_title()
+        texts = [t for t in axes.texts + axes.get_xticklabels()
+                 if t.get_visible() and t.get_text()]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        numbered += len(axes.texts)
+        for i, a in enumerate(boxes):
+            for j in range(i):
+                overlap = min(a.x1, boxes[j].x1) - max(a.x0, boxes[j].x0), \
+                          min(a.y1, boxes[j].y1) - max(a.y0, boxes[j].y0)
+                assert min(overlap) <= 0.5, (axes.get_title(), texts[i].get_text(),
+                                             texts[j].get_text())
+    return numbered
+
+
+@pytest.mark.parametrize("kind, kwargs, length", [
+    ("max", {"kernel": 2}, 40),  # poolgrad explain --source mnist1d
+    ("max", {"kernel": 3, "stride": 1, "ties": "split"}, 40),
+    ("avg", {"kernel": 3, "stride": 2, "padding": 1}, 40),
+    ("lp", {"kernel": 4, "p": 3.0}, 40),
+    ("max", {"kernel": 2}, 64),
+    ("avg", {"kernel": 5, "stride": 3}, 200),  # too long for numbers: bars only
+])
+def test_one_dimensional_figures_are_readable(monkeypatch, tmp_path, kind, kwargs, length):
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal((16, length)).round(2)
+    shape = explain.route(x[:1], kind, **kwargs).y.shape[1:]
+    routing = explain.route(x, kind, dy=rng.integers(1, 10, (16,) + shape), **kwargs)
+    assert routing.one_d
+    figures = drawn_figures(monkeypatch, routing, tmp_path)
+    numbers = [assert_readable(figure) for figure in figures]
+    if length <= 64:  # the numbers are there, one per window and per reached position
+        windows = routing.y.shape[2]
+        reached = int((routing.dx[:3] != 0).sum())
+        assert numbers[0] == 3 * windows + reached
+    # 1-d data is drawn along the sequence, not as one-cell-high grids
+    assert not any(axes.images for figure in figures for axes in figure.axes)
+
+
+def test_two_dimensional_figures_are_still_grids(monkeypatch, tmp_path):
+    x = np.random.default_rng(5).standard_normal((16, 6, 6)).round(2)
+    routing = explain.route(x, "max", kernel=2)
+    assert not routing.one_d
+    for figure in drawn_figures(monkeypatch, routing, tmp_path):
+        assert assert_readable(figure) > 0
+        assert all(axes.images for axes in figure.axes if axes.get_label() != "<colorbar>")
 
 
 def test_invariance_is_local_to_the_window():
@@ -164,6 +238,39 @@ def test_bad_arguments(tmp_path, args, message):
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     assert message in done.stderr.strip().splitlines()[-1], done.stderr
+
+
+@pytest.mark.parametrize("invariance", [False, True])
+def test_bad_out_is_refused_before_the_work(tmp_path, invariance):
+    (tmp_path / "a-file").write_text("not a folder")
+    # the source does not exist either: --out is checked first, before any loading
+    source = ["--source", str(tmp_path / "missing.npy")] + ["--invariance"] * invariance
+    inside = tmp_path / "a-file" / "figures"
+    for out, problem in [(tmp_path / "a-file", "it is a file, not a folder"),
+                         (inside, f"{tmp_path / 'a-file'} is a file, not a folder")]:
+        done = run_cli(*source, "--out", str(out))
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert done.stderr == (f"poolgrad explain: error: cannot write to the output folder "
+                               f"{out}: {problem}\n")
+
+
+def test_figures_are_written_atomically_into_a_new_folder(tmp_path):
+    out = tmp_path / "new" / "figures"
+    done = run_cli("--source", "random", "--out", str(out), "--no-color")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["batch.png", "examples.png",
+                                                      "max_vs_avg.png", "overlap.png"]
+
+
+def test_without_matplotlib_the_figures_say_what_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails
+    message = ("matplotlib is needed for the figures: pip install matplotlib (or pip install "
+               "'poolgrad[explain]')")
+    with pytest.raises(explain.ExplainError, match=f"^{re.escape(message)}$"):
+        explain.draw_classic(str(tmp_path / "classic.png"))
+    assert cli.main(["explain", "--source", "random", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"poolgrad explain: error: {message}\n"
+    assert not list(tmp_path.iterdir())
 
 
 def test_checkpoint_without_a_sliding_pool_says_so(tmp_path):

@@ -84,6 +84,27 @@ def test_conv_matches_torch(ndim, kwargs):
     np.testing.assert_allclose(conv.grads["b"], bt.grad.numpy(), rtol=1e-12, atol=1e-12)
 
 
+def test_conv_output_size_is_the_pooling_rule():
+    """Conv sizes its output with geometry.output_length, the rule of the pooling
+    operators (floor mode): the same length, and no output is the same error."""
+    from poolgrad import geometry
+    for length in range(1, 9):
+        for kernel, stride, dilation, padding in [(1, 1, 1, 0), (2, 2, 1, 0), (3, 2, 1, 1),
+                                                  (3, 1, 2, 2), (4, 3, 1, 1), (2, 3, 3, 0)]:
+            conv = nn.Conv(1, 1, kernel, stride, padding, dilation, ndim=1)
+            x = np.zeros((1, 1, length), np.float32)
+            try:
+                expected = geometry.output_length(length, kernel, stride, dilation, padding,
+                                                  padding, False)
+            except ValueError:
+                with pytest.raises(ValueError, match="Conv: input .* is smaller than the kernel"):
+                    conv.forward(x)
+                continue
+            y = conv.forward(x)
+            assert y.shape == (1, 1, expected)
+            assert conv.backward(np.ones_like(y)).shape == x.shape
+
+
 def test_batch_weight_gradient_is_the_mean_of_per_example_gradients():
     rng = np.random.default_rng(7)
     model = small_net()
@@ -292,3 +313,20 @@ def test_optimizer_state_round_trip_continues_exactly():
 def test_optimizer_bad_settings(cls, kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         cls([], **kwargs)
+
+
+def test_loss_backward_releases_its_state_like_the_layers():
+    loss = nn.SoftmaxCrossEntropy()
+    with pytest.raises(RuntimeError, match=r"^SoftmaxCrossEntropy.backward called without a "
+                                           r"forward before it \(or twice\)"):
+        loss.backward()
+    logits = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
+    loss.forward(logits, np.array([1, 2]))
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    expected = (probs - np.eye(3)[[1, 2]]) / 2
+    np.testing.assert_allclose(loss.backward(), expected, rtol=1e-12)
+    assert not {"_probs", "_labels"} & set(vars(loss))  # released once used
+    with pytest.raises(RuntimeError, match=r"called without a forward before it \(or twice\)"):
+        loss.backward()  # a second call, as for every layer (see the pool layers' test)
+    loss.forward(logits, np.array([1, 2]))  # a new forward makes backward usable again
+    np.testing.assert_allclose(loss.backward(), expected, rtol=1e-12)

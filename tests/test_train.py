@@ -4,6 +4,7 @@ IDX reader round-trips, and bad input gives one clear line and a non-zero exit."
 import gzip
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -54,6 +55,40 @@ def test_every_pool_and_the_gap_head_train(tmp_path, pool):
     metrics = run(tmp_path, pool, pool=pool, gap_head=pool == "avg", epochs=3,
                   optimizer="sgd", lr=0.1)
     assert metrics["history"][-1]["train_loss"] < metrics["history"][0]["train_loss"]
+
+
+def test_pool_and_dataset_names_have_one_check_each():
+    from poolgrad import explain, nn
+    assert train.POOLS == nn.POOLS == ("max", "avg", "lp", "strided-conv")
+    assert explain.KINDS == tuple(nn.POOLING) == ("max", "avg", "lp")
+    for call in (lambda: train.build_model(1, (8, 8), 2, pool="median"),
+                 lambda: train.train("digits", "unused", pool="median", data=toy_data())):
+        with pytest.raises(train.TrainError, match="^unknown pool 'median': choose one of "
+                                                   "max, avg, lp, strided-conv$"):
+            call()
+    with pytest.raises(explain.ExplainError, match="^unknown kind 'strided-conv': choose one "
+                                                   "of max, avg, lp$"):
+        explain.route(np.zeros((1, 4, 4)), "strided-conv")
+    allowed = r"choose digits, mnist1d or idx:PATH \(a folder of MNIST-style IDX files\)$"
+    for name in ("cifar", "idx:", None):
+        with pytest.raises(train.TrainError, match=f"^unknown dataset {name!r}: {allowed}"):
+            train.defaults_for(name)
+        with pytest.raises(datasets.DatasetError, match=f"^unknown dataset {name!r}: {allowed}"):
+            datasets.load(name)
+    assert [datasets.kind_of(n) for n in ("digits", "mnist1d", "idx:/data")] == [
+        "digits", "mnist1d", "idx"]
+
+
+def test_without_matplotlib_training_stops_before_it_starts(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails
+    message = (r"^matplotlib is needed for the training plot: pip install matplotlib \(or "
+               r"pip install 'poolgrad\[train\]'\)$")
+    with pytest.raises(train.TrainError, match=message):
+        run(tmp_path, "no-plot")
+    assert not (tmp_path / "no-plot").exists()  # nothing trained, nothing written
+    with pytest.raises(train.TrainError, match=message):
+        train.plot_history([], str(tmp_path / "plot.png"))
+    assert run(tmp_path, "plot-off", plot=False)["plot"] is None  # trains without a plot
 
 
 def test_resume_cannot_go_back_or_change_dataset(tmp_path):
@@ -213,6 +248,19 @@ def test_cli_bad_input_gives_one_line_and_non_zero_exit(tmp_path):
         assert done.returncode != 0, args
         assert "Traceback" not in done.stderr, (args, done.stderr)
         assert message in done.stderr.strip().splitlines()[-1], (args, done.stderr)
+
+
+def test_atomic_write_errors_name_the_file_not_the_temporary(tmp_path):
+    from poolgrad._files import write_atomically
+    (tmp_path / "folder").mkdir()
+    for path in (tmp_path / "folder", tmp_path / "folder" / "x" / "y"):
+        if path.name == "y":
+            (tmp_path / "folder" / "x").write_text("a file where a folder is needed")
+        message = rf"^\[Errno \d+\] cannot write {re.escape(str(path))}: "
+        with pytest.raises(OSError, match=message) as caught:
+            write_atomically(str(path), lambda stream: stream.write(b"{}"))
+        assert ".poolgrad-" not in str(caught.value)
+    assert not list(tmp_path.rglob(".poolgrad-*"))  # the temporary was removed
 
 
 def test_atomic_writes_get_the_usual_permissions(tmp_path):
