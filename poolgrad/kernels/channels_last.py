@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import JIT_OPTIONS, beats, parallel_kernel
+from .walk import row_index, row_windows
 
 
 @njit(inline="always", **JIT_OPTIONS)
@@ -75,12 +76,8 @@ def max_pool_forward(x, table, dilation, extent, tap_like, y, pos):
     ext_h, ext_w = extent[1], extent[2]
     tap_type = tap_like.dtype.type
     for row in prange(n_batch * out_d * out_h):
-        oh = row % out_h
-        rest = row // out_h
-        od = rest % out_d
-        n = rest // out_d
-        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        n, _, od, oh = row_index(row, 1, out_d, out_h)
+        start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
         best_tap = np.empty(n_chan, tap_like.dtype)
         for ow in range(out_w):
             start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
@@ -139,12 +136,8 @@ def max_values_forward(x, table, dilation, y):
     out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3]
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
     for row in prange(n_batch * out_d * out_h):
-        oh = row % out_h
-        rest = row // out_h
-        od = rest % out_d
-        n = rest // out_d
-        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        n, _, od, oh = row_index(row, 1, out_d, out_h)
+        start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
         for ow in range(out_w):
             best = y[n, od, oh, ow]
             first = True
@@ -177,10 +170,7 @@ def max_pool_backward(dy, pos, cover_ptr, cover_out, cover_tap, extent, tap_like
     for iw in range(in_w):
         single_w &= cover_ptr[2, iw + 1] - cover_ptr[2, iw] == 1
     for row in prange(n_batch * in_d * in_h):
-        ih = row % in_h
-        rest = row // in_h
-        i_d = rest % in_d
-        n = rest // in_d
+        n, _, i_d, ih = row_index(row, 1, in_d, in_h)
         if (single_w & (cover_ptr[0, i_d + 1] - cover_ptr[0, i_d] == 1)
                 & (cover_ptr[1, ih + 1] - cover_ptr[1, ih] == 1)):
             a, b = cover_ptr[0, i_d], cover_ptr[1, ih]
@@ -249,12 +239,8 @@ def avg_pool_forward(x, table, dilation, divisor, plus_zero, y):
     out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3]
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
     for row in prange(n_batch * out_d * out_h):
-        oh = row % out_h
-        rest = row // out_h
-        od = rest % out_d
-        n = rest // out_d
-        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        n, _, od, oh = row_index(row, 1, out_d, out_h)
+        start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
         # rows of other windows take a loop without the test (a test per window slowed them)
         if (end_d - first_d == 1) & (end_h - first_h == 2):
             xd = start_d + first_d * dil_d
@@ -298,10 +284,7 @@ def avg_pool_backward(dy, divisor, cover_ptr, cover_out, dx):
     """Channels-last :func:`poolgrad.kernels.sum_pool.avg_pool_backward`."""
     n_batch, in_d, in_h, in_w, n_chan = dx.shape
     for row in prange(n_batch * in_d * in_h):
-        ih = row % in_h
-        rest = row // in_h
-        i_d = rest % in_d
-        n = rest // in_d
+        n, _, i_d, ih = row_index(row, 1, in_d, in_h)
         for iw in range(in_w):
             total = dx[n, i_d, ih, iw]
             total[:] = 0

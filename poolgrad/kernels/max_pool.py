@@ -4,6 +4,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import JIT_OPTIONS, beats, parallel_kernel
+from .walk import row_index, row_windows
 
 
 # a plain call, not inlined: inlined into the parallel kernels it tripled their compile time
@@ -16,8 +17,7 @@ def max_pool_row(x, table, dilation, extent, y_row, pos_row, n, c, od, oh):
     hold a NaN."""
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
     ext_h, ext_w = extent[1], extent[2]
-    start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-    start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+    start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
     for ow in range(len(y_row)):
         start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
         best = x[n, c, start_d + first_d * dil_d, start_h + first_h * dil_h,
@@ -44,11 +44,7 @@ def max_pool_forward(x, table, dilation, extent, y, pos):
     n_batch, n_chan = x.shape[0], x.shape[1]
     out_d, out_h = y.shape[2], y.shape[3]
     for row in prange(n_batch * n_chan * out_d * out_h):
-        oh = row % out_h
-        rest = row // out_h
-        od = rest % out_d
-        rest //= out_d
-        n, c = rest // n_chan, rest % n_chan
+        n, c, od, oh = row_index(row, n_chan, out_d, out_h)
         max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh], n, c, od, oh)
 
 
@@ -84,11 +80,7 @@ def max_pool_backward(dy, pos, cover_ptr, cover_out, cover_tap, extent, dx):
     """
     n_batch, n_chan, in_d, in_h = dx.shape[0], dx.shape[1], dx.shape[2], dx.shape[3]
     for row in prange(n_batch * n_chan * in_d * in_h):
-        ih = row % in_h
-        rest = row // in_h
-        i_d = rest % in_d
-        rest //= in_d
-        n, c = rest // n_chan, rest % n_chan
+        n, c, i_d, ih = row_index(row, n_chan, in_d, in_h)
         max_backward_row(dy, pos, cover_ptr, cover_out, cover_tap, extent, dx[n, c, i_d, ih],
                          n, c, i_d, ih)
 
@@ -100,14 +92,8 @@ def max_pool_tie_count(x, table, dilation, y, ties):
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
     for row in prange(n_batch * n_chan * out_d * out_h):
-        oh = row % out_h
-        rest = row // out_h
-        od = rest % out_d
-        rest //= out_d
-        c = rest % n_chan
-        n = rest // n_chan
-        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        n, c, od, oh = row_index(row, n_chan, out_d, out_h)
+        start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
         for ow in range(out_w):
             start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
             best = y[n, c, od, oh, ow]
@@ -130,12 +116,7 @@ def max_pool_backward_split(x, y, dy, ties, pos, cover_ptr, cover_out, cover_tap
     ext_h, ext_w = extent[1], extent[2]
     zero = np.zeros(1, dx.dtype)[0]
     for row in prange(n_batch * n_chan * in_d * in_h):
-        ih = row % in_h
-        rest = row // in_h
-        i_d = rest % in_d
-        rest //= in_d
-        c = rest % n_chan
-        n = rest // n_chan
+        n, c, i_d, ih = row_index(row, n_chan, in_d, in_h)
         for iw in range(in_w):
             value = x[n, c, i_d, ih, iw]
             total = zero
@@ -159,12 +140,7 @@ def window_positions_to_indices(pos, table, dilation, extent, in_h, in_w, indice
     n_batch, n_chan, out_d, out_h, out_w = pos.shape
     ext_h, ext_w = extent[1], extent[2]
     for row in prange(n_batch * n_chan * out_d * out_h):
-        oh = row % out_h
-        rest = row // out_h
-        od = rest % out_d
-        rest //= out_d
-        c = rest % n_chan
-        n = rest // n_chan
+        n, c, od, oh = row_index(row, n_chan, out_d, out_h)
         for ow in range(out_w):
             tap = np.int64(pos[n, c, od, oh, ow])
             jw = tap % ext_w

@@ -64,6 +64,10 @@ def _max_of_rest(xf, i, kw, best, tap, t, nan):
 
 @inlined
 def max_loop(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
+    """The loop of :func:`_max_pass` for one W geometry (``kw`` taps, stride ``sw``),
+    row count and ``first``, all constant where it is inlined. Reads the tap rows at
+    ``r0`` (and ``r1``), writes ``yf/pf[yb + ow]`` for ow in [lo, hi); returns whether a
+    tap was NaN."""
     nan = False
     for ow in range(lo, hi):
         i = uint64(r0 + sw * ow)
@@ -94,6 +98,7 @@ def _max_pass(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
 
 @overload(_max_pass, inline="always", jit_options=OVERLOAD_OPTIONS)
 def _max_pass_of_width(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
+    """Numba's implementation of :func:`_max_pass`: the pass of ``width.ndim`` taps."""
     chosen = {2: _max_pass_2, 3: _max_pass_3, 4: _max_pass_4}[width.ndim]
 
     def impl(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
@@ -103,6 +108,7 @@ def _max_pass_of_width(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, fi
 
 @inlined
 def _max_group(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
+    """:func:`max_loop` with ``n_rows`` and ``first`` made constants, one loop each."""
     if first:
         if n_rows == 1:
             return max_loop(xf, r0, r1, 1, kw, sw, yf, pf, yb, lo, hi, t0, t1, True)
@@ -115,6 +121,7 @@ def _max_group(xf, r0, r1, n_rows, kw, sw, yf, pf, yb, lo, hi, t0, t1, first):
 # one compiled function per (kernel, stride) along W, each with constant geometry
 @helper
 def _max_pass_2(xf, r0, r1, n_rows, yf, pf, yb, lo, hi, t0, t1, first):
+    """:func:`_max_pass` for 2 taps at stride 2 (and the 3 and 4 below: (3, 2), (4, 4))."""
     return _max_group(xf, r0, r1, n_rows, 2, 2, yf, pf, yb, lo, hi, t0, t1, first)
 
 
@@ -140,6 +147,8 @@ def _sum_pass(xf, xb, kw, sw, yf, yb, lo, hi, first):
 
 @inlined
 def _sum_geometry(xf, xb, kw, sw, yf, yb, lo, hi, first):
+    """The loop of :func:`_sum_pass` for each W geometry of ``ROW_PASS_W``, its taps as
+    named loads so that the loop vectorizes."""
     if kw == 2 and sw == 2:
         for ow in range(lo, hi):
             i = uint64(xb + 2 * ow)
@@ -244,6 +253,9 @@ def max_pool_forward_rows(x, table, extent, dilation, interior, width, y, pos):
 
 @inlined
 def max_values_loop(xf, r0, r1, r2, n_rows, kw, sw, yf, yb, lo, hi, first):
+    """The loop of :func:`_max_values_pass` for one W geometry, row count (1 to 3) and
+    ``first``, constant where it is inlined: reads the tap rows at ``r0`` to ``r2``,
+    writes ``yf[yb + ow]`` for ow in [lo, hi); returns whether a tap was NaN."""
     nan = False
     for ow in range(lo, hi):
         i = uint64(r0 + sw * ow)
@@ -269,6 +281,7 @@ def max_values_loop(xf, r0, r1, r2, n_rows, kw, sw, yf, yb, lo, hi, first):
 
 @inlined
 def _max_values_group(xf, r0, r1, r2, n_rows, kw, sw, yf, yb, lo, hi, first):
+    """:func:`max_values_loop` with ``n_rows`` and ``first`` made constants."""
     if not first:  # the later passes take one row each
         return max_values_loop(xf, r0, r1, r2, 1, kw, sw, yf, yb, lo, hi, False)
     if n_rows == 1:
@@ -281,6 +294,7 @@ def _max_values_group(xf, r0, r1, r2, n_rows, kw, sw, yf, yb, lo, hi, first):
 # one compiled function per (kernel, stride) along W, each with constant geometry
 @helper
 def _max_values_2(xf, r0, r1, r2, n_rows, yf, yb, lo, hi, first):
+    """:func:`_max_values_pass` for 2 taps at stride 2 (and below: (3, 2), (4, 4))."""
     return _max_values_group(xf, r0, r1, r2, n_rows, 2, 2, yf, yb, lo, hi, first)
 
 
@@ -308,6 +322,8 @@ def _max_values_pass(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, first):
 
 @overload(_max_values_pass, inline="always", jit_options=OVERLOAD_OPTIONS)
 def _max_values_pass_of_width(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, first):
+    """Numba's implementation of :func:`_max_values_pass`: the pass of ``width.ndim``
+    taps."""
     chosen = {2: _max_values_2, 3: _max_values_3, 4: _max_values_4}[width.ndim]
 
     def impl(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, first):

@@ -11,6 +11,7 @@ from numba import prange, uint64
 
 from . import parallel_kernel
 from .simd import PREFETCH_BYTES, prefetch
+from .walk import row_index, row_windows
 
 
 @parallel_kernel
@@ -20,14 +21,8 @@ def avg_pool_forward(x, table, dilation, divisor, y):
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
     zero = np.zeros(1, y.dtype)[0]
     for row in prange(n_batch * n_chan * out_d * out_h):
-        oh = row % out_h
-        rest = row // out_h
-        od = rest % out_d
-        rest //= out_d
-        c = rest % n_chan
-        n = rest // n_chan
-        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        n, c, od, oh = row_index(row, n_chan, out_d, out_h)
+        start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
         for ow in range(out_w):
             start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
             total = zero
@@ -46,12 +41,7 @@ def avg_pool_backward(dy, divisor, cover_ptr, cover_out, dx):
     n_batch, n_chan, in_d, in_h, in_w = dx.shape
     zero = np.zeros(1, dx.dtype)[0]
     for row in prange(n_batch * n_chan * in_d * in_h):
-        ih = row % in_h
-        rest = row // in_h
-        i_d = rest % in_d
-        rest //= in_d
-        c = rest % n_chan
-        n = rest // n_chan
+        n, c, i_d, ih = row_index(row, n_chan, in_d, in_h)
         for iw in range(in_w):
             total = zero
             for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
@@ -79,14 +69,8 @@ def lp_pool_forward(x, table, dilation, p, y):
     one = np.ones(1, y.dtype)[0]
     inverse_p = one / p
     for row in prange(n_batch * n_chan * out_d * out_h):
-        oh = row % out_h
-        rest = row // out_h
-        od = rest % out_d
-        rest //= out_d
-        c = rest % n_chan
-        n = rest // n_chan
-        start_d, first_d, end_d = table[0, 0, od], table[0, 1, od], table[0, 2, od]
-        start_h, first_h, end_h = table[1, 0, oh], table[1, 1, oh], table[1, 2, oh]
+        n, c, od, oh = row_index(row, n_chan, out_d, out_h)
+        start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
         for ow in range(out_w):
             start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
             scale = one
@@ -133,12 +117,7 @@ def lp_pool_backward(x, y, dy, p, cover_ptr, cover_out, dx):
     zero = np.zeros(1, dx.dtype)[0]
     one = np.ones(1, dx.dtype)[0]
     for row in prange(n_batch * n_chan * in_d * in_h):
-        ih = row % in_h
-        rest = row // in_h
-        i_d = rest % in_d
-        rest //= in_d
-        c = rest % n_chan
-        n = rest // n_chan
+        n, c, i_d, ih = row_index(row, n_chan, in_d, in_h)
         for iw in range(in_w):
             value = x[n, c, i_d, ih, iw]
             total = zero

@@ -21,6 +21,18 @@ OVERLOAD_OPTIONS = {key: value for key, value in JIT_OPTIONS.items() if key != "
 
 
 @helper
+def row_index(row, n_chan, depth, height):
+    """``(n, c, d, h)`` of row ``row`` of an ``(N, n_chan, depth, height, W)`` array, its
+    rows numbered in C order (``n_chan`` = 1 for the ``(N, D, H, W, C)`` rows of a
+    channels-last array, whose ``c`` is then 0)."""
+    h = row % height
+    rest = row // height
+    d = rest % depth
+    rest //= depth
+    return rest // n_chan, rest % n_chan, d, h
+
+
+@helper
 def row_steps(n_rows):
     """``(steps, rows per step)``: a parallel step takes a run of consecutive rows (up to
     32, keeping at least 256 steps), so that only its first row's (plane, od, oh) costs
