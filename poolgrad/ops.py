@@ -234,9 +234,8 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     dx_shape = layout.kernel_shape(plan.in_spatial)
     if ties == "first":
         # dx is stored as the forward stored y: C-contiguous or channels-last
-        gradient = dispatch.Operand(xk.dtype, "channels_last" if forward.channels_last
-                                    else "nchw")
-        backward_kernel = dispatch.choose("max", "backward", plan, gradient)
+        backward_kernel = dispatch.choose("max", "backward", plan,
+                                          forward.stored_like(xk.dtype))
 
         def backward(dy):
             dx = _empty(dx_shape, dy.dtype, backward_kernel.channels_last)
@@ -271,8 +270,7 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
     if not want_pullback:
         return y, None
     dx_shape = layout.kernel_shape(plan.in_spatial)
-    gradient = dispatch.Operand(xk.dtype, "channels_last" if forward.channels_last else "nchw")
-    backward_kernel = dispatch.choose(kind, "backward", plan, gradient)
+    backward_kernel = dispatch.choose(kind, "backward", plan, forward.stored_like(xk.dtype))
 
     def backward(dy):
         dx = _empty(dx_shape, dy.dtype, backward_kernel.channels_last)

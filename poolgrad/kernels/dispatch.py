@@ -7,7 +7,7 @@ and the last rule of every list, the general kernel, serves every call. The tabl
 which call goes where, and why each kernel exists, is ``docs/kernels.md``.
 
 A :class:`Kernel` runs with the same arguments whichever kernel it is, 5-d arrays
-``(N, C, D, H, W)`` whatever their memory layout (see ``RUN SIGNATURES`` below): the
+``(N, C, D, H, W)`` whatever their memory layout (the signatures below): the
 rule's ``run`` turns them into the arguments its family's kernel takes (a
 channels-last view, a flat row, the plan's tables), so a kernel's own parameters never
 leak into ``ops.py``.
@@ -103,6 +103,11 @@ class Kernel:
 
     def __call__(self, *args):
         return self.run(*args)
+
+    def stored_like(self, dtype) -> Operand:
+        """The :class:`Operand` of a fresh array stored as this kernel stores its
+        outputs: what a backward writes ``dx`` as."""
+        return Operand(np.dtype(dtype), "channels_last" if self.channels_last else "nchw")
 
 
 @dataclass(frozen=True)
