@@ -6,18 +6,19 @@ per-dim arguments: a sequence (``kernel_size=(3, 3)``) names them; when every su
 argument is a single int the input is taken as batched, ``x.ndim - 2`` spatial dims.
 So an unbatched input needs at least one per-dim tuple.
 
-Each public operator validates, plans the windows (:mod:`poolgrad.geometry`), runs
-a private Numba kernel (:mod:`poolgrad.kernels`) and reshapes the result. Gradients
+Each public operator validates its arguments and plans the windows
+(:mod:`poolgrad._inputs`, :mod:`poolgrad.geometry`), runs the kernel that
+:mod:`poolgrad.kernels.dispatch` chooses and reshapes the result. Gradients
 come only from :func:`vjp`, which returns the output and a :class:`Pullback`.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
+from . import _inputs as inputs
 from . import geometry
 from .kernels import dispatch
 
@@ -36,101 +37,6 @@ __all__ = [
 ]
 
 TIE_RULES = ("first", "split")
-
-# float16 is stored as float16 but computed (and accumulated) in float32
-_COMPUTE_DTYPE = {
-    np.dtype(np.float16): np.dtype(np.float32),
-    np.dtype(np.float32): np.dtype(np.float32),
-    np.dtype(np.float64): np.dtype(np.float64),
-}
-
-
-# --------------------------------------------------------------------------------------
-# Input handling
-
-
-def _check_array(x, name: str, floating: bool) -> np.ndarray:
-    """``x`` as an ndarray of a supported dtype in native byte order (a copy only for
-    swapped byte order)."""
-    if isinstance(x, np.ma.MaskedArray):
-        raise TypeError(f"{name} is a masked array; pooling would ignore its mask. Pass "
-                        f"{name}.filled(value) or {name}.data")
-    if not isinstance(x, np.ndarray) or type(x) is not np.ndarray:
-        try:
-            x = np.asarray(x)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}") from error
-    if not x.dtype.isnative:
-        x = x.astype(x.dtype.newbyteorder("="))  # kernels read native byte order only
-    allowed = "float16, float32 or float64"
-    if floating:
-        if x.dtype not in _COMPUTE_DTYPE:
-            raise TypeError(f"{name} must have dtype {allowed}, got {x.dtype}")
-    elif x.dtype not in _COMPUTE_DTYPE and x.dtype.kind not in "iu":
-        raise TypeError(f"{name} must have dtype {allowed} or an integer dtype, got {x.dtype}")
-    return x
-
-
-def _spatial_dims(x: np.ndarray, name: str, **per_dim_args) -> int:
-    """Number of spatial dims: from the per-dim sequences given, else ``x.ndim - 2``."""
-    lengths = {
-        k: n for k, v in per_dim_args.items() if (n := geometry.sequence_length(v)) is not None
-    }
-    if len(set(lengths.values())) > 1:
-        described = ", ".join(f"{k} has {n}" for k, n in lengths.items())
-        raise ValueError(f"per-dim arguments disagree on the number of spatial dims: {described}")
-    ndim = next(iter(lengths.values())) if lengths else x.ndim - 2
-    if ndim not in (1, 2, 3):
-        if lengths:
-            source = f"{next(iter(lengths))} has {ndim} per-dim values, so"
-        else:
-            source = f"{name}.ndim - 2 gives"
-        raise ValueError(
-            f"poolgrad pools 1, 2 or 3 spatial dims, but {source} {ndim} spatial dims "
-            f"({name} has shape {x.shape}); {name} must be (N, C, *spatial) or (C, *spatial)"
-        )
-    if x.ndim not in (ndim + 1, ndim + 2):
-        if lengths:
-            source, count = next(iter(lengths.items()))
-            reason = f"{source} has {count} per-dim values, so {ndim} spatial dim(s), which need"
-        else:
-            reason = f"{ndim} spatial dim(s) need"
-        raise ValueError(
-            f"{name} has shape {x.shape} ({x.ndim} dims) but {reason} "
-            f"{ndim + 2} dims (N, C, *spatial) or {ndim + 1} dims (C, *spatial)"
-        )
-    if any(s < 1 for s in x.shape[-ndim:]):
-        raise ValueError(f"{name} has an empty spatial dim: shape {x.shape}")
-    return ndim
-
-
-class _Layout:
-    """Moves between the user's shape and the kernels' 5-d ``(N, C, D, H, W)`` views."""
-
-    def __init__(self, shape: tuple[int, ...], ndim: int):
-        self.batched = len(shape) == ndim + 2
-        self.ndim = ndim
-        self.lead = shape[: len(shape) - ndim]  # (N, C) or (C,)
-        self.spatial = shape[len(shape) - ndim:]
-
-    def to_kernel(self, a: np.ndarray) -> np.ndarray:
-        """A 5-d view of ``a`` (shaped ``lead + spatial-like``); never a copy."""
-        view = a if self.batched else a[None]
-        return view[(slice(None), slice(None)) + (None,) * (geometry.KERNEL_AXES - self.ndim)]
-
-    def kernel_shape(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
-        lead = self.lead if self.batched else (1,) + self.lead
-        return lead + (1,) * (geometry.KERNEL_AXES - self.ndim) + tuple(spatial)
-
-    def user_shape(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
-        return self.lead + tuple(spatial)
-
-
-def _compute_view(x: np.ndarray, layout: _Layout) -> np.ndarray:
-    """The kernel view of ``x`` in its compute dtype (float16 becomes float32)."""
-    view = layout.to_kernel(x)
-    compute = _COMPUTE_DTYPE.get(x.dtype, x.dtype)
-    return view if compute == x.dtype else view.astype(compute)
 
 
 class Pullback:
@@ -164,13 +70,13 @@ class Pullback:
         return self.saved_bytes / max(math.prod(self.y_shape), 1)
 
     def __call__(self, dy) -> np.ndarray:
-        dy = _check_array(dy, "dy", floating=False)
+        dy = inputs.check_array(dy, "dy", floating=False)
         if dy.shape != self.y_shape:
             raise ValueError(
                 f"{self.op} pullback: dy has shape {dy.shape} but the output has shape "
                 f"{self.y_shape}"
             )
-        compute = _COMPUTE_DTYPE[self.x_dtype]
+        compute = inputs.COMPUTE_DTYPE[self.x_dtype]
         dx = self._backward(np.asarray(dy, dtype=compute))
         return dx.astype(self.x_dtype, copy=False).reshape(self.x_shape)
 
@@ -199,11 +105,6 @@ def _owned(view: np.ndarray, x: np.ndarray) -> np.ndarray:
     return view.copy() if np.shares_memory(view, x) else view
 
 
-def _gradient_input(x: np.ndarray, op: str) -> None:
-    if x.dtype not in _COMPUTE_DTYPE:
-        raise TypeError(f"vjp({op}): gradients need a floating-point x, got {x.dtype}")
-
-
 # --------------------------------------------------------------------------------------
 # Shared engines: one for window maxima, one for window sums (avg), one for Lp
 
@@ -213,8 +114,8 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     if ties not in TIE_RULES:
         raise ValueError(f"ties must be one of {TIE_RULES}, got {ties!r}")
     if want_pullback:
-        _gradient_input(x, op)
-    xk = _compute_view(x, layout)
+        inputs.gradient_input(x, op)
+    xk = inputs.compute_view(x, layout)
     out_shape = layout.kernel_shape(plan.out_spatial)
     # inference (no pullback, no indices) may fold the values only, as PyTorch's forward
     # without autograd keeps no indices; the general kernel records winners anyway
@@ -261,7 +162,7 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
 
 def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, op,
                 kind="avg"):
-    xk = _compute_view(x, layout)
+    xk = inputs.compute_view(x, layout)
     divisor = plan.divisor_table(divisor_mode, divisor_override, xk.dtype)
     forward = dispatch.choose(kind, "forward", plan, dispatch.operand(xk))
     yk = _empty(layout.kernel_shape(plan.out_spatial), xk.dtype, forward.channels_last)
@@ -280,20 +181,8 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
                        (forward.name, backward_kernel.name))
 
 
-def _check_p(p) -> float:
-    if not isinstance(p, numbers.Real) or isinstance(p, (bool, np.bool_)):
-        raise TypeError(f"p must be a real number, got {p!r}")
-    try:
-        value = float(p)
-    except OverflowError:
-        value = math.inf
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"p must be a finite number > 0, got {p!r}")
-    return value
-
-
 def _lp_engine(x, layout, plan, p, want_pullback, op):
-    xk = _compute_view(x, layout)
+    xk = inputs.compute_view(x, layout)
     with np.errstate(over="ignore", under="ignore"):
         p_typed = xk.dtype.type(p)
     if not (np.isfinite(p_typed) and p_typed > 0 and np.isfinite(1 / p_typed)):
@@ -318,36 +207,6 @@ def _lp_engine(x, layout, plan, p, want_pullback, op):
                        (forward.name, backward_kernel.name))
 
 
-def _sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim):
-    kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
-    stride = kernel if stride is None else geometry.per_dim(stride, ndim, "stride")
-    dilation = geometry.per_dim(dilation, ndim, "dilation")
-    spatial = x.shape[-ndim:]
-    pads = geometry.resolve_padding(padding, spatial, kernel, stride, dilation)
-    ceil_mode = geometry.flag(ceil_mode, "ceil_mode")
-    return geometry.sliding_plan(spatial, kernel, stride, dilation, pads, ceil_mode)
-
-
-def _adaptive_plan(x, output_size, ndim):
-    if output_size is None or geometry.sequence_length(output_size) is None:
-        sizes = (output_size,) * ndim
-    else:
-        sizes = tuple(output_size)
-    spatial = x.shape[-ndim:]
-    # None keeps the input size (as in PyTorch)
-    sizes = tuple(length if s is None else s for s, length in zip(sizes, spatial, strict=True))
-    sizes = geometry.per_dim(sizes, ndim, "output_size")
-    return geometry.adaptive_plan(spatial, sizes)
-
-
-def _global_dims(x, spatial_dims) -> int:
-    if spatial_dims is None:
-        return _spatial_dims(x, "x")
-    if not geometry._is_int(spatial_dims) or spatial_dims not in (1, 2, 3):
-        raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims!r}")
-    return _spatial_dims(x, "x", spatial_dims=(0,) * spatial_dims)
-
-
 # --------------------------------------------------------------------------------------
 # Operators. Each private ``_op(..., want_pullback)`` returns ``(y, pullback or None)``;
 # the public operator returns ``y`` and :func:`vjp` returns both.
@@ -355,11 +214,11 @@ def _global_dims(x, spatial_dims) -> int:
 
 def _max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
               return_indices=False, ties="first", *, want_pullback=False):
-    x = _check_array(x, "x", floating=False)
-    ndim = _spatial_dims(x, "x", kernel_size=kernel_size, stride=stride, padding=padding,
-                         dilation=dilation)
-    plan = _sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
-    return _max_engine(x, _Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
+    x = inputs.check_array(x, "x", floating=False)
+    ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
+                                     padding=padding, dilation=dilation)
+    plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
+    return _max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
                        "max_pool")
 
 
@@ -412,17 +271,17 @@ def max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
 
 def _avg_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
               count_include_pad=True, divisor_override=None, *, want_pullback=False):
-    x = _check_array(x, "x", floating=True)
-    ndim = _spatial_dims(x, "x", kernel_size=kernel_size, stride=stride, padding=padding,
-                         dilation=dilation)
-    plan = _sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
+    x = inputs.check_array(x, "x", floating=True)
+    ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
+                                     padding=padding, dilation=dilation)
+    plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
     if divisor_override is not None:
         if not geometry._is_int(divisor_override) or divisor_override < 1:
             raise ValueError(f"divisor_override must be None or an int >= 1, got "
                              f"{divisor_override!r}")
         divisor_override = int(divisor_override)
     mode = "padded" if geometry.flag(count_include_pad, "count_include_pad") else "real"
-    return _avg_engine(x, _Layout(x.shape, ndim), plan, mode, divisor_override, want_pullback,
+    return _avg_engine(x, inputs.Layout(x.shape, ndim), plan, mode, divisor_override, want_pullback,
                        "avg_pool")
 
 
@@ -457,12 +316,12 @@ def avg_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
 
 def _lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *,
              want_pullback=False):
-    x = _check_array(x, "x", floating=True)
-    p = _check_p(p)
-    ndim = _spatial_dims(x, "x", kernel_size=kernel_size, stride=stride, padding=padding,
-                         dilation=dilation)
-    plan = _sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
-    return _lp_engine(x, _Layout(x.shape, ndim), plan, p, want_pullback, "lp_pool")
+    x = inputs.check_array(x, "x", floating=True)
+    p = inputs.check_p(p)
+    ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
+                                     padding=padding, dilation=dilation)
+    plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
+    return _lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback, "lp_pool")
 
 
 def lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
@@ -491,10 +350,10 @@ def lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
 
 
 def _global_max_pool(x, ties="first", *, spatial_dims=None, want_pullback=False):
-    x = _check_array(x, "x", floating=False)
-    ndim = _global_dims(x, spatial_dims)
+    x = inputs.check_array(x, "x", floating=False)
+    ndim = inputs.global_dims(x, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-    return _max_engine(x, _Layout(x.shape, ndim), plan, False, ties, want_pullback,
+    return _max_engine(x, inputs.Layout(x.shape, ndim), plan, False, ties, want_pullback,
                        "global_max_pool")
 
 
@@ -509,10 +368,10 @@ def global_max_pool(x, ties="first", *, spatial_dims=None):
 
 
 def _global_avg_pool(x, *, spatial_dims=None, want_pullback=False):
-    x = _check_array(x, "x", floating=True)
-    ndim = _global_dims(x, spatial_dims)
+    x = inputs.check_array(x, "x", floating=True)
+    ndim = inputs.global_dims(x, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-    return _avg_engine(x, _Layout(x.shape, ndim), plan, "real", None, want_pullback,
+    return _avg_engine(x, inputs.Layout(x.shape, ndim), plan, "real", None, want_pullback,
                        "global_avg_pool", kind="global_avg")
 
 
@@ -525,11 +384,11 @@ def global_avg_pool(x, *, spatial_dims=None):
 
 
 def _global_lp_pool(x, p, *, spatial_dims=None, want_pullback=False):
-    x = _check_array(x, "x", floating=True)
-    p = _check_p(p)
-    ndim = _global_dims(x, spatial_dims)
+    x = inputs.check_array(x, "x", floating=True)
+    p = inputs.check_p(p)
+    ndim = inputs.global_dims(x, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-    return _lp_engine(x, _Layout(x.shape, ndim), plan, p, want_pullback, "global_lp_pool")
+    return _lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback, "global_lp_pool")
 
 
 def global_lp_pool(x, p, *, spatial_dims=None):
@@ -542,10 +401,10 @@ def global_lp_pool(x, p, *, spatial_dims=None):
 
 def _adaptive_max_pool(x, output_size, return_indices=False, ties="first", *,
                        want_pullback=False):
-    x = _check_array(x, "x", floating=False)
-    ndim = _spatial_dims(x, "x", output_size=output_size)
-    plan = _adaptive_plan(x, output_size, ndim)
-    return _max_engine(x, _Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
+    x = inputs.check_array(x, "x", floating=False)
+    ndim = inputs.count_spatial_dims(x, "x", output_size=output_size)
+    plan = inputs.adaptive_plan(x, output_size, ndim)
+    return _max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
                        "adaptive_max_pool")
 
 
@@ -565,10 +424,10 @@ def adaptive_max_pool(x, output_size, return_indices=False, ties="first"):
 
 
 def _adaptive_avg_pool(x, output_size, *, want_pullback=False):
-    x = _check_array(x, "x", floating=True)
-    ndim = _spatial_dims(x, "x", output_size=output_size)
-    plan = _adaptive_plan(x, output_size, ndim)
-    return _avg_engine(x, _Layout(x.shape, ndim), plan, "real", None, want_pullback,
+    x = inputs.check_array(x, "x", floating=True)
+    ndim = inputs.count_spatial_dims(x, "x", output_size=output_size)
+    plan = inputs.adaptive_plan(x, output_size, ndim)
+    return _avg_engine(x, inputs.Layout(x.shape, ndim), plan, "real", None, want_pullback,
                        "adaptive_avg_pool")
 
 
@@ -579,11 +438,12 @@ def adaptive_avg_pool(x, output_size):
 
 def _max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=None, *,
                 want_pullback=False):
-    y = _check_array(y, "y", floating=False)
+    y = inputs.check_array(y, "y", floating=False)
     if want_pullback:
-        _gradient_input(y, "max_unpool")
-    ndim = _spatial_dims(y, "y", kernel_size=kernel_size, stride=stride, padding=padding)
-    layout = _Layout(y.shape, ndim)
+        inputs.gradient_input(y, "max_unpool")
+    ndim = inputs.count_spatial_dims(y, "y", kernel_size=kernel_size, stride=stride,
+                                     padding=padding)
+    layout = inputs.Layout(y.shape, ndim)
     kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
     stride = kernel if stride is None else geometry.per_dim(stride, ndim, "stride")
     if isinstance(padding, str):
@@ -609,7 +469,7 @@ def _max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=Non
             f"indices must lie in [0, {plane}) for an unpooled plane of {out_spatial}, got "
             f"values from {indices.min()} to {indices.max()}")
     flat_indices = np.array(layout.to_kernel(indices).reshape(lead + (count,)), dtype=np.int64)
-    flat_y = _compute_view(y, layout).reshape(lead + (count,))
+    flat_y = inputs.compute_view(y, layout).reshape(lead + (count,))
     out = np.zeros(lead + (plane,), dtype=flat_y.dtype)
     written = np.empty(flat_y.shape, dtype=np.uint8)
     forward = dispatch.choose("unpool", "forward", None, dispatch.Operand(out.dtype, "nchw"))

@@ -14,8 +14,18 @@ from numba import prange, uint64
 from . import parallel_kernel
 from .row_passes import fold_max, redo_row
 from .simd import BLOCK, max3_stride2_block, sum3_stride2_block
-from .walk import (block_place, block_tap_rows, helper, inlined, input_per_row, next_row,
-                   prefetch_ahead, prefetch_count, row_steps, step_start)
+from .walk import (
+    block_place,
+    block_tap_rows,
+    helper,
+    inlined,
+    input_per_row,
+    next_row,
+    prefetch_ahead,
+    prefetch_count,
+    row_steps,
+    step_start,
+)
 
 
 @parallel_kernel

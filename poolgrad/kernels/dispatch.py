@@ -40,10 +40,9 @@ from typing import Callable
 
 import numpy as np
 
+from . import blocks, gather_rows, row_passes, sum_pool, tiled
 from . import channels_last as cl
 from . import max_pool as general_max
-from . import blocks, gather_rows, row_passes, tiled
-from . import sum_pool
 from . import unpool as unpool_kernels
 from .simd import BLOCK
 

@@ -12,7 +12,6 @@ from .max_pool import max_backward_row
 from .simd import BLOCK, route3_stride2_blocks
 from .walk import helper, inlined
 
-
 # ------------------------------------------------------------------------------ backward
 #
 # Backward row passes gather per input row, like the general kernels: each input row is

@@ -22,7 +22,15 @@ from numba.extending import overload
 
 from . import constant, parallel_kernel
 from .max_pool import max_pool_row
-from .walk import OVERLOAD_OPTIONS, helper, inlined, next_row, row_steps, row_windows, step_start
+from .walk import (
+    OVERLOAD_OPTIONS,
+    helper,
+    inlined,
+    next_row,
+    row_steps,
+    row_windows,
+    step_start,
+)
 
 
 @inlined

@@ -10,8 +10,15 @@ from numba import prange, uint64
 from . import parallel_kernel
 from .row_passes import max_loop, max_values_loop, redo_row, width_witness
 from .simd import ROUTE_BYTES, max2_block, route2_block
-from .walk import (helper, inlined, next_row, prefetch_ahead, prefetch_count, row_steps,
-                   step_start)
+from .walk import (
+    helper,
+    inlined,
+    next_row,
+    prefetch_ahead,
+    prefetch_count,
+    row_steps,
+    step_start,
+)
 
 
 @inlined
