@@ -137,16 +137,20 @@ def sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim):
     return geometry.sliding_plan(spatial, kernel, stride, dilation, pads, ceil_mode)
 
 
-def adaptive_plan(x, output_size, ndim):
+def adaptive_sizes(output_size, spatial, ndim) -> tuple[int, ...]:
+    """An adaptive pooling's output size per dim; ``None`` keeps the input's (PyTorch)."""
     if output_size is None or geometry.sequence_length(output_size) is None:
         sizes = (output_size,) * ndim
     else:
         sizes = tuple(output_size)
+    sizes = tuple(int(length) if s is None else s
+                  for s, length in zip(sizes, spatial, strict=True))
+    return geometry.per_dim(sizes, ndim, "output_size")
+
+
+def adaptive_plan(x, output_size, ndim):
     spatial = x.shape[-ndim:]
-    # None keeps the input size (as in PyTorch)
-    sizes = tuple(length if s is None else s for s, length in zip(sizes, spatial, strict=True))
-    sizes = geometry.per_dim(sizes, ndim, "output_size")
-    return geometry.adaptive_plan(spatial, sizes)
+    return geometry.adaptive_plan(spatial, adaptive_sizes(output_size, spatial, ndim))
 
 
 def global_dims(x, spatial_dims) -> int:

@@ -106,10 +106,11 @@ def _owned(view: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------
-# Shared engines: one for window maxima, one for window sums (avg), one for Lp
+# Engines: one for window maxima, one for window sums (avg), one for Lp. They take a
+# checked input and its plan; the operators below and poolgrad.torch call them.
 
 
-def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
+def max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     return_indices = geometry.flag(return_indices, "return_indices")
     if ties not in TIE_RULES:
         raise ValueError(f"ties must be one of {TIE_RULES}, got {ties!r}")
@@ -127,40 +128,28 @@ def _max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
     forward(xk, yk, pos)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if return_indices:
-        indices = _empty(out_shape, np.int64, forward.channels_last)
-        dispatch.choose("max", "indices", plan, dispatch.operand(pos))(pos, indices)
-        y = (y, indices.reshape(y.shape))
+        y = (y, winner_indices(pos, plan).reshape(y.shape))
     if not want_pullback:
         return y, None
-    dx_shape = layout.kernel_shape(plan.in_spatial)
     if ties == "first":
-        # dx is stored as the forward stored y: C-contiguous or channels-last
-        backward_kernel = dispatch.choose("max", "backward", plan,
-                                          forward.stored_like(xk.dtype))
+        return y, max_pullback(pos, plan, layout, x.dtype, op, forward.name)
+    xk, yk = _owned(xk, x), _owned(yk, y[0] if return_indices else y)
+    tie_count = np.empty(out_shape, dtype=xk.dtype)
+    dispatch.choose("max", "tie_count", plan, dispatch.operand(xk))(xk, yk, tie_count)
+    backward_kernel = dispatch.choose("max", "split", plan, dispatch.Operand(xk.dtype, "nchw"))
+    dx_shape = layout.kernel_shape(plan.in_spatial)
 
-        def backward(dy):
-            dx = _empty(dx_shape, dy.dtype, backward_kernel.channels_last)
-            backward_kernel(layout.to_kernel(dy), pos, dx)
-            return dx
-        saved = {"window_positions": pos}
-    else:
-        xk, yk = _owned(xk, x), _owned(yk, y[0] if return_indices else y)
-        tie_count = np.empty(out_shape, dtype=xk.dtype)
-        dispatch.choose("max", "tie_count", plan, dispatch.operand(xk))(xk, yk, tie_count)
-        backward_kernel = dispatch.choose("max", "split", plan,
-                                          dispatch.Operand(xk.dtype, "nchw"))
-
-        def backward(dy):
-            dx = np.empty(dx_shape, dtype=dy.dtype)
-            backward_kernel(xk, yk, layout.to_kernel(dy), tie_count, pos, dx)
-            return dx
-        saved = {"x": xk, "y": yk, "tie_count": tie_count, "window_positions": pos}
+    def backward(dy):
+        dx = np.empty(dx_shape, dtype=dy.dtype)
+        backward_kernel(xk, yk, layout.to_kernel(dy), tie_count, pos, dx)
+        return dx
+    saved = {"x": xk, "y": yk, "tie_count": tie_count, "window_positions": pos}
     y_shape = y[0].shape if return_indices else y.shape
     return y, Pullback(op, backward, y_shape, x.shape, x.dtype, saved,
                        (forward.name, backward_kernel.name))
 
 
-def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, op,
+def avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, op,
                 kind="avg"):
     xk = inputs.compute_view(x, layout)
     divisor = plan.divisor_table(divisor_mode, divisor_override, xk.dtype)
@@ -170,18 +159,11 @@ def _avg_engine(x, layout, plan, divisor_mode, divisor_override, want_pullback, 
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None
-    dx_shape = layout.kernel_shape(plan.in_spatial)
-    backward_kernel = dispatch.choose(kind, "backward", plan, forward.stored_like(xk.dtype))
-
-    def backward(dy):
-        dx = _empty(dx_shape, dy.dtype, backward_kernel.channels_last)
-        backward_kernel(layout.to_kernel(dy), divisor, dx)
-        return dx
-    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {},
-                       (forward.name, backward_kernel.name))
+    return y, avg_pullback(plan, layout, x.dtype, forward.channels_last, divisor_mode,
+                           divisor_override, op, forward.name, kind)
 
 
-def _lp_engine(x, layout, plan, p, want_pullback, op):
+def lp_engine(x, layout, plan, p, want_pullback, op):
     xk = inputs.compute_view(x, layout)
     with np.errstate(over="ignore", under="ignore"):
         p_typed = xk.dtype.type(p)
@@ -194,17 +176,91 @@ def _lp_engine(x, layout, plan, p, want_pullback, op):
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None
+    return y, lp_pullback(_owned(xk, x), _owned(yk, y), p_typed, plan, layout, x.dtype, op,
+                          forward.name)
+
+
+# --------------------------------------------------------------------------------------
+# Pullbacks from what a forward keeps. The engines above build theirs with these, and
+# poolgrad.torch's backward ops call them with the tensors autograd saved (kernel views:
+# see :class:`poolgrad._inputs.Layout`).
+
+
+def _stored_as(channels_last: bool, dtype) -> dispatch.Operand:
+    return dispatch.Operand(np.dtype(dtype), "channels_last" if channels_last else "nchw")
+
+
+def max_pullback(window_positions, plan, layout, x_dtype, op="max_pool",
+                 forward_name="") -> Pullback:
+    """The pullback of a max pooling with ``ties="first"`` from its winners alone:
+    ``window_positions`` holds each window's winning tap (a kernel view, as the forward
+    stored it; ``dx`` is stored in the same layout)."""
+    pos = window_positions
+    channels_last = dispatch.is_channels_last(pos)
+    compute = inputs.COMPUTE_DTYPE[np.dtype(x_dtype)]
+    kernel = dispatch.choose("max", "backward", plan, _stored_as(channels_last, compute))
     dx_shape = layout.kernel_shape(plan.in_spatial)
-    xk, yk = _owned(xk, x), _owned(yk, y)
-    backward_kernel = dispatch.choose("lp", "backward", plan,
-                                      dispatch.Operand(xk.dtype, "nchw"))
+
+    def backward(dy):
+        dx = _empty(dx_shape, dy.dtype, kernel.channels_last)
+        kernel(layout.to_kernel(dy), pos, dx)
+        return dx
+    return Pullback(op, backward, layout.user_shape(plan.out_spatial),
+                    layout.user_shape(plan.in_spatial), x_dtype,
+                    {"window_positions": pos}, (forward_name, kernel.name))
+
+
+def winner_indices(window_positions, plan) -> np.ndarray:
+    """PyTorch's int64 max-pool indices (each winner's flat position in its ``(n, c)``
+    input plane) from the winning taps, a kernel view stored as they are."""
+    pos = window_positions
+    indices = _empty(pos.shape, np.int64, dispatch.is_channels_last(pos))
+    dispatch.choose("max", "indices", plan, dispatch.operand(pos))(pos, indices)
+    return indices
+
+
+def max_gather(dx, window_positions, plan, layout) -> np.ndarray:
+    """``dx`` read at each window's winner: the adjoint of a max pullback (kernel views
+    in, the output's user shape out). poolgrad.torch's double backward uses it."""
+    pos = window_positions
+    indices = winner_indices(pos, plan)
+    planes = layout.to_kernel(dx).reshape(pos.shape[:2] + (-1,))
+    picked = np.take_along_axis(planes, indices.reshape(pos.shape[:2] + (-1,)), axis=2)
+    return picked.reshape(layout.user_shape(plan.out_spatial))
+
+
+def avg_pullback(plan, layout, x_dtype, channels_last, divisor_mode, divisor_override,
+                 op="avg_pool", forward_name="", kind="avg") -> Pullback:
+    """The pullback of an average pooling (``kind`` "avg" or "global_avg"), which keeps
+    nothing: ``dx`` is stored channels-last or C-contiguous as asked."""
+    compute = inputs.COMPUTE_DTYPE[np.dtype(x_dtype)]
+    divisor = plan.divisor_table(divisor_mode, divisor_override, compute)
+    kernel = dispatch.choose(kind, "backward", plan, _stored_as(channels_last, compute))
+    dx_shape = layout.kernel_shape(plan.in_spatial)
+
+    def backward(dy):
+        dx = _empty(dx_shape, dy.dtype, kernel.channels_last)
+        kernel(layout.to_kernel(dy), divisor, dx)
+        return dx
+    return Pullback(op, backward, layout.user_shape(plan.out_spatial),
+                    layout.user_shape(plan.in_spatial), x_dtype, {},
+                    (forward_name, kernel.name))
+
+
+def lp_pullback(xk, yk, p, plan, layout, x_dtype, op="lp_pool", forward_name="") -> Pullback:
+    """The pullback of an Lp pooling from its input and output (kernel views in the
+    compute dtype, which the pullback keeps as they are)."""
+    kernel = dispatch.choose("lp", "backward", plan, dispatch.Operand(xk.dtype, "nchw"))
+    p_typed = xk.dtype.type(p)
+    dx_shape = layout.kernel_shape(plan.in_spatial)
 
     def backward(dy):
         dx = np.empty(dx_shape, dtype=dy.dtype)
-        backward_kernel(xk, yk, layout.to_kernel(dy), p_typed, dx)
+        kernel(xk, yk, layout.to_kernel(dy), p_typed, dx)
         return dx
-    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {"x": xk, "y": yk},
-                       (forward.name, backward_kernel.name))
+    return Pullback(op, backward, layout.user_shape(plan.out_spatial),
+                    layout.user_shape(plan.in_spatial), x_dtype, {"x": xk, "y": yk},
+                    (forward_name, kernel.name))
 
 
 # --------------------------------------------------------------------------------------
@@ -218,7 +274,7 @@ def _max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fals
     ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
                                      padding=padding, dilation=dilation)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
-    return _max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
+    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
                        "max_pool")
 
 
@@ -281,7 +337,7 @@ def _avg_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fals
                              f"{divisor_override!r}")
         divisor_override = int(divisor_override)
     mode = "padded" if geometry.flag(count_include_pad, "count_include_pad") else "real"
-    return _avg_engine(x, inputs.Layout(x.shape, ndim), plan, mode, divisor_override, want_pullback,
+    return avg_engine(x, inputs.Layout(x.shape, ndim), plan, mode, divisor_override, want_pullback,
                        "avg_pool")
 
 
@@ -321,7 +377,7 @@ def _lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fa
     ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
                                      padding=padding, dilation=dilation)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
-    return _lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback, "lp_pool")
+    return lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback, "lp_pool")
 
 
 def lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
@@ -353,7 +409,7 @@ def _global_max_pool(x, ties="first", *, spatial_dims=None, want_pullback=False)
     x = inputs.check_array(x, "x", floating=False)
     ndim = inputs.global_dims(x, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-    return _max_engine(x, inputs.Layout(x.shape, ndim), plan, False, ties, want_pullback,
+    return max_engine(x, inputs.Layout(x.shape, ndim), plan, False, ties, want_pullback,
                        "global_max_pool")
 
 
@@ -371,7 +427,7 @@ def _global_avg_pool(x, *, spatial_dims=None, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
     ndim = inputs.global_dims(x, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-    return _avg_engine(x, inputs.Layout(x.shape, ndim), plan, "real", None, want_pullback,
+    return avg_engine(x, inputs.Layout(x.shape, ndim), plan, "real", None, want_pullback,
                        "global_avg_pool", kind="global_avg")
 
 
@@ -388,7 +444,7 @@ def _global_lp_pool(x, p, *, spatial_dims=None, want_pullback=False):
     p = inputs.check_p(p)
     ndim = inputs.global_dims(x, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-    return _lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback, "global_lp_pool")
+    return lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback, "global_lp_pool")
 
 
 def global_lp_pool(x, p, *, spatial_dims=None):
@@ -404,7 +460,7 @@ def _adaptive_max_pool(x, output_size, return_indices=False, ties="first", *,
     x = inputs.check_array(x, "x", floating=False)
     ndim = inputs.count_spatial_dims(x, "x", output_size=output_size)
     plan = inputs.adaptive_plan(x, output_size, ndim)
-    return _max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
+    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
                        "adaptive_max_pool")
 
 
@@ -427,7 +483,7 @@ def _adaptive_avg_pool(x, output_size, *, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
     ndim = inputs.count_spatial_dims(x, "x", output_size=output_size)
     plan = inputs.adaptive_plan(x, output_size, ndim)
-    return _avg_engine(x, inputs.Layout(x.shape, ndim), plan, "real", None, want_pullback,
+    return avg_engine(x, inputs.Layout(x.shape, ndim), plan, "real", None, want_pullback,
                        "adaptive_avg_pool")
 
 

@@ -75,6 +75,12 @@ class Operand:
         return self.layout == "nchw" and self.writeable and self.dtype in _FAST_DTYPES
 
 
+def is_channels_last(a: np.ndarray) -> bool:
+    """Whether the 5-d kernel view ``a`` is stored with C fastest and is not also
+    C-contiguous (any dtype: winners take the layout of the values they go with)."""
+    return not a.flags.c_contiguous and a.transpose(0, 2, 3, 4, 1).flags.c_contiguous
+
+
 def operand(a: np.ndarray) -> Operand:
     """The :class:`Operand` of a 5-d kernel view ``a``. ``"nchw"``: C-contiguous;
     ``"channels_last"``: C fastest in memory (PyTorch's channels_last) and not also
@@ -82,7 +88,7 @@ def operand(a: np.ndarray) -> Operand:
     ``"strided"``."""
     if a.flags.c_contiguous:
         layout = "nchw"
-    elif a.dtype in _FAST_DTYPES and a.transpose(0, 2, 3, 4, 1).flags.c_contiguous:
+    elif a.dtype in _FAST_DTYPES and is_channels_last(a):
         layout = "channels_last"
     else:
         layout = "strided"

@@ -1,0 +1,26 @@
+"""poolgrad.torch: PyTorch's pooling layers on poolgrad's kernels.
+
+``poolgrad.torch.max_pool2d(x, 2)`` and ``poolgrad.torch.MaxPool2d(2)`` are drop-in
+replacements for ``torch.nn.functional.max_pool2d`` and ``torch.nn.MaxPool2d`` (and so on
+for average, Lp, adaptive pooling and unpooling, in 1-3 dims), and
+:func:`replace_pooling` swaps them into an existing model. Every operation is a
+``torch.library.custom_op`` in the ``poolgrad`` namespace (``torch.ops.poolgrad.*``), so
+autograd, gradients of gradients, ``torch.compile`` and deterministic mode work. CPU
+tensors only for now. Needs PyTorch: ``pip install -e ".[torch]"``.
+"""
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        'poolgrad.torch needs PyTorch; install it with pip install -e ".[torch]" (or see '
+        "pytorch.org for a CPU or CUDA build)"
+    ) from error
+
+from . import _ops  # noqa: F401  (registers torch.ops.poolgrad.*)
+from .functional import *  # noqa: F401,F403
+from .functional import __all__ as _functional_all
+from .modules import *  # noqa: F401,F403
+from .modules import __all__ as _modules_all
+
+__all__ = [*_functional_all, *_modules_all]

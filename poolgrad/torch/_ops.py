@@ -1,0 +1,609 @@
+"""poolgrad's pooling as PyTorch operators: ``torch.ops.poolgrad.*``.
+
+Each operator is a :func:`torch.library.custom_op` whose CPU implementation runs the
+NumPy engines of :mod:`poolgrad.ops` on ``tensor.numpy()`` views (no copy of ``x`` or
+``dy``), with a fake implementation for ``torch.compile`` and an autograd formula.
+Every backward is an operator of its own with its own autograd formula, so gradients
+of gradients work:
+
+============================  =====================================  ==================
+operator                      what it computes                       its gradient
+============================  =====================================  ==================
+``max_pool``                  values and winners (1 byte per output) ``max_pool_backward``
+``max_pool_values``           values only (inference)                recomputes winners
+``max_pool_backward``         ``dy`` routed to the winners           ``max_pool_gather``
+``max_pool_gather``           ``dx`` read at the winners             ``max_pool_backward``
+``max_pool_split_backward``   ``ties="split"``: shared among ties    a masked window sum
+``max_pool_indices``          PyTorch's int64 indices from winners   (integer output)
+``avg_pool``                  window means                           ``avg_pool_backward``
+``avg_pool_backward``         ``dy`` spread over the windows         ``avg_pool``
+``lp_pool``                   Lp norms of the windows                ``lp_pool_backward``
+``lp_pool_backward``          the Lp gradient                        sums of windows
+``max_unpool``                values back at their indices           ``max_unpool_backward``
+``max_unpool_backward``       the unpooled gradient at the indices   ``max_unpool``
+============================  =====================================  ==================
+
+Inputs are batched ``(N, C, *spatial)`` (:mod:`poolgrad.torch.functional` adds and
+removes the batch dim). The window geometry travels as one list of ints, its canonical
+form (:func:`sliding_window`, :func:`adaptive_window`). Outputs and gradients keep the
+input's memory format (channels-last in, channels-last out). float16 is computed in
+float32 by the engines; bfloat16, which NumPy lacks, is converted to float32 and back.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .. import _inputs
+from .. import geometry, ops
+
+SLIDING, ADAPTIVE = 0, 1
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+# ------------------------------------------------------------------- window geometry
+
+
+def sliding_window(kernel, stride, padding, dilation, ceil_mode) -> list[int]:
+    """``[SLIDING, *kernel, *stride, *before, *after, *dilation, ceil_mode]`` from
+    canonical per-dim tuples and ``(before, after)`` pairs."""
+    before = [lo for lo, _ in padding]
+    after = [hi for _, hi in padding]
+    return [SLIDING, *kernel, *stride, *before, *after, *dilation, int(ceil_mode)]
+
+
+def adaptive_window(output_size) -> list[int]:
+    """``[ADAPTIVE, *output_size]``."""
+    return [ADAPTIVE, *output_size]
+
+
+def window_ndim(window) -> int:
+    return len(window) - 1 if window[0] == ADAPTIVE else (len(window) - 2) // 5
+
+
+def sliding_args(window) -> tuple:
+    """``(kernel, stride, padding pairs, dilation, ceil_mode)`` of a sliding window."""
+    n = window_ndim(window)
+    k, s, lo, hi, d = (tuple(window[1 + i * n: 1 + (i + 1) * n]) for i in range(5))
+    return k, s, tuple(zip(lo, hi)), d, bool(window[-1])
+
+
+def plan_of(window, in_spatial) -> geometry.WindowPlan:
+    in_spatial = tuple(int(s) for s in in_spatial)
+    if window[0] == ADAPTIVE:
+        return geometry.adaptive_plan(in_spatial, tuple(window[1:]))
+    kernel, stride, pads, dilation, ceil_mode = sliding_args(window)
+    return geometry.sliding_plan(in_spatial, kernel, stride, dilation, pads, ceil_mode)
+
+
+def _global(window) -> bool:
+    return window[0] == ADAPTIVE and all(o == 1 for o in window[1:])
+
+
+# --------------------------------------------------------------- tensors and arrays
+
+
+def memory_format(t: Tensor) -> torch.memory_format:
+    """channels_last (3d) for a 4-d (5-d) tensor stored so and not also contiguous."""
+    if not t.is_contiguous():
+        if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+            return torch.channels_last
+        if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
+            return torch.channels_last_3d
+    return torch.contiguous_format
+
+
+def _empty(shape, like: Tensor, fmt, dtype=None) -> Tensor:
+    """What the real implementations return, for the fake ones."""
+    return torch.empty(tuple(shape), dtype=dtype or like.dtype, device=like.device,
+                       memory_format=fmt)
+
+
+def _check_device(*tensors: Tensor) -> None:
+    for t in tensors:
+        if t.device.type != "cpu":
+            raise ValueError(
+                f"poolgrad.torch runs on CPU tensors; got a tensor on {t.device}. "
+                f"The CUDA backend is not there yet: move it with .cpu()")
+
+
+def _array(t: Tensor) -> np.ndarray:
+    """A NumPy view of ``t`` (bfloat16: a float32 copy, NumPy has no bfloat16)."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.numpy()
+
+
+@functools.lru_cache(maxsize=1024)
+def _strides(shape: tuple[int, ...], fmt: torch.memory_format) -> tuple[int, ...]:
+    return torch.empty(shape, device="meta", memory_format=fmt).stride()
+
+
+def _tensor(a: np.ndarray, fmt, dtype: torch.dtype | None = None) -> Tensor:
+    """``a`` as a tensor (no copy when it is stored in ``fmt``), with exactly the
+    strides of :func:`_empty`, converted to ``dtype`` if given."""
+    t = torch.from_numpy(a)
+    if not t.is_contiguous(memory_format=fmt):
+        t = t.contiguous(memory_format=fmt)
+    expected = _strides(tuple(t.shape), fmt)
+    if t.stride() != expected:  # differs only where a dim has size 1
+        t = t.as_strided(t.shape, expected)
+    return t if dtype is None or t.dtype == dtype else t.to(dtype)
+
+
+def _layout(shape, ndim) -> _inputs.Layout:
+    return _inputs.Layout(tuple(int(s) for s in shape), ndim)
+
+
+def _out_shape(x: Tensor, window) -> list:
+    """The output shape, for the fake implementations: written with arithmetic only, so
+    that symbolic sizes (``torch.compile(dynamic=True)``) pass through."""
+    if window[0] == ADAPTIVE:
+        return [*x.shape[:2], *window[1:]]
+    kernel, stride, pads, dilation, ceil_mode = sliding_args(window)
+    sizes = []
+    for length, k, s, (lo, hi), d in zip(x.shape[2:], kernel, stride, pads, dilation,
+                                         strict=True):
+        span = length + lo + hi - d * (k - 1) - 1
+        count = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (count - 1) * s >= length + lo:
+            count -= 1  # the last window would start in the end padding
+        sizes.append(count)
+    return [*x.shape[:2], *sizes]
+
+
+def _winner_dtype(x: Tensor, window) -> torch.dtype:
+    if window[0] == SLIDING:
+        taps = math.prod(sliding_args(window)[0])
+    else:  # an adaptive bin's extent depends on the input size
+        taps = plan_of(window, [int(s) for s in x.shape[2:]]).window_size
+    return _TORCH_DTYPE[geometry.position_dtype(taps)]
+
+
+# ---------------------------------------------------------------------- max pooling
+
+
+@torch.library.custom_op("poolgrad::max_pool", mutates_args=())
+def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
+    """Values and each window's winning tap (uint8 up to 256 taps, then uint16)."""
+    _check_device(x)
+    xa = _array(x)
+    ndim = window_ndim(window)
+    layout = _layout(xa.shape, ndim)
+    y, pullback = ops.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "first",
+                                 True, "max_pool")
+    fmt = memory_format(x)
+    winners = pullback.saved["window_positions"].reshape(y.shape)
+    return _tensor(y, fmt, x.dtype), _tensor(winners, fmt)
+
+
+@max_pool.register_fake
+def _(x, window, ties):
+    shape = _out_shape(x, window)
+    fmt = memory_format(x)
+    return _empty(shape, x, fmt), _empty(shape, x, fmt, _winner_dtype(x, window))
+
+
+_TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16,
+                np.dtype(np.uint32): torch.uint32, np.dtype(np.uint64): torch.uint64}
+
+
+@torch.library.custom_op("poolgrad::max_pool_values", mutates_args=())
+def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
+    """The values of :func:`max_pool` alone, for inference: no winners written."""
+    _check_device(x)
+    xa = _array(x)
+    layout = _layout(xa.shape, window_ndim(window))
+    y, _ = ops.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "first", False,
+                          "max_pool")
+    return _tensor(y, memory_format(x), x.dtype)
+
+
+@max_pool_values.register_fake
+def _(x, window):
+    return _empty(_out_shape(x, window), x, memory_format(x))
+
+
+@torch.library.custom_op("poolgrad::max_pool_backward", mutates_args=())
+def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
+                      x_size: list[int]) -> Tensor:
+    """``dy`` routed to each window's winner; overlapping windows add up."""
+    _check_device(dy, winners)
+    ndim = window_ndim(window)
+    layout = _layout(x_size, ndim)
+    plan = plan_of(window, x_size[2:])
+    dya = _array(dy)
+    pullback = ops.max_pullback(layout.to_kernel(winners.numpy()), plan, layout, dya.dtype)
+    return _tensor(pullback(dya), memory_format(winners), dy.dtype)
+
+
+@max_pool_backward.register_fake
+def _(dy, winners, window, x_size):
+    return _empty(x_size, dy, memory_format(winners))
+
+
+@torch.library.custom_op("poolgrad::max_pool_gather", mutates_args=())
+def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
+    """``dx`` read at each window's winner: the adjoint of :func:`max_pool_backward`."""
+    _check_device(dx, winners)
+    layout = _layout(dx.shape, window_ndim(window))
+    plan = plan_of(window, dx.shape[2:])
+    dy = ops.max_gather(_array(dx), layout.to_kernel(winners.numpy()), plan, layout)
+    return _tensor(dy, memory_format(winners), dx.dtype)
+
+
+@max_pool_gather.register_fake
+def _(dx, winners, window):
+    return _empty(winners.shape, dx, memory_format(winners))
+
+
+@torch.library.custom_op("poolgrad::max_pool_indices", mutates_args=())
+def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> Tensor:
+    """PyTorch's int64 indices: each winner's flat position in its input plane."""
+    _check_device(winners)
+    layout = _layout(x_size, window_ndim(window))
+    plan = plan_of(window, x_size[2:])
+    indices = ops.winner_indices(layout.to_kernel(winners.numpy()), plan)
+    return _tensor(indices.reshape(winners.shape), memory_format(winners))
+
+
+@max_pool_indices.register_fake
+def _(winners, window, x_size):
+    return _empty(winners.shape, winners, memory_format(winners), torch.int64)
+
+
+@torch.library.custom_op("poolgrad::max_pool_split_backward", mutates_args=())
+def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
+    """``ties="split"``: each window's ``dy`` shared equally among its tied maxima."""
+    _check_device(dy, x)
+    xa = _array(x)
+    layout = _layout(xa.shape, window_ndim(window))
+    _, pullback = ops.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "split",
+                                 True, "max_pool")
+    return _tensor(pullback(_array(dy)), memory_format(x), dy.dtype)
+
+
+@max_pool_split_backward.register_fake
+def _(dy, x, window):
+    return _empty(x.shape, dy, memory_format(x))
+
+
+def _windows(t: Tensor, window, fill: float) -> Tensor:
+    """``t``'s sliding windows as a ``(N, C, *out, *taps)`` view of a padded copy: the
+    composite form the double backwards of Lp and of split max are written in."""
+    kernel, stride, pads, dilation, _ = sliding_args(window)
+    ndim = len(kernel)
+    plan = plan_of(window, t.shape[2:])
+    ends = []
+    for (lo, hi), k, s, d, length, out in zip(pads, kernel, stride, dilation, t.shape[2:],
+                                              plan.out_spatial, strict=True):
+        # ceil_mode's last window may reach past the end padding
+        reach = (out - 1) * s + d * (k - 1) + 1 - (length + lo + hi)
+        ends.append((lo, hi + max(reach, 0)))
+    flat = [p for lo, hi in reversed(ends) for p in (lo, hi)]
+    t = torch.nn.functional.pad(t, flat, value=fill)
+    for i, (k, s, d) in enumerate(zip(kernel, stride, dilation, strict=True)):
+        t = t.unfold(2 + i, d * (k - 1) + 1, s)
+    taps = (slice(None),) * (2 + ndim) + tuple(slice(None, None, d) for d in dilation)
+    return t[taps]
+
+
+def _split_adjoint(g: Tensor, x: Tensor, window) -> Tensor:
+    """The adjoint of :func:`max_pool_split_backward`: each window's sum of ``g`` over
+    its tied maxima, over their number."""
+    ndim = window_ndim(window)
+    taps = tuple(range(-ndim, 0))
+    y = _windows(x, window, -math.inf).amax(dim=taps, keepdim=True)
+    tied = _windows(x, window, math.nan) == y
+    return (_windows(g, window, 0.0) * tied).sum(taps) / tied.sum(taps)
+
+
+# ------------------------------------------------------------------ average pooling
+
+
+def _avg_kind(window) -> str:
+    return "global_avg" if _global(window) else "avg"
+
+
+def _divisor(window, count_include_pad) -> str:
+    return "padded" if count_include_pad and window[0] == SLIDING else "real"
+
+
+@torch.library.custom_op("poolgrad::avg_pool", mutates_args=())
+def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
+             divisor_override: int | None) -> Tensor:
+    """Window means (adaptive windows: the means of PyTorch's bins)."""
+    _check_device(x)
+    xa = _array(x)
+    layout = _layout(xa.shape, window_ndim(window))
+    y, _ = ops.avg_engine(xa, layout, plan_of(window, xa.shape[2:]),
+                          _divisor(window, count_include_pad), divisor_override, False,
+                          "avg_pool", _avg_kind(window))
+    return _tensor(y, memory_format(x), x.dtype)
+
+
+@avg_pool.register_fake
+def _(x, window, count_include_pad, divisor_override):
+    return _empty(_out_shape(x, window), x, memory_format(x))
+
+
+@torch.library.custom_op("poolgrad::avg_pool_backward", mutates_args=())
+def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
+                      count_include_pad: bool, divisor_override: int | None,
+                      channels_last: bool) -> Tensor:
+    """``dy / divisor`` spread over each window's input elements."""
+    _check_device(dy)
+    ndim = window_ndim(window)
+    layout = _layout(x_size, ndim)
+    dya = _array(dy)
+    pullback = ops.avg_pullback(plan_of(window, x_size[2:]), layout, dya.dtype,
+                                channels_last, _divisor(window, count_include_pad),
+                                divisor_override, kind=_avg_kind(window))
+    return _tensor(pullback(dya), _format_of(channels_last, len(x_size)), dy.dtype)
+
+
+@avg_pool_backward.register_fake
+def _(dy, window, x_size, count_include_pad, divisor_override, channels_last):
+    return _empty(x_size, dy, _format_of(channels_last, len(x_size)))
+
+
+def _format_of(channels_last: bool, dims: int) -> torch.memory_format:
+    if channels_last and dims in (4, 5):
+        return torch.channels_last if dims == 4 else torch.channels_last_3d
+    return torch.contiguous_format
+
+
+# ----------------------------------------------------------------------- Lp pooling
+
+
+@torch.library.custom_op("poolgrad::lp_pool", mutates_args=())
+def lp_pool(x: Tensor, p: float, window: list[int]) -> Tensor:
+    """``(sum over the window of |x|^p)^(1/p)`` (ONNX LpPool)."""
+    _check_device(x)
+    xa = _array(x)
+    layout = _layout(xa.shape, window_ndim(window))
+    y, _ = ops.lp_engine(xa, layout, plan_of(window, xa.shape[2:]), p, False, "lp_pool")
+    return _tensor(y, memory_format(x), x.dtype)
+
+
+@lp_pool.register_fake
+def _(x, p, window):
+    return _empty(_out_shape(x, window), x, memory_format(x))
+
+
+@torch.library.custom_op("poolgrad::lp_pool_backward", mutates_args=())
+def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[int]) -> Tensor:
+    """``dy * sign(x) * (|x| / y)^(p-1)`` summed over the windows holding each input."""
+    _check_device(dy, x, y)
+    xa, ya = _array(x), _array(y)
+    layout = _layout(xa.shape, window_ndim(window))
+    xk, yk = _inputs.compute_view(xa, layout), _inputs.compute_view(ya, layout)
+    pullback = ops.lp_pullback(xk, yk, p, plan_of(window, xa.shape[2:]), layout, xa.dtype)
+    return _tensor(pullback(_array(dy)), memory_format(x), dy.dtype)
+
+
+@lp_pool_backward.register_fake
+def _(dy, x, y, p, window):
+    return _empty(x.shape, dy, memory_format(x))
+
+
+def _window_sum(t: Tensor, window) -> Tensor:
+    return avg_pool(t, window, True, 1)
+
+
+def _window_sum_adjoint(t: Tensor, window, x: Tensor) -> Tensor:
+    return avg_pool_backward(t, window, list(x.shape), True, 1,
+                             memory_format(x) != torch.contiguous_format)
+
+
+def _lp_backward_gradients(x, y, dy, p, window, g):
+    """Gradients of ``dx = a(x) * S^T(dy * y^(1-p))`` (``a(x) = sign(x) |x|^(p-1)``, S the
+    window sum) for an incoming ``g``, with respect to ``dy``, ``x`` and ``y``; zero where
+    ``y = 0`` or ``x = 0``, the conventions of the first derivative."""
+    def power(t, exponent):
+        return torch.where(t != 0, t.abs().clamp_min(torch.finfo(t.dtype).tiny) ** exponent,
+                           torch.zeros_like(t))
+    a = torch.sign(x) * power(x, p - 1)
+    along = _window_sum(a * g, window)
+    y_scale = power(y, 1 - p)
+    grad_dy = y_scale * along
+    grad_y = dy * (1 - p) * power(y, -p) * along
+    grad_x = g * (p - 1) * power(x, p - 2) * _window_sum_adjoint(dy * y_scale, window, x)
+    return grad_dy, grad_x, grad_y
+
+
+# -------------------------------------------------------------------------- unpooling
+
+
+@torch.library.custom_op("poolgrad::max_unpool", mutates_args=())
+def max_unpool(y: Tensor, indices: Tensor, window: list[int],
+               output_size: list[int]) -> Tensor:
+    """Zeros, with each value of ``y`` at its index (flat in its ``(n, c)`` plane)."""
+    _check_device(y, indices)
+    kernel, stride, pads, _, _ = sliding_args(window)
+    out = ops.max_unpool(_array(y), indices.numpy(), kernel, stride, pads, tuple(output_size))
+    return _tensor(out, torch.contiguous_format, y.dtype)
+
+
+@max_unpool.register_fake
+def _(y, indices, window, output_size):
+    return _empty([*y.shape[:2], *output_size], y, torch.contiguous_format)
+
+
+@torch.library.custom_op("poolgrad::max_unpool_backward", mutates_args=())
+def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Tensor:
+    """``dout`` read at each index; where several entries name one place, the last
+    (the one written) gets it and the others 0."""
+    _check_device(dout, indices)
+    kernel, stride, pads, _, _ = sliding_args(window)
+    douta = _array(dout)
+    zeros = np.zeros(tuple(indices.shape), dtype=douta.dtype)
+    _, pullback = ops.vjp(ops.max_unpool, zeros, indices.numpy(), kernel, stride, pads,
+                          douta.shape[2:])
+    return _tensor(pullback(douta), torch.contiguous_format, dout.dtype)
+
+
+@max_unpool_backward.register_fake
+def _(dout, indices, window):
+    return _empty(indices.shape, dout, torch.contiguous_format)
+
+
+# ----------------------------------------------------------------------------- autograd
+
+
+def _max_setup(ctx, inputs, output):
+    x, window, ties = inputs
+    ctx.window, ctx.ties, ctx.x_size = window, ties, list(x.shape)
+    ctx.save_for_backward(output[1] if ties == "first" else x)
+
+
+def _max_grad(ctx, dy, _winners_grad):
+    (saved,) = ctx.saved_tensors
+    if ctx.ties == "first":
+        return max_pool_backward(dy, saved, ctx.window, ctx.x_size), None, None
+    return max_pool_split_backward(dy, saved, ctx.window), None, None
+
+
+max_pool.register_autograd(_max_grad, setup_context=_max_setup)
+
+
+def _values_setup(ctx, inputs, output):
+    ctx.window = inputs[1]
+    ctx.save_for_backward(inputs[0])
+
+
+def _values_grad(ctx, dy):
+    (x,) = ctx.saved_tensors
+    _, winners = max_pool(x, ctx.window, "first")  # recorded only now that it is needed
+    return max_pool_backward(dy, winners, ctx.window, list(x.shape)), None
+
+
+max_pool_values.register_autograd(_values_grad, setup_context=_values_setup)
+
+
+def _winners_setup(ctx, inputs, output):
+    ctx.window = inputs[2]
+    ctx.save_for_backward(inputs[1])
+
+
+def _max_backward_grad(ctx, g):
+    (winners,) = ctx.saved_tensors
+    return max_pool_gather(g, winners, ctx.window), None, None, None
+
+
+max_pool_backward.register_autograd(_max_backward_grad, setup_context=_winners_setup)
+
+
+def _gather_setup(ctx, inputs, output):
+    dx, winners, window = inputs
+    ctx.window, ctx.dx_size = window, list(dx.shape)
+    ctx.save_for_backward(winners)
+
+
+def _gather_grad(ctx, g):
+    (winners,) = ctx.saved_tensors
+    return max_pool_backward(g, winners, ctx.window, ctx.dx_size), None, None
+
+
+max_pool_gather.register_autograd(_gather_grad, setup_context=_gather_setup)
+
+
+def _split_setup(ctx, inputs, output):
+    ctx.window = inputs[2]
+    ctx.save_for_backward(inputs[1])
+
+
+def _split_grad(ctx, g):
+    (x,) = ctx.saved_tensors
+    return _split_adjoint(g, x, ctx.window), None, None  # piecewise constant in x
+
+
+max_pool_split_backward.register_autograd(_split_grad, setup_context=_split_setup)
+
+
+def _avg_setup(ctx, inputs, output):
+    x, ctx.window, ctx.count_include_pad, ctx.divisor_override = inputs
+    ctx.x_size = list(x.shape)
+    ctx.channels_last = memory_format(x) != torch.contiguous_format
+
+
+def _avg_grad(ctx, dy):
+    dx = avg_pool_backward(dy, ctx.window, ctx.x_size, ctx.count_include_pad,
+                           ctx.divisor_override, ctx.channels_last)
+    return dx, None, None, None
+
+
+avg_pool.register_autograd(_avg_grad, setup_context=_avg_setup)
+
+
+def _avg_backward_setup(ctx, inputs, output):
+    _, ctx.window, _, ctx.count_include_pad, ctx.divisor_override, _ = inputs
+
+
+def _avg_backward_grad(ctx, g):
+    return (avg_pool(g, ctx.window, ctx.count_include_pad, ctx.divisor_override),
+            None, None, None, None, None)
+
+
+avg_pool_backward.register_autograd(_avg_backward_grad, setup_context=_avg_backward_setup)
+
+
+def _lp_setup(ctx, inputs, output):
+    x, ctx.p, ctx.window = inputs
+    ctx.save_for_backward(x, output)
+
+
+def _lp_grad(ctx, dy):
+    x, y = ctx.saved_tensors
+    return lp_pool_backward(dy, x, y, ctx.p, ctx.window), None, None
+
+
+lp_pool.register_autograd(_lp_grad, setup_context=_lp_setup)
+
+
+def _lp_backward_setup(ctx, inputs, output):
+    dy, x, y, ctx.p, ctx.window = inputs
+    ctx.save_for_backward(dy, x, y)
+
+
+def _lp_backward_grad(ctx, g):
+    dy, x, y = ctx.saved_tensors
+    grad_dy, grad_x, grad_y = _lp_backward_gradients(x, y, dy, ctx.p, ctx.window, g)
+    return grad_dy, grad_x, grad_y, None, None
+
+
+lp_pool_backward.register_autograd(_lp_backward_grad, setup_context=_lp_backward_setup)
+
+
+def _unpool_setup(ctx, inputs, output):
+    _, indices, ctx.window, _ = inputs
+    ctx.save_for_backward(indices)
+
+
+def _unpool_grad(ctx, dout):
+    (indices,) = ctx.saved_tensors
+    return max_unpool_backward(dout, indices, ctx.window), None, None, None
+
+
+max_unpool.register_autograd(_unpool_grad, setup_context=_unpool_setup)
+
+
+def _unpool_backward_setup(ctx, inputs, output):
+    dout, indices, ctx.window = inputs
+    ctx.out_spatial = list(dout.shape[2:])
+    ctx.save_for_backward(indices)
+
+
+def _unpool_backward_grad(ctx, g):
+    (indices,) = ctx.saved_tensors
+    return max_unpool(g, indices, ctx.window, ctx.out_spatial), None, None
+
+
+max_unpool_backward.register_autograd(_unpool_backward_grad,
+                                      setup_context=_unpool_backward_setup)
