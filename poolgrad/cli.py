@@ -106,7 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=_at_least(0), default=0)
     t.add_argument("--out", default=None, help="output folder (default: runs/DATASET)")
     t.add_argument("--resume", action="store_true",
-                   help="continue from OUT/checkpoint.npz (--epochs may extend the run)")
+                   help="continue from OUT/checkpoint.npz, or checkpoint.pt with --engine "
+                        "torch (--epochs may extend the run)")
+    t.add_argument("--engine", choices=("numpy", "torch"), default="numpy",
+                   help="numpy (default): poolgrad.nn's layers; torch: torch.nn layers with "
+                        "poolgrad.torch's pooling modules")
+    t.add_argument("--nproc", type=_positive, default=1,
+                   help="with --engine torch: processes training data-parallel, each on an "
+                        "equal share of every batch (--batch-size is the global batch)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     e = commands.add_parser("explain", help="draw where each example's gradient goes through "
                                             "a pooling layer")
@@ -150,6 +157,7 @@ def train(args) -> None:
     from . import train as trainer
     nn.check_pool(args.pool, what="--pool")
     datasets.kind_of(args.dataset, what="--dataset")
+    trainer.check_nproc(args.nproc, None if args.resume else args.batch_size, args.engine)
     if args.resume:
         given = [flag for flag, value, default in [
             ("--pool", args.pool, "max"),
@@ -161,12 +169,18 @@ def train(args) -> None:
                              f"may change, but {', '.join(given)} was given")
     out = args.out or os.path.join("runs", args.dataset.replace("idx:", "idx-").replace(
         os.sep, "_"))
-    metrics = trainer.train(args.dataset, out, pool=args.pool, gap_head=args.gap_head,
-                            epochs=args.epochs, batch_size=args.batch_size,
-                            optimizer=args.optimizer, lr=args.lr, seed=args.seed,
-                            resume=args.resume, progress=not args.quiet)
+    engine, options = trainer, {}
+    if args.engine == "torch":
+        from . import train_torch as engine
+        options["nproc"] = args.nproc
+    metrics = engine.train(args.dataset, out, pool=args.pool, gap_head=args.gap_head,
+                           epochs=args.epochs, batch_size=args.batch_size,
+                           optimizer=args.optimizer, lr=args.lr, seed=args.seed,
+                           resume=args.resume, progress=not args.quiet, **options)
     settings = metrics["settings"]
-    print(f"{settings['dataset']}, {settings['pool']} pooling: test accuracy "
+    where = "" if args.engine == "numpy" else (
+        f" (torch, {args.nproc} process{'es' if args.nproc > 1 else ''})")
+    print(f"{settings['dataset']}, {settings['pool']} pooling{where}: test accuracy "
           f"{metrics['test_accuracy']:.2%} ({metrics['test_examples']} test examples) after "
           f"{metrics['epochs_run']} epochs, {metrics['train_time_s']:.1f} s of training")
     print(f"plot: {metrics['plot']}")
@@ -236,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
             train(args)
         elif args.command == "explain":
             explain(args)
+    except ChildProcessError as error:  # a rank of a data-parallel run failed
+        print(f"poolgrad {args.command}: error: {error}", file=sys.stderr)
+        return 1
     except (ValueError, TypeError, OSError) as error:
         print(f"poolgrad {args.command}: error: {error}", file=sys.stderr)
         return 2

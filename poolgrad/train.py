@@ -8,6 +8,10 @@ linear layer) are averaged over the batch by the mean loss; then the optimizer s
 Runs are reproducible: the weights start from ``seed`` and epoch ``e`` shuffles with
 ``numpy.random.default_rng([seed, e])``, so a run resumed from its checkpoint reaches
 the same weights as an uninterrupted one.
+
+This module is the NumPy engine and what both engines share (settings, resuming, the
+progress bar, the history, metrics.json and the plot); :mod:`poolgrad.train_torch` is
+the PyTorch engine (``--engine torch``, data-parallel with ``--nproc``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 import sys
 import time
 import zipfile
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,7 +44,10 @@ DEFAULTS = {
             "lr": 0.001},
 }
 
-CHECKPOINT, METRICS, PLOT = "checkpoint.npz", "metrics.json", "training.png"
+# Each engine writes its own kind of checkpoint; --resume refuses the other kind.
+CHECKPOINTS = {"numpy": "checkpoint.npz", "torch": "checkpoint.pt"}
+ENGINES = tuple(CHECKPOINTS)
+CHECKPOINT, METRICS, PLOT = CHECKPOINTS["numpy"], "metrics.json", "training.png"
 
 
 class TrainError(ValueError):
@@ -127,10 +135,7 @@ def load_checkpoint(path: str):
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {k: archive[k] for k in archive.files}
-        meta = json.loads(str(arrays.pop("meta")))
-        missing = {"settings", "epoch", "history", "train_time_s"} - set(meta)
-        if missing:
-            raise ValueError(f"its metadata lacks {sorted(missing)}")
+        meta = check_meta(json.loads(str(arrays.pop("meta"))))
     except FileNotFoundError:
         raise TrainError(f"no checkpoint to resume from: {path} does not exist") from None
     except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
@@ -140,14 +145,50 @@ def load_checkpoint(path: str):
     return weights, state, meta
 
 
-def _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed):
+def check_meta(meta) -> dict:
+    """``meta`` if it has what resuming needs; otherwise a ValueError saying what lacks."""
+    missing = {"settings", "epoch", "history", "train_time_s"} - set(meta)
+    if missing:
+        raise ValueError(f"its metadata lacks {sorted(missing)}")
+    return meta
+
+
+def refuse_other_engine(out: str, engine: str) -> None:
+    """A TrainError when ``out`` holds only the other engine's checkpoint: a run resumes
+    with the engine that started it."""
+    for other, name in CHECKPOINTS.items():
+        if (other != engine and os.path.exists(os.path.join(out, name))
+                and not os.path.exists(os.path.join(out, CHECKPOINTS[engine]))):
+            raise TrainError(f"the checkpoint in {out} ({name}) was written by --engine "
+                             f"{other}: resume it with --engine {other}")
+
+
+def check_nproc(nproc, batch_size, engine: str = "numpy") -> None:
+    """A TrainError unless ``nproc`` processes can share a global batch of
+    ``batch_size``: data-parallel training is the torch engine's, and every rank takes
+    the same share of each batch."""
+    if engine not in ENGINES:
+        raise TrainError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
+        raise TrainError(f"nproc must be an integer >= 1, got {nproc!r}")
+    if nproc > 1 and engine != "torch":
+        raise TrainError(f"--nproc {nproc} needs --engine torch: the {engine} engine trains "
+                         "in one process")
+    if isinstance(batch_size, int) and batch_size % nproc:
+        raise TrainError(f"--batch-size {batch_size} is not divisible by --nproc {nproc}: it "
+                         "is the global batch, split evenly across the processes")
+
+
+def _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed,
+              engine="numpy"):
     defaults = defaults_for(dataset)
     settings = {"dataset": dataset, "pool": pool, "gap_head": bool(gap_head),
                 "epochs": defaults["epochs"] if epochs is None else epochs,
                 "batch_size": batch_size,
                 "optimizer": defaults["optimizer"] if optimizer is None else optimizer,
                 "lr": defaults["lr"] if lr is None else lr, "seed": seed,
-                "widths": list(defaults["widths"]), "conv_kernel": defaults["conv_kernel"]}
+                "widths": list(defaults["widths"]), "conv_kernel": defaults["conv_kernel"],
+                "engine": engine}
     nn.check_pool(pool, error=TrainError)
     if settings["optimizer"] not in optim.OPTIMIZERS:
         raise TrainError(f"unknown optimizer {settings['optimizer']!r}: choose one of "
@@ -163,6 +204,76 @@ def _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed):
     return settings
 
 
+@dataclass
+class Run:
+    """A run as it starts or goes on: its settings, the data, the per-epoch history so
+    far, the next epoch and the seconds of training so far."""
+    settings: dict
+    data: datasets.Dataset
+    history: list = field(default_factory=list)
+    start_epoch: int = 0
+    train_time: float = 0.0
+
+
+def begin(dataset, out: str, engine: str, meta: dict | None, *, pool, gap_head, epochs,
+          batch_size, optimizer, lr, seed, data, plot, nproc: int = 1) -> Run:
+    """Check everything, then load the data: a fresh run's settings, or with ``meta``
+    (a checkpoint's) the resumed run's (``epochs`` may extend it; ``nproc`` may differ),
+    the output folder, and matplotlib when ``plot``."""
+    if meta is not None:
+        settings = dict(meta["settings"])
+        settings.setdefault("engine", "numpy")  # checkpoints from before --engine
+        if data is None and dataset != settings["dataset"]:
+            raise TrainError(f"the checkpoint in {out} was trained on {settings['dataset']}, "
+                             f"not {dataset}")
+        if epochs is not None:
+            if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+                raise TrainError(f"epochs must be an integer >= 1, got {epochs!r}")
+            if epochs < meta["epoch"]:
+                raise TrainError(f"the checkpoint has already run {meta['epoch']} epochs; "
+                                 f"--epochs {epochs} would go back")
+            settings["epochs"] = epochs
+    else:
+        settings = _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed,
+                             engine)
+    check_nproc(nproc, settings["batch_size"], engine)
+    settings["nproc"] = nproc
+    check_output_folder(out, TrainError)
+    if plot:
+        _figure_class()  # fail before training, not after, when matplotlib is missing
+    data = data if data is not None else datasets.load(settings["dataset"])
+    if meta is None:
+        return Run(settings, data)
+    return Run(settings, data, meta["history"], meta["epoch"], meta["train_time_s"])
+
+
+def record_epoch(run: Run, epoch: int, loss_sum: float, correct: int, seen: int,
+                 test_loss: float, test_accuracy: float) -> None:
+    """Add epoch ``epoch`` (0-based) to the history: train loss and accuracy over the
+    ``seen`` examples, test loss and accuracy."""
+    run.history.append({"epoch": epoch + 1, "train_loss": loss_sum / seen,
+                        "train_accuracy": correct / seen, "test_loss": test_loss,
+                        "test_accuracy": test_accuracy})
+
+
+def finish(run: Run, out: str, checkpoint_path: str, test_loss: float, test_accuracy: float,
+           plot: bool) -> dict:
+    """Write ``metrics.json`` and, with ``plot``, ``training.png``; returns the metrics."""
+    settings = run.settings
+    metrics = {"test_accuracy": test_accuracy, "test_loss": test_loss,
+               "train_time_s": run.train_time, "epochs_run": len(run.history),
+               "train_examples": len(run.data.y_train), "test_examples": len(run.data.y_test),
+               "settings": settings, "history": run.history,
+               "checkpoint": checkpoint_path, "plot": os.path.join(out, PLOT) if plot else None}
+    text = json.dumps(_json_safe(metrics), indent=2, allow_nan=False)
+    write_atomically(os.path.join(out, METRICS), lambda stream: stream.write(text.encode()))
+    if plot:
+        plot_history(run.history, os.path.join(out, PLOT), title=(
+            f"{settings['dataset']}, {settings['pool']} pooling: test accuracy "
+            f"{test_accuracy:.2%}"))
+    return metrics
+
+
 def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max",
           gap_head: bool = False, epochs: int | None = None, batch_size: int = 100,
           optimizer: str | None = None, lr: float | None = None, seed: int = 0,
@@ -174,28 +285,14 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
     ``out/checkpoint.npz`` (``epochs`` may extend the run) and training continues from
     its last epoch. ``data`` replaces loading ``dataset`` (tests pass small arrays)."""
     checkpoint_path = os.path.join(out, CHECKPOINT)
-    history: list[dict] = []
-    start_epoch, train_time = 0, 0.0
+    meta = None
     if resume:
+        refuse_other_engine(out, "numpy")
         weights, optimizer_state, meta = load_checkpoint(checkpoint_path)
-        settings = dict(meta["settings"])
-        if data is None and dataset != settings["dataset"]:
-            raise TrainError(f"the checkpoint in {out} was trained on {settings['dataset']}, "
-                             f"not {dataset}")
-        if epochs is not None:
-            if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-                raise TrainError(f"epochs must be an integer >= 1, got {epochs!r}")
-            if epochs < meta["epoch"]:
-                raise TrainError(f"the checkpoint has already run {meta['epoch']} epochs; "
-                                 f"--epochs {epochs} would go back")
-            settings["epochs"] = epochs
-        history, start_epoch, train_time = meta["history"], meta["epoch"], meta["train_time_s"]
-    else:
-        settings = _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed)
-    check_output_folder(out, TrainError)
-    if plot:
-        _figure_class()  # fail before training, not after, when matplotlib is missing
-    data = data if data is not None else datasets.load(settings["dataset"])
+    run = begin(dataset, out, "numpy", meta, pool=pool, gap_head=gap_head, epochs=epochs,
+                batch_size=batch_size, optimizer=optimizer, lr=lr, seed=seed, data=data,
+                plot=plot)
+    settings, data = run.settings, run.data
 
     model = build_model(data.x_train.shape[1], data.spatial, data.classes,
                         pool=settings["pool"], widths=settings["widths"],
@@ -209,7 +306,7 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
     bar = _Progress(enabled=progress)
     n, batch = len(data.y_train), settings["batch_size"]
     batches = -(-n // batch)
-    for epoch in range(start_epoch, settings["epochs"]):
+    for epoch in range(run.start_epoch, settings["epochs"]):
         started = time.perf_counter()
         order = np.random.default_rng([settings["seed"], epoch]).permutation(n)
         seen, loss_sum, correct = 0, 0.0, 0
@@ -226,28 +323,15 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
             correct += int((logits.argmax(axis=1) == yb).sum())
             bar.update(epoch + 1, settings["epochs"], b + 1, batches, loss_sum / seen,
                        correct / seen)
-        train_time += time.perf_counter() - started
-        test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test)
-        history.append({"epoch": epoch + 1, "train_loss": loss_sum / seen,
-                        "train_accuracy": correct / seen, "test_loss": test_loss,
-                        "test_accuracy": test_accuracy})
+        run.train_time += time.perf_counter() - started
+        record_epoch(run, epoch, loss_sum, correct, seen,
+                     *evaluate(model, data.x_test, data.y_test))
         bar.update(epoch + 1, settings["epochs"], batches, batches, loss_sum / seen,
                    correct / seen, final=True)
-        _save_checkpoint(checkpoint_path, model, opt, settings, epoch + 1, history, train_time)
-
-    test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test)
-    metrics = {"test_accuracy": test_accuracy, "test_loss": test_loss,
-               "train_time_s": train_time, "epochs_run": len(history),
-               "train_examples": n, "test_examples": len(data.y_test),
-               "settings": settings, "history": history,
-               "checkpoint": checkpoint_path, "plot": os.path.join(out, PLOT) if plot else None}
-    text = json.dumps(_json_safe(metrics), indent=2, allow_nan=False)
-    write_atomically(os.path.join(out, METRICS), lambda stream: stream.write(text.encode()))
-    if plot:
-        plot_history(history, os.path.join(out, PLOT), title=(
-            f"{settings['dataset']}, {settings['pool']} pooling: test accuracy "
-            f"{test_accuracy:.2%}"))
-    return metrics
+        _save_checkpoint(checkpoint_path, model, opt, settings, epoch + 1, run.history,
+                         run.train_time)
+    return finish(run, out, checkpoint_path, *evaluate(model, data.x_test, data.y_test),
+                  plot=plot)
 
 
 def _json_safe(value):

@@ -1,0 +1,239 @@
+"""``poolgrad train --engine torch`` and ``--nproc``: two ranks take the steps of one
+process, a two-rank run resumes exactly, a failing rank ends the run with one line, and
+bad input gives one line and exit 2 before any work.
+
+Spawned runs cost seconds each (every rank imports PyTorch), so the module spawns three:
+a two-rank run, its resumption and a crash, on 61 MNIST-shaped images in batches of 8 (an
+odd count, so the last batch carries the sampler's padding)."""
+
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from poolgrad import cli, train
+from test_train import toy_data, write_mnist
+
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="needs PyTorch")
+TRAIN_EXAMPLES, BATCH = 61, 8
+
+
+@pytest.fixture(scope="module")
+def mnist(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data") / "mnist"
+    write_mnist(folder, n_train=TRAIN_EXAMPLES, n_test=10)
+    return f"idx:{folder}"
+
+
+def poolgrad_train(*args):
+    return cli.main(["train", "--engine", "torch", "--quiet", *args])
+
+
+@pytest.fixture(scope="module")
+def runs(mnist, tmp_path_factory):
+    """Checkpoints of runs on the same data, global batch and seed: "two-1" after epoch 1
+    on two ranks, "two-resumed" after that run resumed on two ranks for epoch 2 (the
+    command line's), "one-1" and "one-2" after 1 and 2 epochs in one process."""
+    import shutil
+
+    from poolgrad import train_torch
+    root = tmp_path_factory.mktemp("runs")
+    two = str(root / "two")
+    assert poolgrad_train("--dataset", mnist, "--nproc", "2", "--epochs", "1",
+                          "--batch-size", str(BATCH), "--out", two) == 0
+    shutil.copy(os.path.join(two, "checkpoint.pt"), root / "two-1.pt")
+    assert poolgrad_train("--dataset", mnist, "--nproc", "2", "--epochs", "2", "--resume",
+                          "--out", two) == 0
+    paths = {"two-1": str(root / "two-1.pt"), "two-resumed": os.path.join(two, "checkpoint.pt"),
+             "two": two}
+    for epochs in (1, 2):
+        one = str(root / f"one-{epochs}")
+        train_torch.train(mnist, one, epochs=epochs, batch_size=BATCH, progress=False,
+                          plot=False)
+        paths[f"one-{epochs}"] = os.path.join(one, "checkpoint.pt")
+    return paths
+
+
+def checkpoint(path):
+    from poolgrad import train_torch
+    return train_torch.load_checkpoint(path)
+
+
+def assert_same_weights(a, b, **tolerance):
+    for part in ("model", "optimizer"):
+        flat_a, flat_b = flatten(a[part]), flatten(b[part])
+        assert flat_a.keys() == flat_b.keys()
+        for key, value in flat_a.items():
+            np.testing.assert_allclose(flat_b[key], value, err_msg=f"{part} {key}",
+                                       **tolerance)
+
+
+def flatten(state, prefix=""):
+    """Every tensor and number of a (nested) state dict, by its path."""
+    if isinstance(state, dict):
+        return {k: v for key, value in state.items()
+                for k, v in flatten(value, f"{prefix}{key}/").items()}
+    if isinstance(state, (list, tuple)):
+        return flatten(dict(enumerate(state)), prefix)
+    if hasattr(state, "numpy"):
+        return {prefix: state.numpy()}
+    return {prefix: state} if isinstance(state, (int, float)) else {}
+
+
+@needs_torch
+def test_two_ranks_take_the_steps_of_one_process(runs):
+    two, one = checkpoint(runs["two-1"]), checkpoint(runs["one-1"])
+    assert_same_weights(two, one, rtol=1e-4, atol=1e-6)
+    assert (two["meta"]["settings"]["nproc"], one["meta"]["settings"]["nproc"]) == (2, 1)
+    [two_epoch], [one_epoch] = two["meta"]["history"], one["meta"]["history"]
+    assert two_epoch["train_accuracy"] == one_epoch["train_accuracy"]  # every example once
+    assert two_epoch["train_loss"] == pytest.approx(one_epoch["train_loss"], rel=1e-5)
+    assert two["model"]["0.weight"].shape == (16, 1, 5, 5)  # idx: 5x5 kernels, widths 16, 32
+
+
+@needs_torch
+def test_a_resumed_two_rank_run_equals_an_uninterrupted_one(runs):
+    """Epoch 2 resumed on two ranks from their epoch-1 checkpoint reaches the weights
+    and optimizer state of two uninterrupted epochs (in one process, which takes the
+    same steps)."""
+    resumed, straight = checkpoint(runs["two-resumed"]), checkpoint(runs["one-2"])
+    assert_same_weights(resumed, straight, rtol=1e-4, atol=1e-6)
+    assert resumed["meta"]["epoch"] == 2 and resumed["optimizer"]["state"][0]["step"] == 16
+    assert resumed["meta"]["history"][0] == checkpoint(runs["two-1"])["meta"]["history"][0]
+    files = set(os.listdir(runs["two"]))
+    assert files == {"checkpoint.pt", "metrics.json", "training.png"}  # no temporaries
+    with open(os.path.join(runs["two"], "metrics.json")) as stream:
+        metrics = json.load(stream)
+    assert metrics["settings"]["engine"] == "torch" and metrics["settings"]["nproc"] == 2
+    assert metrics["epochs_run"] == 2 and metrics["train_examples"] == TRAIN_EXAMPLES
+
+
+@needs_torch
+def test_ranks_batches_together_are_the_one_process_batches():
+    import torch
+    from poolgrad import train_torch
+    n, batch = TRAIN_EXAMPLES, BATCH
+
+    def batches(ranks, rank):
+        sampler = torch.utils.data.distributed.DistributedSampler(
+            range(n), num_replicas=ranks, rank=rank, shuffle=True, seed=3)
+        return list(train_torch.epoch_batches(sampler, 5, batch))
+
+    single = batches(1, 0)
+    assert [count for _, _, count in single] == [8] * 7 + [5]
+    for ranks in (2, 4):
+        shares = [batches(ranks, rank) for rank in range(ranks)]
+        for b, (indices, real, count) in enumerate(single):
+            assert real.all() and count == len(indices)
+            dealt = [(i, r) for share in shares for i, r in zip(*share[b][:2], strict=True)]
+            assert sorted(int(i) for i, r in dealt if r) == sorted(indices.tolist())
+            assert all(share[b][2] == count for share in shares)
+
+
+@needs_torch
+@pytest.mark.parametrize("pool", train.POOLS)
+@pytest.mark.parametrize("spatial", [(8, 8), (40,)])
+def test_the_torch_models_have_the_numpy_models_layers(pool, spatial):
+    import torch
+    from poolgrad import train_torch
+    for gap_head in (False, True):
+        options = {"pool": pool, "widths": (4, 8), "conv_kernel": 3, "gap_head": gap_head}
+        numpy_model = train.build_model(1, spatial, 3, **options)
+        torch_model = train_torch.build_model(1, spatial, 3, **options)
+        assert ({key.replace(".W", ".weight").replace(".b", ".bias"): value.shape
+                 for key, value in numpy_model.state_dict().items()}
+                == {key: tuple(value.shape) for key, value in torch_model.state_dict().items()})
+        x = torch.rand((5, 1, *spatial))
+        torch.nn.functional.cross_entropy(torch_model(x), torch.tensor([0, 1, 2, 0, 1])
+                                          ).backward()
+        assert all(torch.isfinite(p.grad).all() for p in torch_model.parameters())
+
+
+@needs_torch
+def test_a_failing_rank_ends_the_run_with_one_line(mnist, tmp_path):
+    """Rank 0 cannot write its checkpoint after epoch 1 while rank 1 waits for it at the
+    next gradient all-reduce: the launcher must stop rank 1, not wait for it."""
+    from poolgrad import datasets, train_torch
+    (tmp_path / "a-file").write_text("a file where the output folder should be")
+    settings = train._settings(mnist, "max", False, 3, BATCH, None, None, 0, "torch")
+    settings["nproc"] = 2
+    job = {"run": train.Run(settings, datasets.load(mnist)), "state": None,
+           "out": str(tmp_path / "a-file" / "run"), "progress": False, "plot": False}
+    started = time.perf_counter()
+    with pytest.raises(ChildProcessError, match=r"^rank 0 of 2 failed, so the run stopped: "
+                                                r"NotADirectoryError: .*checkpoint\.pt"):
+        train_torch._launch(2, job)
+    assert time.perf_counter() - started < train_torch.COLLECTIVE_TIMEOUT_S
+
+
+def test_the_command_exits_1_with_one_line_when_a_rank_fails(monkeypatch, capsys):
+    from poolgrad import train_torch
+
+    def failing_run(*args, **kwargs):
+        raise ChildProcessError("rank 1 of 2 failed, so the run stopped: MemoryError")
+
+    monkeypatch.setattr(train_torch, "train", failing_run)
+    assert poolgrad_train("--nproc", "2") == 1
+    assert last_error_line(capsys) == ("poolgrad train: error: rank 1 of 2 failed, so the run "
+                                       "stopped: MemoryError")
+
+
+# ------------------------------------------------------------------------- bad input
+
+
+def last_error_line(capsys):
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_nproc_needs_the_torch_engine(capsys):
+    assert cli.main(["train", "--nproc", "2", "--epochs", "1"]) == 2
+    assert last_error_line(capsys) == ("poolgrad train: error: --nproc 2 needs --engine "
+                                       "torch: the numpy engine trains in one process")
+    with pytest.raises(train.TrainError, match="--nproc 2 needs --engine torch"):
+        train.check_nproc(2, 100)
+
+
+def test_the_global_batch_must_split_evenly(capsys):
+    assert poolgrad_train("--nproc", "3", "--batch-size", str(BATCH)) == 2
+    assert last_error_line(capsys) == (
+        "poolgrad train: error: --batch-size 8 is not divisible by --nproc 3: it is the "
+        "global batch, split evenly across the processes")
+
+
+def test_an_engine_resumes_only_its_own_checkpoint(tmp_path, capsys):
+    train.train("digits", str(tmp_path / "numpy"), epochs=1, progress=False, plot=False,
+                data=toy_data(n_train=40, n_test=10))
+    assert poolgrad_train("--resume", "--out", str(tmp_path / "numpy")) == 2
+    assert last_error_line(capsys) == (
+        f"poolgrad train: error: the checkpoint in {tmp_path / 'numpy'} (checkpoint.npz) "
+        "was written by --engine numpy: resume it with --engine numpy")
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "checkpoint.pt").write_bytes(b"not read")
+    assert cli.main(["train", "--resume", "--out", str(tmp_path / "torch")]) == 2
+    assert last_error_line(capsys).endswith("was written by --engine torch: resume it with "
+                                            "--engine torch")
+
+
+@needs_torch
+def test_torch_checkpoint_errors(tmp_path, capsys, mnist, runs):
+    (tmp_path / "checkpoint.pt").write_bytes(b"PK\x03\x04 not really a zip")
+    assert poolgrad_train("--resume", "--out", str(tmp_path)) == 2
+    assert "checkpoint.pt is not a poolgrad checkpoint" in last_error_line(capsys)
+    assert poolgrad_train("--resume", "--nproc", "3", "--epochs", "3", "--dataset", mnist,
+                          "--out", runs["two"]) == 2
+    assert "--batch-size 8 is not divisible by --nproc 3" in last_error_line(capsys)
+    assert poolgrad_train("--resume", "--out", str(tmp_path / "nothing")) == 2
+    assert "no checkpoint to resume from" in last_error_line(capsys)
+
+
+def test_without_torch_the_engine_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails
+    assert poolgrad_train("--out", str(tmp_path / "run")) == 2
+    assert last_error_line(capsys) == ('poolgrad train: error: --engine torch needs PyTorch: '
+                                       'pip install -e ".[torch]" (or pip install torch)')
+    assert not (tmp_path / "run").exists()
