@@ -461,11 +461,21 @@ def test_replace_pooling_swaps_every_pooling_module():
         pt.replace_pooling([model])
 
 
+def _model_source(source):
+    if source == "torchvision":  # where its wheel loads (not against this CPU build)
+        try:
+            return pytest.importorskip("torchvision").models
+        except (ImportError, RuntimeError) as error:  # an ABI mismatch raises at import
+            pytest.skip(f"torchvision does not load here: {error}")
+    return pytest.importorskip("poolgrad.torch.zoo")
+
+
+@pytest.mark.parametrize("source", ["zoo", "torchvision"])
 @pytest.mark.parametrize("architecture", ["resnet18", "vgg11"])
-def test_replace_pooling_on_torchvision_architectures(architecture):
-    zoo = pytest.importorskip("poolgrad.torch.zoo")
+def test_replace_pooling_on_torchvision_architectures(architecture, source):
+    models = _model_source(source)
     torch.manual_seed(0)
-    model = getattr(zoo, architecture)(num_classes=10).eval()
+    model = getattr(models, architecture)(num_classes=10).eval()
     x = torch.rand(2, 3, 64, 64)
     (y, dx) = forward_backward(model, x)
     grads = [p.grad.clone() for p in model.parameters()]
