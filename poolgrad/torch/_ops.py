@@ -38,6 +38,7 @@ import math
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .. import _inputs
 from .. import geometry, ops
@@ -74,7 +75,11 @@ def sliding_args(window) -> tuple:
 
 
 def plan_of(window, in_spatial) -> geometry.WindowPlan:
-    in_spatial = tuple(int(s) for s in in_spatial)
+    return _plan(tuple(window), tuple(int(s) for s in in_spatial))
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(window: tuple[int, ...], in_spatial: tuple[int, ...]) -> geometry.WindowPlan:
     if window[0] == ADAPTIVE:
         return geometry.adaptive_plan(in_spatial, tuple(window[1:]))
     kernel, stride, pads, dilation, ceil_mode = sliding_args(window)
@@ -90,7 +95,7 @@ def _global(window) -> bool:
 
 def memory_format(t: Tensor) -> torch.memory_format:
     """channels_last (3d) for a 4-d (5-d) tensor stored so and not also contiguous."""
-    if not t.is_contiguous():
+    if t.dim() > 3 and not t.is_contiguous():
         if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
             return torch.channels_last
         if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
@@ -166,10 +171,26 @@ def _winner_dtype(x: Tensor, window) -> torch.dtype:
     return _TORCH_DTYPE[geometry.position_dtype(taps)]
 
 
+# ------------------------------------------------------------------------ operators
+
+# op -> its CPU implementation, which poolgrad.torch.functional may call directly in
+# plain eager inference (see there)
+CPU_IMPLEMENTATIONS: dict = {}
+
+
+def _operator(name: str):
+    """Register the decorated function as ``torch.ops.poolgrad.<name>`` (no mutation)."""
+    def register(implementation):
+        op = torch.library.custom_op(f"poolgrad::{name}", implementation, mutates_args=())
+        CPU_IMPLEMENTATIONS[op] = implementation
+        return op
+    return register
+
+
 # ---------------------------------------------------------------------- max pooling
 
 
-@torch.library.custom_op("poolgrad::max_pool", mutates_args=())
+@_operator("max_pool")
 def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
     """Values and each window's winning tap (uint8 up to 256 taps, then uint16)."""
     _check_device(x)
@@ -194,7 +215,7 @@ _TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint
                 np.dtype(np.uint32): torch.uint32, np.dtype(np.uint64): torch.uint64}
 
 
-@torch.library.custom_op("poolgrad::max_pool_values", mutates_args=())
+@_operator("max_pool_values")
 def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
     """The values of :func:`max_pool` alone, for inference: no winners written."""
     _check_device(x)
@@ -210,7 +231,7 @@ def _(x, window):
     return _empty(_out_shape(x, window), x, memory_format(x))
 
 
-@torch.library.custom_op("poolgrad::max_pool_backward", mutates_args=())
+@_operator("max_pool_backward")
 def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
                       x_size: list[int]) -> Tensor:
     """``dy`` routed to each window's winner; overlapping windows add up."""
@@ -228,7 +249,7 @@ def _(dy, winners, window, x_size):
     return _empty(x_size, dy, memory_format(winners))
 
 
-@torch.library.custom_op("poolgrad::max_pool_gather", mutates_args=())
+@_operator("max_pool_gather")
 def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
     """``dx`` read at each window's winner: the adjoint of :func:`max_pool_backward`."""
     _check_device(dx, winners)
@@ -243,7 +264,7 @@ def _(dx, winners, window):
     return _empty(winners.shape, dx, memory_format(winners))
 
 
-@torch.library.custom_op("poolgrad::max_pool_indices", mutates_args=())
+@_operator("max_pool_indices")
 def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> Tensor:
     """PyTorch's int64 indices: each winner's flat position in its input plane."""
     _check_device(winners)
@@ -258,7 +279,7 @@ def _(winners, window, x_size):
     return _empty(winners.shape, winners, memory_format(winners), torch.int64)
 
 
-@torch.library.custom_op("poolgrad::max_pool_split_backward", mutates_args=())
+@_operator("max_pool_split_backward")
 def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
     """``ties="split"``: each window's ``dy`` shared equally among its tied maxima."""
     _check_device(dy, x)
@@ -315,7 +336,7 @@ def _divisor(window, count_include_pad) -> str:
     return "padded" if count_include_pad and window[0] == SLIDING else "real"
 
 
-@torch.library.custom_op("poolgrad::avg_pool", mutates_args=())
+@_operator("avg_pool")
 def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
              divisor_override: int | None) -> Tensor:
     """Window means (adaptive windows: the means of PyTorch's bins)."""
@@ -333,7 +354,7 @@ def _(x, window, count_include_pad, divisor_override):
     return _empty(_out_shape(x, window), x, memory_format(x))
 
 
-@torch.library.custom_op("poolgrad::avg_pool_backward", mutates_args=())
+@_operator("avg_pool_backward")
 def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
                       count_include_pad: bool, divisor_override: int | None,
                       channels_last: bool) -> Tensor:
@@ -362,7 +383,7 @@ def _format_of(channels_last: bool, dims: int) -> torch.memory_format:
 # ----------------------------------------------------------------------- Lp pooling
 
 
-@torch.library.custom_op("poolgrad::lp_pool", mutates_args=())
+@_operator("lp_pool")
 def lp_pool(x: Tensor, p: float, window: list[int]) -> Tensor:
     """``(sum over the window of |x|^p)^(1/p)`` (ONNX LpPool)."""
     _check_device(x)
@@ -377,7 +398,7 @@ def _(x, p, window):
     return _empty(_out_shape(x, window), x, memory_format(x))
 
 
-@torch.library.custom_op("poolgrad::lp_pool_backward", mutates_args=())
+@_operator("lp_pool_backward")
 def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[int]) -> Tensor:
     """``dy * sign(x) * (|x| / y)^(p-1)`` summed over the windows holding each input."""
     _check_device(dy, x, y)
@@ -394,12 +415,12 @@ def _(dy, x, y, p, window):
 
 
 def _window_sum(t: Tensor, window) -> Tensor:
-    return avg_pool(t, window, True, 1)
+    return call(avg_pool, t, window, True, 1)
 
 
 def _window_sum_adjoint(t: Tensor, window, x: Tensor) -> Tensor:
-    return avg_pool_backward(t, window, list(x.shape), True, 1,
-                             memory_format(x) != torch.contiguous_format)
+    return call(avg_pool_backward, t, window, list(x.shape), True, 1,
+                memory_format(x) != torch.contiguous_format)
 
 
 def _lp_backward_gradients(x, y, dy, p, window, g):
@@ -421,7 +442,7 @@ def _lp_backward_gradients(x, y, dy, p, window, g):
 # -------------------------------------------------------------------------- unpooling
 
 
-@torch.library.custom_op("poolgrad::max_unpool", mutates_args=())
+@_operator("max_unpool")
 def max_unpool(y: Tensor, indices: Tensor, window: list[int],
                output_size: list[int]) -> Tensor:
     """Zeros, with each value of ``y`` at its index (flat in its ``(n, c)`` plane)."""
@@ -436,7 +457,7 @@ def _(y, indices, window, output_size):
     return _empty([*y.shape[:2], *output_size], y, torch.contiguous_format)
 
 
-@torch.library.custom_op("poolgrad::max_unpool_backward", mutates_args=())
+@_operator("max_unpool_backward")
 def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Tensor:
     """``dout`` read at each index; where several entries name one place, the last
     (the one written) gets it and the others 0."""
@@ -455,6 +476,60 @@ def _(dout, indices, window):
 
 
 # ----------------------------------------------------------------------------- autograd
+# Each op's autograd formula: a setup_context that saves what the backward needs, and a
+# backward that calls ops (through call()), so it is differentiable in turn.
+
+AUTOGRAD: dict = {}  # op -> (backward, setup_context)
+
+
+def _autograd(op, backward, setup_context) -> None:
+    op.register_autograd(backward, setup_context=setup_context)
+    AUTOGRAD[op] = (backward, setup_context)
+
+
+def _plain_eager(args) -> bool:
+    """Whether nothing but eager CPU execution would see a call with ``args``: no
+    compiler, fake or dispatch mode, torch-function mode, functorch transform or tensor
+    subclass."""
+    return (all(type(a) is Tensor for a in args if isinstance(a, Tensor))
+            and not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None
+            and not torch._C._is_torch_function_mode_enabled()
+            and not torch._C._are_functorch_transforms_active())
+
+
+def call(op, *args):
+    """``op(*args)``, in plain eager mode without the dispatcher's Python layers.
+
+    Those layers (autograd wrapping, backend selection, the compiler guard) cost more
+    than a small pooling does. When nothing but eager execution would see the call
+    (:func:`_plain_eager`), the CPU implementation runs directly, wrapped in
+    :class:`_EagerAutograd` (the same setup_context and backward as the op's) when an
+    input needs grad. Anything else (torch.compile, export, fake tensors, modes,
+    subclasses) calls the op.
+    """
+    if not _plain_eager(args):
+        return op(*args)
+    if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad
+                                       for a in args):
+        return _EagerAutograd.apply(op, *args)
+    return CPU_IMPLEMENTATIONS[op](*args)
+
+
+class _EagerAutograd(torch.autograd.Function):
+    """An op's CPU implementation under the op's own autograd formula (eager mode)."""
+
+    @staticmethod
+    def forward(ctx, op, *args):
+        output = CPU_IMPLEMENTATIONS[op](*args)
+        ctx.op = op
+        AUTOGRAD[op][1](ctx, args, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, *AUTOGRAD[ctx.op][0](ctx, *grads))
+
+
 
 
 def _max_setup(ctx, inputs, output):
@@ -466,11 +541,11 @@ def _max_setup(ctx, inputs, output):
 def _max_grad(ctx, dy, _winners_grad):
     (saved,) = ctx.saved_tensors
     if ctx.ties == "first":
-        return max_pool_backward(dy, saved, ctx.window, ctx.x_size), None, None
-    return max_pool_split_backward(dy, saved, ctx.window), None, None
+        return call(max_pool_backward, dy, saved, ctx.window, ctx.x_size), None, None
+    return call(max_pool_split_backward, dy, saved, ctx.window), None, None
 
 
-max_pool.register_autograd(_max_grad, setup_context=_max_setup)
+_autograd(max_pool, _max_grad, _max_setup)
 
 
 def _values_setup(ctx, inputs, output):
@@ -480,11 +555,11 @@ def _values_setup(ctx, inputs, output):
 
 def _values_grad(ctx, dy):
     (x,) = ctx.saved_tensors
-    _, winners = max_pool(x, ctx.window, "first")  # recorded only now that it is needed
-    return max_pool_backward(dy, winners, ctx.window, list(x.shape)), None
+    _, winners = call(max_pool, x, ctx.window, "first")  # recorded only now that it is needed
+    return call(max_pool_backward, dy, winners, ctx.window, list(x.shape)), None
 
 
-max_pool_values.register_autograd(_values_grad, setup_context=_values_setup)
+_autograd(max_pool_values, _values_grad, _values_setup)
 
 
 def _winners_setup(ctx, inputs, output):
@@ -494,10 +569,10 @@ def _winners_setup(ctx, inputs, output):
 
 def _max_backward_grad(ctx, g):
     (winners,) = ctx.saved_tensors
-    return max_pool_gather(g, winners, ctx.window), None, None, None
+    return call(max_pool_gather, g, winners, ctx.window), None, None, None
 
 
-max_pool_backward.register_autograd(_max_backward_grad, setup_context=_winners_setup)
+_autograd(max_pool_backward, _max_backward_grad, _winners_setup)
 
 
 def _gather_setup(ctx, inputs, output):
@@ -508,10 +583,10 @@ def _gather_setup(ctx, inputs, output):
 
 def _gather_grad(ctx, g):
     (winners,) = ctx.saved_tensors
-    return max_pool_backward(g, winners, ctx.window, ctx.dx_size), None, None
+    return call(max_pool_backward, g, winners, ctx.window, ctx.dx_size), None, None
 
 
-max_pool_gather.register_autograd(_gather_grad, setup_context=_gather_setup)
+_autograd(max_pool_gather, _gather_grad, _gather_setup)
 
 
 def _split_setup(ctx, inputs, output):
@@ -524,7 +599,7 @@ def _split_grad(ctx, g):
     return _split_adjoint(g, x, ctx.window), None, None  # piecewise constant in x
 
 
-max_pool_split_backward.register_autograd(_split_grad, setup_context=_split_setup)
+_autograd(max_pool_split_backward, _split_grad, _split_setup)
 
 
 def _avg_setup(ctx, inputs, output):
@@ -534,12 +609,12 @@ def _avg_setup(ctx, inputs, output):
 
 
 def _avg_grad(ctx, dy):
-    dx = avg_pool_backward(dy, ctx.window, ctx.x_size, ctx.count_include_pad,
+    dx = call(avg_pool_backward, dy, ctx.window, ctx.x_size, ctx.count_include_pad,
                            ctx.divisor_override, ctx.channels_last)
     return dx, None, None, None
 
 
-avg_pool.register_autograd(_avg_grad, setup_context=_avg_setup)
+_autograd(avg_pool, _avg_grad, _avg_setup)
 
 
 def _avg_backward_setup(ctx, inputs, output):
@@ -547,11 +622,11 @@ def _avg_backward_setup(ctx, inputs, output):
 
 
 def _avg_backward_grad(ctx, g):
-    return (avg_pool(g, ctx.window, ctx.count_include_pad, ctx.divisor_override),
+    return (call(avg_pool, g, ctx.window, ctx.count_include_pad, ctx.divisor_override),
             None, None, None, None, None)
 
 
-avg_pool_backward.register_autograd(_avg_backward_grad, setup_context=_avg_backward_setup)
+_autograd(avg_pool_backward, _avg_backward_grad, _avg_backward_setup)
 
 
 def _lp_setup(ctx, inputs, output):
@@ -561,10 +636,10 @@ def _lp_setup(ctx, inputs, output):
 
 def _lp_grad(ctx, dy):
     x, y = ctx.saved_tensors
-    return lp_pool_backward(dy, x, y, ctx.p, ctx.window), None, None
+    return call(lp_pool_backward, dy, x, y, ctx.p, ctx.window), None, None
 
 
-lp_pool.register_autograd(_lp_grad, setup_context=_lp_setup)
+_autograd(lp_pool, _lp_grad, _lp_setup)
 
 
 def _lp_backward_setup(ctx, inputs, output):
@@ -578,7 +653,7 @@ def _lp_backward_grad(ctx, g):
     return grad_dy, grad_x, grad_y, None, None
 
 
-lp_pool_backward.register_autograd(_lp_backward_grad, setup_context=_lp_backward_setup)
+_autograd(lp_pool_backward, _lp_backward_grad, _lp_backward_setup)
 
 
 def _unpool_setup(ctx, inputs, output):
@@ -588,10 +663,10 @@ def _unpool_setup(ctx, inputs, output):
 
 def _unpool_grad(ctx, dout):
     (indices,) = ctx.saved_tensors
-    return max_unpool_backward(dout, indices, ctx.window), None, None, None
+    return call(max_unpool_backward, dout, indices, ctx.window), None, None, None
 
 
-max_unpool.register_autograd(_unpool_grad, setup_context=_unpool_setup)
+_autograd(max_unpool, _unpool_grad, _unpool_setup)
 
 
 def _unpool_backward_setup(ctx, inputs, output):
@@ -602,8 +677,7 @@ def _unpool_backward_setup(ctx, inputs, output):
 
 def _unpool_backward_grad(ctx, g):
     (indices,) = ctx.saved_tensors
-    return max_unpool(g, indices, ctx.window, ctx.out_spatial), None, None
+    return call(max_unpool, g, indices, ctx.window, ctx.out_spatial), None, None
 
 
-max_unpool_backward.register_autograd(_unpool_backward_grad,
-                                      setup_context=_unpool_backward_setup)
+_autograd(max_unpool_backward, _unpool_backward_grad, _unpool_backward_setup)
