@@ -27,6 +27,7 @@ from torch import Tensor
 from .. import _inputs as inputs
 from .. import geometry
 from . import _ops as ops
+from ._autograd import call
 
 __all__ = [f"{name}{n}d" for name in ("max_pool", "avg_pool", "lp_pool", "adaptive_max_pool",
                                       "adaptive_avg_pool", "max_unpool") for n in (1, 2, 3)]
@@ -106,11 +107,11 @@ def _max_pool(input, ndim, kernel_size, stride, padding, dilation, ceil_mode, re
 def _max_result(x, window, unbatched, return_indices, ties):
     return_indices = geometry.flag(return_indices, "return_indices")
     if not (return_indices or _needs_grad(x)):
-        return _unbatch(ops.call(ops.max_pool_values, x, window), unbatched)
-    y, winners = ops.call(ops.max_pool, x, window, ties)
+        return _unbatch(call(ops.max_pool_values, x, window), unbatched)
+    y, winners = call(ops.max_pool, x, window, ties)
     if not return_indices:
         return _unbatch(y, unbatched)
-    indices = ops.call(ops.max_pool_indices, winners, window, list(x.shape))
+    indices = call(ops.max_pool_indices, winners, window, list(x.shape))
     return _unbatch(y, unbatched), _unbatch(indices, unbatched)
 
 
@@ -179,13 +180,13 @@ def _avg_pool(input, ndim, kernel_size, stride, padding, ceil_mode, count_includ
                              f"{divisor_override!r}")
         divisor_override = int(divisor_override)
     include = geometry.flag(count_include_pad, "count_include_pad")
-    return _unbatch(ops.call(ops.avg_pool, x, window, include, divisor_override), unbatched)
+    return _unbatch(call(ops.avg_pool, x, window, include, divisor_override), unbatched)
 
 
 def _adaptive_avg_pool(input, ndim, output_size):
     x, unbatched = _batched(input, ndim, f"adaptive_avg_pool{ndim}d")
     window = ops.adaptive_window(inputs.adaptive_sizes(output_size, x.shape[2:], ndim))
-    return _unbatch(ops.call(ops.avg_pool, x, window, False, None), unbatched)
+    return _unbatch(call(ops.avg_pool, x, window, False, None), unbatched)
 
 
 _AVG_DOC = """Average pooling over {n} spatial dim(s): ``torch.nn.functional.avg_pool{n}d``.
@@ -218,7 +219,7 @@ def _lp_pool(input, ndim, norm_type, kernel_size, stride, ceil_mode, padding, di
     x, unbatched = _batched(input, ndim, f"lp_pool{ndim}d")
     p = inputs.check_p(norm_type)
     window = _sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
-    return _unbatch(ops.call(ops.lp_pool, x, p, window), unbatched)
+    return _unbatch(call(ops.lp_pool, x, p, window), unbatched)
 
 
 _LP_DOC = """Power-average pooling over {n} spatial dim(s): ``torch.nn.functional.lp_pool{n}d``.
@@ -263,7 +264,7 @@ def _max_unpool(input, indices, ndim, kernel_size, stride, padding, output_size)
                                                  tuple(input.shape[:-ndim]))
     window = ops.sliding_window(kernel, stride, pads, (1,) * ndim, False)
     batched_indices = indices.unsqueeze(0) if unbatched else indices
-    return _unbatch(ops.call(ops.max_unpool, y, batched_indices, window, list(out_spatial)),
+    return _unbatch(call(ops.max_unpool, y, batched_indices, window, list(out_spatial)),
                     unbatched)
 
 
