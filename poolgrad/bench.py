@@ -12,6 +12,7 @@ test suite can run it too. Speed is never asserted by the tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -92,14 +93,33 @@ def _torch_call(layer: Layer, torch):
     return lambda t: fn(t, layer.kernel, layer.stride, layer.padding)
 
 
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up: compilation, caches, page faults of the first allocation
-    times = []
+def median_seconds(functions: dict, repeats: int, calls: int = 1,
+                   settle: bool = True) -> dict[str, float]:
+    """Median seconds per call of each of ``functions`` (name: function of no
+    arguments). Each is called once to warm up (compilation, caches, page faults of the
+    first allocation), then ``repeats`` rounds run each function ``calls`` times in turn,
+    so that a slow spell of a shared machine falls on all of them alike.
+
+    With ``settle``, each function's timed calls follow an untimed call of it: the
+    cost of switching from another function (another library's threads still spinning
+    for work, caches holding its data) is then not charged to it."""
+    for function in functions.values():
+        function()
+    settle = settle and len(functions) > 1
+    samples = {name: [] for name in functions}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, function in functions.items():
+            if settle:
+                function()
+            start = time.perf_counter()
+            for _ in range(calls):
+                function()
+            samples[name].append((time.perf_counter() - start) / calls)
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    return median_seconds({"fn": fn}, repeats)["fn"]
 
 
 def copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float:
@@ -136,14 +156,22 @@ def _time_poolgrad(layer: Layer, x: np.ndarray, repeats: int) -> dict[str, float
     }
 
 
-def _time_torch(layer: Layer, x: np.ndarray, layout: str, repeats: int, torch):
-    fn = _torch_call(layer, torch)
+def torch_input(x: np.ndarray, layout: str, torch):
+    """``x`` (NCHW, or its :func:`channels_last` view) as a tensor in PyTorch's format
+    for ``layout``."""
     xt = torch.from_numpy(np.ascontiguousarray(x))
+    ndim = x.ndim - 2
     if layout == "channels-last":
-        fmt = torch.channels_last if layer.ndim == 2 else (
-            torch.channels_last_3d if layer.ndim == 3 else None)
+        fmt = torch.channels_last if ndim == 2 else (
+            torch.channels_last_3d if ndim == 3 else None)
         # 1-d tensors have no channels-last format; time the transposed view as stored
         xt = xt.contiguous(memory_format=fmt) if fmt else torch.from_numpy(x)
+    return xt
+
+
+def _time_torch(layer: Layer, x: np.ndarray, layout: str, repeats: int, torch):
+    fn = _torch_call(layer, torch)
+    xt = torch_input(x, layout, torch)
     with torch.no_grad():
         forward = _median_seconds(lambda: fn(xt), repeats)
     leaf = xt.detach().requires_grad_()
@@ -160,7 +188,8 @@ def _time_torch(layer: Layer, x: np.ndarray, layout: str, repeats: int, torch):
             "forward+backward": _median_seconds(both, repeats)}
 
 
-def _machine(threads: int, bandwidth: float) -> dict:
+def machine_info(threads: int, bandwidth: float) -> dict:
+    """The CPU, threads, copy bandwidth and library versions, for the JSON."""
     cpu = platform.processor() or platform.machine()
     # the compiler vectorizes per CPU, so a table is only comparable with the same
     # CPU generation: record family, model and the widest vector instructions
@@ -183,22 +212,34 @@ def _machine(threads: int, bandwidth: float) -> dict:
             "numpy": np.__version__, "numba": numba.__version__}
 
 
+@contextlib.contextmanager
+def thread_count(threads: int | None, torch=None):
+    """Run Numba's kernels (and PyTorch's, when given) on ``threads`` threads (default:
+    Numba's, all cores), restoring both after; yields the count."""
+    import numba
+    threads = threads or numba.config.NUMBA_NUM_THREADS
+    previous = numba.get_num_threads()
+    previous_torch = torch.get_num_threads() if torch is not None else None
+    numba.set_num_threads(threads)
+    if torch is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        numba.set_num_threads(previous)
+        if torch is not None:
+            torch.set_num_threads(previous_torch)
+
+
 def run(quick: bool = False, repeats: int | None = None, threads: int | None = None,
         layers: tuple[Layer, ...] = SUITE, progress=None) -> dict:
     """Time the suite; returns ``{"machine": ..., "rows": [...]}``."""
-    import numba
     try:
         import torch
     except ImportError:
         torch = None
-    threads = threads or numba.config.NUMBA_NUM_THREADS
     repeats = repeats or (1 if quick else 5)
-    previous = numba.get_num_threads()
-    numba.set_num_threads(threads)
-    if torch is not None:
-        previous_torch = torch.get_num_threads()
-        torch.set_num_threads(threads)
-    try:
+    with thread_count(threads, torch) as threads:
         bandwidth = copy_bandwidth(2**20 if quick else 256 * 2**20, repeats)
         rows = []
         rng = np.random.default_rng(0)
@@ -222,11 +263,7 @@ def run(quick: bool = False, repeats: int | None = None, threads: int | None = N
                         row["torch_ms"] = theirs[pass_name] * 1e3
                         row["speedup"] = theirs[pass_name] / seconds
                     rows.append(row)
-    finally:
-        numba.set_num_threads(previous)
-        if torch is not None:
-            torch.set_num_threads(previous_torch)
-    machine = _machine(threads, bandwidth)
+    machine = machine_info(threads, bandwidth)
     if torch is not None:
         machine["torch"] = torch.__version__
     return {"machine": machine, "quick": quick, "repeats": repeats,
@@ -234,26 +271,31 @@ def run(quick: bool = False, repeats: int | None = None, threads: int | None = N
             "summary": summarize(rows)}
 
 
-def summarize(rows: list[dict]) -> dict:
-    """Geometric-mean speedups over PyTorch (NCHW) for the max-pool rows."""
-    def geomean(values):
-        values = list(values)
-        return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+def geometric_mean(values) -> float | None:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summarize(rows: list[dict], ours: str = "poolgrad_ms", theirs: str = "torch_ms") -> dict:
+    """Geometric-mean speedups (``theirs`` time over ``ours``) in NCHW for the max-pool
+    rows, and the rows where ``ours`` is slower than ``theirs`` in its faster layout for
+    the same layer and pass. Rows without a ``theirs`` time are left out."""
+    timed = [r for r in rows if r.get(theirs) is not None]
 
     def speedups(pass_name):
-        return [r["speedup"] for r in rows if "speedup" in r and r["layout"] == "NCHW"
+        return [r[theirs] / r[ours] for r in timed if r["layout"] == "NCHW"
                 and r["pass"] == pass_name and _is_max(r["layer"])]
 
-    # PyTorch's faster layout for each (layer, pass)
+    # the baseline's faster layout for each (layer, pass)
     fastest = {}
-    for r in rows:
-        if "torch_ms" in r:
-            key = (r["layer"], r["pass"])
-            fastest[key] = min(fastest.get(key, math.inf), r["torch_ms"])
-    slower = [f"{r['layer']} {r['layout']} {r['pass']}" for r in rows
-              if "torch_ms" in r and r["poolgrad_ms"] > fastest[(r["layer"], r["pass"])]]
-    return {"max_forward_geomean_speedup_nchw": geomean(speedups("forward")),
-            "max_forward_backward_geomean_speedup_nchw": geomean(speedups("forward+backward")),
+    for r in timed:
+        key = (r["layer"], r["pass"])
+        fastest[key] = min(fastest.get(key, math.inf), r[theirs])
+    slower = [f"{r['layer']} {r['layout']} {r['pass']}" for r in timed
+              if r[ours] > fastest[(r["layer"], r["pass"])]]
+    return {"max_forward_geomean_speedup_nchw": geometric_mean(speedups("forward")),
+            "max_forward_backward_geomean_speedup_nchw":
+                geometric_mean(speedups("forward+backward")),
             "rows_slower_than_torch_fastest_layout": slower if fastest else None}
 
 
@@ -261,14 +303,19 @@ def _is_max(name: str) -> bool:
     return any(layer.name == name and layer.kind == "max" for layer in SUITE)
 
 
-def format_table(result: dict) -> str:
+def header(result: dict, command: str = "poolgrad bench") -> str:
+    """The first line of a table: the machine, threads, bandwidth and repeats."""
     machine = result["machine"]
+    return (f"{command}: {machine['cpu']} (family {machine.get('cpu_family')} model "
+            f"{machine.get('cpu_model')}, {machine.get('simd')}), {machine['threads']} "
+            f"threads, NumPy copy {machine['copy_bandwidth_GBps']} GB/s, float32, median of "
+            f"{result['repeats']}"
+            + (" (quick mode: tiny shapes, see the note below)" if result["quick"] else ""))
+
+
+def format_table(result: dict) -> str:
     lines = [
-        f"poolgrad bench: {machine['cpu']} (family {machine.get('cpu_family')} model "
-        f"{machine.get('cpu_model')}, {machine.get('simd')}), {machine['threads']} threads, "
-        f"NumPy copy {machine['copy_bandwidth_GBps']} GB/s, float32, median of "
-        f"{result['repeats']}"
-        + (" (quick mode: tiny shapes, see the note below)" if result["quick"] else ""),
+        header(result),
         "",
         f"{'layer':<22} {'layout':<14} {'pass':<17} {'poolgrad ms':>11} {'torch ms':>9} "
         f"{'speedup':>8} {'roofline':>9}",

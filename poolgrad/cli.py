@@ -1,7 +1,9 @@
 """The ``poolgrad`` command.
 
 ``poolgrad demo``: max-pool a random batch and print where each example's gradient goes.
-``poolgrad bench``: time the speed suite against PyTorch (see :mod:`poolgrad.bench`).
+``poolgrad bench``: time the speed suite against PyTorch (see :mod:`poolgrad.bench`);
+``--torch``: poolgrad's PyTorch front end against eager and compiled PyTorch (see
+:mod:`poolgrad.bench_torch`).
 ``poolgrad train``: train a small CNN on a local dataset (see :mod:`poolgrad.train`).
 ``poolgrad explain``: draw where each example's gradient goes (see :mod:`poolgrad.explain`).
 """
@@ -86,10 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
                                           "networks")
     b.add_argument("--quick", action="store_true", help="tiny shapes, one repetition")
     b.add_argument("--repeats", type=_positive, default=None,
-                   help="timed repetitions per measurement (default 5, quick 1)")
+                   help="timed repetitions per measurement (default 5, quick 1; the "
+                        "training steps of --models: 3)")
     b.add_argument("--threads", type=_positive, default=None,
                    help="threads for both libraries (default: all cores)")
     b.add_argument("--out", default="bench.json", help="where to write the JSON results")
+    b.add_argument("--torch", action="store_true",
+                   help="time poolgrad.torch against eager and torch.compiled PyTorch instead, "
+                        "with the per-call overhead")
+    b.add_argument("--models", action="store_true",
+                   help="with --torch: also time training steps of VGG-11 and ResNet-18 "
+                        "with and without poolgrad's pooling (a few minutes)")
     t = commands.add_parser("train", help="train a CNN with poolgrad's layers on a local dataset")
     t.add_argument("--dataset", default="digits",
                    help="digits (default), mnist1d, or idx:PATH (a folder of MNIST IDX files)")
@@ -190,11 +199,19 @@ def train(args) -> None:
 
 def bench(args) -> None:
     from . import bench as suite
+    if args.models and not args.torch:
+        raise ValueError("--models times models through poolgrad.torch: give --torch too")
     check_output_file(args.out)  # before the minutes of timing, not after them
-    result = suite.run(quick=args.quick, repeats=args.repeats, threads=args.threads,
-                       progress=lambda text: print(f"  timing {text}", file=sys.stderr))
+    if args.torch:
+        from . import bench_torch as timer
+        options = {"models": args.models}
+    else:
+        timer, options = suite, {}
+    result = timer.run(quick=args.quick, repeats=args.repeats, threads=args.threads,
+                       progress=lambda text: print(f"  timing {text}", file=sys.stderr),
+                       **options)
     suite.write_json(result, args.out)
-    print(suite.format_table(result))
+    print(timer.format_table(result))
     print(f"results written to {args.out}")
 
 

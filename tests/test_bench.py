@@ -87,3 +87,103 @@ def test_bad_out_is_refused_before_any_timing(tmp_path, capsys, out, message):
     assert captured.err == f"poolgrad bench: error: {message.format(out=out, tmp=tmp_path)}\n"
     assert captured.out == ""  # refused before the suite ran (it reports each layer)
     assert not list(tmp_path.rglob(".poolgrad-*"))
+
+
+def test_quick_torch_benchmark_writes_table_and_json(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from poolgrad import bench_torch
+
+    out = tmp_path / "torch.json"
+    assert cli.main(["bench", "--torch", "--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["mode"] == "torch" and result["quick"] and result["repeats"] == 1
+    # the machine as the NumPy suite records it, and PyTorch's version
+    for key in ("cpu", "cpu_family", "simd", "cores", "threads", "copy_bandwidth_GBps",
+                "numpy", "numba", "torch"):
+        assert key in result["machine"]
+    # every layer in both layouts and both passes; quick mode compiles one layer, NCHW
+    rows = result["rows"]
+    assert len(rows) == len(bench.SUITE) * len(bench.LAYOUTS) * len(bench_torch.PASSES)
+    assert {row["layer"] for row in rows} == {layer.name for layer in bench.SUITE}
+    compiled = [row for row in rows if row["compiled_ms"] is not None]
+    assert [(r["layer"], r["layout"], r["pass"]) for r in compiled] == [
+        (bench.SUITE[0].name, "NCHW", "forward"),
+        (bench.SUITE[0].name, "NCHW", "forward+backward")]
+    for row in rows:
+        assert row["poolgrad_torch_ms"] > 0 and row["eager_ms"] > 0
+        assert row["speedup_vs_eager"] == pytest.approx(row["eager_ms"]
+                                                        / row["poolgrad_torch_ms"])
+        assert (row["speedup_vs_compiled"] is None) == (row["compiled_ms"] is None)
+        assert (row["compile_s"] is None) == (row["compiled_ms"] is None)
+    for baseline in ("eager", "compiled"):
+        assert set(result["summary"][baseline]) == {
+            "max_forward_geomean_speedup_nchw", "max_forward_backward_geomean_speedup_nchw",
+            "all_forward_geomean_speedup_nchw", "all_forward_backward_geomean_speedup_nchw",
+            "rows_slower_than_fastest_layout"}
+    overhead = result["call_overhead"]
+    assert overhead["shape"] == [8, 16, 32, 32]
+    for pass_name in bench_torch.PASSES:
+        assert set(overhead["us"][pass_name]) == {"poolgrad.torch", "numpy", "eager"}
+    large = result["large_layer_overhead"]
+    assert large["layer"] == "VGG 2x2/2" and len(large["rows"]) == 4
+    assert all(row["numpy_ms"] > 0 and "overhead" in row for row in large["rows"])
+    assert result["model_steps"] is None  # only with --models
+    assert "poolgrad.torch ms" in printed and "per call, max pool 2x2/2" in printed
+    assert bench.QUICK_NOTE in printed and "geometric-mean" not in printed
+    assert not list(out.parent.glob(".poolgrad-*"))
+
+
+def test_model_steps_time_both_poolings(tmp_path):
+    torch = pytest.importorskip("torch")
+    from poolgrad import bench_torch
+    from poolgrad.torch import zoo
+
+    # ResNet-18 alone: VGG-11's 133 million parameters take seconds to build
+    steps = bench_torch.model_steps(bench_torch._front_end(), torch, quick=True, repeats=1,
+                                    models={"resnet18": zoo.resnet18})
+    assert steps["batch"] == 2 and steps["input"] == [3, 32, 32]
+    (model,) = steps["models"]
+    assert model["model"] == "resnet18" and model["pooling_layers"] == 2
+    assert set(model["step_ms"]) == set(bench_torch.POOLING)
+    assert set(model["pooling_alone_ms"]) == set(bench_torch.POOLING)
+    assert 0 < model["pooling_share_of_step"]
+    table = bench_torch._format_models(steps)
+    assert any(line.lstrip().startswith("resnet18") for line in table)
+
+
+def test_models_without_torch_and_torch_missing_are_refused(tmp_path, capsys, monkeypatch):
+    out = str(tmp_path / "bench.json")
+    assert cli.main(["bench", "--models", "--quick", "--out", out]) == 2
+    assert "--models times models through poolgrad.torch: give --torch too" in (
+        capsys.readouterr().err)
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)  # as if not installed
+    assert cli.main(["bench", "--torch", "--quick", "--out", out]) == 2
+    assert "poolgrad bench --torch needs PyTorch: pip install torch" in capsys.readouterr().err
+
+
+def test_torch_summary_and_verdicts():
+    from poolgrad import bench_torch
+
+    def row(layout, pass_name, ours, eager, compiled=None):
+        return {"layer": "VGG 2x2/2", "shape": [1, 1, 4, 4], "layout": layout,
+                "pass": pass_name, "compile_s": None, "poolgrad_torch_ms": ours,
+                "eager_ms": eager, "compiled_ms": compiled,
+                "speedup_vs_eager": eager / ours,
+                "speedup_vs_compiled": compiled / ours if compiled else None}
+    rows = [row("NCHW", "forward", 1.0, 10.0, 0.5), row("channels-last", "forward", 2.0, 1.5),
+            row("NCHW", "forward+backward", 2.0, 8.0, 4.0),
+            row("channels-last", "forward+backward", 2.0, 4.0)]
+    summary = bench_torch.summarize(rows)
+    assert summary["eager"]["max_forward_geomean_speedup_nchw"] == pytest.approx(10.0)
+    assert summary["eager"]["all_forward_backward_geomean_speedup_nchw"] == pytest.approx(4.0)
+    # eager's faster layout for the forward is channels-last (1.5 ms): 2.0 ms loses to it
+    assert summary["eager"]["rows_slower_than_fastest_layout"] == [
+        "VGG 2x2/2 channels-last forward"]
+    # rows without a compiled time are left out, not counted as faster
+    assert summary["compiled"]["rows_slower_than_fastest_layout"] == ["VGG 2x2/2 NCHW forward"]
+    assert summary["compiled"]["max_forward_backward_geomean_speedup_nchw"] == pytest.approx(2)
+    lines = bench_torch._format_summary(summary, len(rows))
+    assert "geometric-mean speedup over eager PyTorch, max forward, NCHW: 10.00x" in lines
+    assert ("rows slower than eager PyTorch's faster layout for the same layer and pass: "
+            "1 of 4\n  VGG 2x2/2 channels-last forward") in lines

@@ -17,7 +17,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         "pytorch.org for a CPU or CUDA build)"
     ) from error
 
-from . import _ops  # noqa: F401  (registers torch.ops.poolgrad.*)
+from . import _autograd, _ops  # noqa: F401  (register torch.ops.poolgrad.* and their autograd)
 from .functional import *  # noqa: F401,F403
 from .functional import __all__ as _functional_all
 from .modules import *  # noqa: F401,F403

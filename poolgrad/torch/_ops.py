@@ -2,9 +2,9 @@
 
 Each operator is a :func:`torch.library.custom_op` whose CPU implementation runs the
 NumPy engines of :mod:`poolgrad.ops` on ``tensor.numpy()`` views (no copy of ``x`` or
-``dy``), with a fake implementation for ``torch.compile`` and an autograd formula.
-Every backward is an operator of its own with its own autograd formula, so gradients
-of gradients work:
+``dy``), with a fake implementation for ``torch.compile``; :mod:`._autograd` gives each one its
+autograd formula. Every backward is an operator of its own with its own formula, so
+gradients of gradients work:
 
 ============================  =====================================  ==================
 operator                      what it computes                       its gradient
@@ -18,7 +18,7 @@ operator                      what it computes                       its gradien
 ``avg_pool``                  window means                           ``avg_pool_backward``
 ``avg_pool_backward``         ``dy`` spread over the windows         ``avg_pool``
 ``lp_pool``                   Lp norms of the windows                ``lp_pool_backward``
-``lp_pool_backward``          the Lp gradient                        sums of windows
+``lp_pool_backward``          the Lp gradient                        window-sum composites
 ``max_unpool``                values back at their indices           ``max_unpool_backward``
 ``max_unpool_backward``       the unpooled gradient at the indices   ``max_unpool``
 ============================  =====================================  ==================
@@ -74,7 +74,11 @@ def sliding_args(window) -> tuple:
 
 
 def plan_of(window, in_spatial) -> geometry.WindowPlan:
-    in_spatial = tuple(int(s) for s in in_spatial)
+    return _plan(tuple(window), tuple(int(s) for s in in_spatial))
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(window: tuple[int, ...], in_spatial: tuple[int, ...]) -> geometry.WindowPlan:
     if window[0] == ADAPTIVE:
         return geometry.adaptive_plan(in_spatial, tuple(window[1:]))
     kernel, stride, pads, dilation, ceil_mode = sliding_args(window)
@@ -90,7 +94,7 @@ def _global(window) -> bool:
 
 def memory_format(t: Tensor) -> torch.memory_format:
     """channels_last (3d) for a 4-d (5-d) tensor stored so and not also contiguous."""
-    if not t.is_contiguous():
+    if t.dim() > 3 and not t.is_contiguous():
         if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
             return torch.channels_last
         if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
@@ -166,10 +170,26 @@ def _winner_dtype(x: Tensor, window) -> torch.dtype:
     return _TORCH_DTYPE[geometry.position_dtype(taps)]
 
 
+# ------------------------------------------------------------------------ operators
+
+# op -> its CPU implementation, which poolgrad.torch.functional may call directly in
+# plain eager inference (see there)
+CPU_IMPLEMENTATIONS: dict = {}
+
+
+def _operator(name: str):
+    """Register the decorated function as ``torch.ops.poolgrad.<name>`` (no mutation)."""
+    def register(implementation):
+        op = torch.library.custom_op(f"poolgrad::{name}", implementation, mutates_args=())
+        CPU_IMPLEMENTATIONS[op] = implementation
+        return op
+    return register
+
+
 # ---------------------------------------------------------------------- max pooling
 
 
-@torch.library.custom_op("poolgrad::max_pool", mutates_args=())
+@_operator("max_pool")
 def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
     """Values and each window's winning tap (uint8 up to 256 taps, then uint16)."""
     _check_device(x)
@@ -194,7 +214,7 @@ _TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint
                 np.dtype(np.uint32): torch.uint32, np.dtype(np.uint64): torch.uint64}
 
 
-@torch.library.custom_op("poolgrad::max_pool_values", mutates_args=())
+@_operator("max_pool_values")
 def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
     """The values of :func:`max_pool` alone, for inference: no winners written."""
     _check_device(x)
@@ -210,7 +230,7 @@ def _(x, window):
     return _empty(_out_shape(x, window), x, memory_format(x))
 
 
-@torch.library.custom_op("poolgrad::max_pool_backward", mutates_args=())
+@_operator("max_pool_backward")
 def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
                       x_size: list[int]) -> Tensor:
     """``dy`` routed to each window's winner; overlapping windows add up."""
@@ -228,7 +248,7 @@ def _(dy, winners, window, x_size):
     return _empty(x_size, dy, memory_format(winners))
 
 
-@torch.library.custom_op("poolgrad::max_pool_gather", mutates_args=())
+@_operator("max_pool_gather")
 def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
     """``dx`` read at each window's winner: the adjoint of :func:`max_pool_backward`."""
     _check_device(dx, winners)
@@ -243,7 +263,7 @@ def _(dx, winners, window):
     return _empty(winners.shape, dx, memory_format(winners))
 
 
-@torch.library.custom_op("poolgrad::max_pool_indices", mutates_args=())
+@_operator("max_pool_indices")
 def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> Tensor:
     """PyTorch's int64 indices: each winner's flat position in its input plane."""
     _check_device(winners)
@@ -258,7 +278,7 @@ def _(winners, window, x_size):
     return _empty(winners.shape, winners, memory_format(winners), torch.int64)
 
 
-@torch.library.custom_op("poolgrad::max_pool_split_backward", mutates_args=())
+@_operator("max_pool_split_backward")
 def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
     """``ties="split"``: each window's ``dy`` shared equally among its tied maxima."""
     _check_device(dy, x)
@@ -274,36 +294,6 @@ def _(dy, x, window):
     return _empty(x.shape, dy, memory_format(x))
 
 
-def _windows(t: Tensor, window, fill: float) -> Tensor:
-    """``t``'s sliding windows as a ``(N, C, *out, *taps)`` view of a padded copy: the
-    composite form the double backwards of Lp and of split max are written in."""
-    kernel, stride, pads, dilation, _ = sliding_args(window)
-    ndim = len(kernel)
-    plan = plan_of(window, t.shape[2:])
-    ends = []
-    for (lo, hi), k, s, d, length, out in zip(pads, kernel, stride, dilation, t.shape[2:],
-                                              plan.out_spatial, strict=True):
-        # ceil_mode's last window may reach past the end padding
-        reach = (out - 1) * s + d * (k - 1) + 1 - (length + lo + hi)
-        ends.append((lo, hi + max(reach, 0)))
-    flat = [p for lo, hi in reversed(ends) for p in (lo, hi)]
-    t = torch.nn.functional.pad(t, flat, value=fill)
-    for i, (k, s, d) in enumerate(zip(kernel, stride, dilation, strict=True)):
-        t = t.unfold(2 + i, d * (k - 1) + 1, s)
-    taps = (slice(None),) * (2 + ndim) + tuple(slice(None, None, d) for d in dilation)
-    return t[taps]
-
-
-def _split_adjoint(g: Tensor, x: Tensor, window) -> Tensor:
-    """The adjoint of :func:`max_pool_split_backward`: each window's sum of ``g`` over
-    its tied maxima, over their number."""
-    ndim = window_ndim(window)
-    taps = tuple(range(-ndim, 0))
-    y = _windows(x, window, -math.inf).amax(dim=taps, keepdim=True)
-    tied = _windows(x, window, math.nan) == y
-    return (_windows(g, window, 0.0) * tied).sum(taps) / tied.sum(taps)
-
-
 # ------------------------------------------------------------------ average pooling
 
 
@@ -315,7 +305,7 @@ def _divisor(window, count_include_pad) -> str:
     return "padded" if count_include_pad and window[0] == SLIDING else "real"
 
 
-@torch.library.custom_op("poolgrad::avg_pool", mutates_args=())
+@_operator("avg_pool")
 def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
              divisor_override: int | None) -> Tensor:
     """Window means (adaptive windows: the means of PyTorch's bins)."""
@@ -333,7 +323,7 @@ def _(x, window, count_include_pad, divisor_override):
     return _empty(_out_shape(x, window), x, memory_format(x))
 
 
-@torch.library.custom_op("poolgrad::avg_pool_backward", mutates_args=())
+@_operator("avg_pool_backward")
 def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
                       count_include_pad: bool, divisor_override: int | None,
                       channels_last: bool) -> Tensor:
@@ -362,7 +352,7 @@ def _format_of(channels_last: bool, dims: int) -> torch.memory_format:
 # ----------------------------------------------------------------------- Lp pooling
 
 
-@torch.library.custom_op("poolgrad::lp_pool", mutates_args=())
+@_operator("lp_pool")
 def lp_pool(x: Tensor, p: float, window: list[int]) -> Tensor:
     """``(sum over the window of |x|^p)^(1/p)`` (ONNX LpPool)."""
     _check_device(x)
@@ -377,7 +367,7 @@ def _(x, p, window):
     return _empty(_out_shape(x, window), x, memory_format(x))
 
 
-@torch.library.custom_op("poolgrad::lp_pool_backward", mutates_args=())
+@_operator("lp_pool_backward")
 def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[int]) -> Tensor:
     """``dy * sign(x) * (|x| / y)^(p-1)`` summed over the windows holding each input."""
     _check_device(dy, x, y)
@@ -393,35 +383,10 @@ def _(dy, x, y, p, window):
     return _empty(x.shape, dy, memory_format(x))
 
 
-def _window_sum(t: Tensor, window) -> Tensor:
-    return avg_pool(t, window, True, 1)
-
-
-def _window_sum_adjoint(t: Tensor, window, x: Tensor) -> Tensor:
-    return avg_pool_backward(t, window, list(x.shape), True, 1,
-                             memory_format(x) != torch.contiguous_format)
-
-
-def _lp_backward_gradients(x, y, dy, p, window, g):
-    """Gradients of ``dx = a(x) * S^T(dy * y^(1-p))`` (``a(x) = sign(x) |x|^(p-1)``, S the
-    window sum) for an incoming ``g``, with respect to ``dy``, ``x`` and ``y``; zero where
-    ``y = 0`` or ``x = 0``, the conventions of the first derivative."""
-    def power(t, exponent):
-        return torch.where(t != 0, t.abs().clamp_min(torch.finfo(t.dtype).tiny) ** exponent,
-                           torch.zeros_like(t))
-    a = torch.sign(x) * power(x, p - 1)
-    along = _window_sum(a * g, window)
-    y_scale = power(y, 1 - p)
-    grad_dy = y_scale * along
-    grad_y = dy * (1 - p) * power(y, -p) * along
-    grad_x = g * (p - 1) * power(x, p - 2) * _window_sum_adjoint(dy * y_scale, window, x)
-    return grad_dy, grad_x, grad_y
-
-
 # -------------------------------------------------------------------------- unpooling
 
 
-@torch.library.custom_op("poolgrad::max_unpool", mutates_args=())
+@_operator("max_unpool")
 def max_unpool(y: Tensor, indices: Tensor, window: list[int],
                output_size: list[int]) -> Tensor:
     """Zeros, with each value of ``y`` at its index (flat in its ``(n, c)`` plane)."""
@@ -436,7 +401,7 @@ def _(y, indices, window, output_size):
     return _empty([*y.shape[:2], *output_size], y, torch.contiguous_format)
 
 
-@torch.library.custom_op("poolgrad::max_unpool_backward", mutates_args=())
+@_operator("max_unpool_backward")
 def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Tensor:
     """``dout`` read at each index; where several entries name one place, the last
     (the one written) gets it and the others 0."""
@@ -452,158 +417,3 @@ def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Ten
 @max_unpool_backward.register_fake
 def _(dout, indices, window):
     return _empty(indices.shape, dout, torch.contiguous_format)
-
-
-# ----------------------------------------------------------------------------- autograd
-
-
-def _max_setup(ctx, inputs, output):
-    x, window, ties = inputs
-    ctx.window, ctx.ties, ctx.x_size = window, ties, list(x.shape)
-    ctx.save_for_backward(output[1] if ties == "first" else x)
-
-
-def _max_grad(ctx, dy, _winners_grad):
-    (saved,) = ctx.saved_tensors
-    if ctx.ties == "first":
-        return max_pool_backward(dy, saved, ctx.window, ctx.x_size), None, None
-    return max_pool_split_backward(dy, saved, ctx.window), None, None
-
-
-max_pool.register_autograd(_max_grad, setup_context=_max_setup)
-
-
-def _values_setup(ctx, inputs, output):
-    ctx.window = inputs[1]
-    ctx.save_for_backward(inputs[0])
-
-
-def _values_grad(ctx, dy):
-    (x,) = ctx.saved_tensors
-    _, winners = max_pool(x, ctx.window, "first")  # recorded only now that it is needed
-    return max_pool_backward(dy, winners, ctx.window, list(x.shape)), None
-
-
-max_pool_values.register_autograd(_values_grad, setup_context=_values_setup)
-
-
-def _winners_setup(ctx, inputs, output):
-    ctx.window = inputs[2]
-    ctx.save_for_backward(inputs[1])
-
-
-def _max_backward_grad(ctx, g):
-    (winners,) = ctx.saved_tensors
-    return max_pool_gather(g, winners, ctx.window), None, None, None
-
-
-max_pool_backward.register_autograd(_max_backward_grad, setup_context=_winners_setup)
-
-
-def _gather_setup(ctx, inputs, output):
-    dx, winners, window = inputs
-    ctx.window, ctx.dx_size = window, list(dx.shape)
-    ctx.save_for_backward(winners)
-
-
-def _gather_grad(ctx, g):
-    (winners,) = ctx.saved_tensors
-    return max_pool_backward(g, winners, ctx.window, ctx.dx_size), None, None
-
-
-max_pool_gather.register_autograd(_gather_grad, setup_context=_gather_setup)
-
-
-def _split_setup(ctx, inputs, output):
-    ctx.window = inputs[2]
-    ctx.save_for_backward(inputs[1])
-
-
-def _split_grad(ctx, g):
-    (x,) = ctx.saved_tensors
-    return _split_adjoint(g, x, ctx.window), None, None  # piecewise constant in x
-
-
-max_pool_split_backward.register_autograd(_split_grad, setup_context=_split_setup)
-
-
-def _avg_setup(ctx, inputs, output):
-    x, ctx.window, ctx.count_include_pad, ctx.divisor_override = inputs
-    ctx.x_size = list(x.shape)
-    ctx.channels_last = memory_format(x) != torch.contiguous_format
-
-
-def _avg_grad(ctx, dy):
-    dx = avg_pool_backward(dy, ctx.window, ctx.x_size, ctx.count_include_pad,
-                           ctx.divisor_override, ctx.channels_last)
-    return dx, None, None, None
-
-
-avg_pool.register_autograd(_avg_grad, setup_context=_avg_setup)
-
-
-def _avg_backward_setup(ctx, inputs, output):
-    _, ctx.window, _, ctx.count_include_pad, ctx.divisor_override, _ = inputs
-
-
-def _avg_backward_grad(ctx, g):
-    return (avg_pool(g, ctx.window, ctx.count_include_pad, ctx.divisor_override),
-            None, None, None, None, None)
-
-
-avg_pool_backward.register_autograd(_avg_backward_grad, setup_context=_avg_backward_setup)
-
-
-def _lp_setup(ctx, inputs, output):
-    x, ctx.p, ctx.window = inputs
-    ctx.save_for_backward(x, output)
-
-
-def _lp_grad(ctx, dy):
-    x, y = ctx.saved_tensors
-    return lp_pool_backward(dy, x, y, ctx.p, ctx.window), None, None
-
-
-lp_pool.register_autograd(_lp_grad, setup_context=_lp_setup)
-
-
-def _lp_backward_setup(ctx, inputs, output):
-    dy, x, y, ctx.p, ctx.window = inputs
-    ctx.save_for_backward(dy, x, y)
-
-
-def _lp_backward_grad(ctx, g):
-    dy, x, y = ctx.saved_tensors
-    grad_dy, grad_x, grad_y = _lp_backward_gradients(x, y, dy, ctx.p, ctx.window, g)
-    return grad_dy, grad_x, grad_y, None, None
-
-
-lp_pool_backward.register_autograd(_lp_backward_grad, setup_context=_lp_backward_setup)
-
-
-def _unpool_setup(ctx, inputs, output):
-    _, indices, ctx.window, _ = inputs
-    ctx.save_for_backward(indices)
-
-
-def _unpool_grad(ctx, dout):
-    (indices,) = ctx.saved_tensors
-    return max_unpool_backward(dout, indices, ctx.window), None, None, None
-
-
-max_unpool.register_autograd(_unpool_grad, setup_context=_unpool_setup)
-
-
-def _unpool_backward_setup(ctx, inputs, output):
-    dout, indices, ctx.window = inputs
-    ctx.out_spatial = list(dout.shape[2:])
-    ctx.save_for_backward(indices)
-
-
-def _unpool_backward_grad(ctx, g):
-    (indices,) = ctx.saved_tensors
-    return max_unpool(g, indices, ctx.window, ctx.out_spatial), None, None
-
-
-max_unpool_backward.register_autograd(_unpool_backward_grad,
-                                      setup_context=_unpool_backward_setup)

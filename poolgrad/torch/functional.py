@@ -19,12 +19,15 @@ Where poolgrad differs from torch (all documented in the README's semantics tabl
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 from .. import _inputs as inputs
 from .. import geometry
 from . import _ops as ops
+from ._autograd import call
 
 __all__ = [f"{name}{n}d" for name in ("max_pool", "avg_pool", "lp_pool", "adaptive_max_pool",
                                       "adaptive_avg_pool", "max_unpool") for n in (1, 2, 3)]
@@ -59,14 +62,29 @@ def _needs_grad(x: Tensor) -> bool:
 
 
 def _sliding(x: Tensor, ndim, kernel_size, stride, padding, dilation, ceil_mode) -> list[int]:
+    spatial = tuple(x.shape[2:])
+    if not torch.compiler.is_compiling():  # (Dynamo traces the uncached function)
+        try:
+            return list(_cached_window(ndim, kernel_size, stride, padding, dilation,
+                                       ceil_mode, spatial))
+        except TypeError:  # unhashable arguments (lists): plan them each time
+            pass
+    return _window(ndim, kernel_size, stride, padding, dilation, ceil_mode, spatial)
+
+
+def _window(ndim, kernel_size, stride, padding, dilation, ceil_mode, spatial) -> list[int]:
     kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
     no_stride = stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0)
     stride = kernel if no_stride else geometry.per_dim(stride, ndim, "stride")
     dilation = geometry.per_dim(dilation, ndim, "dilation")
-    spatial = tuple(x.shape[2:])
     pads = geometry.resolve_padding(padding, spatial, kernel, stride, dilation)
     ceil_mode = geometry.flag(ceil_mode, "ceil_mode")
     return ops.sliding_window(kernel, stride, pads, dilation, ceil_mode)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_window(*args) -> tuple[int, ...]:
+    return tuple(_window(*args))
 
 
 def _unbatch(t: Tensor, unbatched: bool) -> Tensor:
@@ -89,11 +107,11 @@ def _max_pool(input, ndim, kernel_size, stride, padding, dilation, ceil_mode, re
 def _max_result(x, window, unbatched, return_indices, ties):
     return_indices = geometry.flag(return_indices, "return_indices")
     if not (return_indices or _needs_grad(x)):
-        return _unbatch(ops.max_pool_values(x, window), unbatched)
-    y, winners = ops.max_pool(x, window, ties)
+        return _unbatch(call(ops.max_pool_values, x, window), unbatched)
+    y, winners = call(ops.max_pool, x, window, ties)
     if not return_indices:
         return _unbatch(y, unbatched)
-    indices = ops.max_pool_indices(winners, window, list(x.shape))
+    indices = call(ops.max_pool_indices, winners, window, list(x.shape))
     return _unbatch(y, unbatched), _unbatch(indices, unbatched)
 
 
@@ -162,13 +180,13 @@ def _avg_pool(input, ndim, kernel_size, stride, padding, ceil_mode, count_includ
                              f"{divisor_override!r}")
         divisor_override = int(divisor_override)
     include = geometry.flag(count_include_pad, "count_include_pad")
-    return _unbatch(ops.avg_pool(x, window, include, divisor_override), unbatched)
+    return _unbatch(call(ops.avg_pool, x, window, include, divisor_override), unbatched)
 
 
 def _adaptive_avg_pool(input, ndim, output_size):
     x, unbatched = _batched(input, ndim, f"adaptive_avg_pool{ndim}d")
     window = ops.adaptive_window(inputs.adaptive_sizes(output_size, x.shape[2:], ndim))
-    return _unbatch(ops.avg_pool(x, window, False, None), unbatched)
+    return _unbatch(call(ops.avg_pool, x, window, False, None), unbatched)
 
 
 _AVG_DOC = """Average pooling over {n} spatial dim(s): ``torch.nn.functional.avg_pool{n}d``.
@@ -201,7 +219,7 @@ def _lp_pool(input, ndim, norm_type, kernel_size, stride, ceil_mode, padding, di
     x, unbatched = _batched(input, ndim, f"lp_pool{ndim}d")
     p = inputs.check_p(norm_type)
     window = _sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
-    return _unbatch(ops.lp_pool(x, p, window), unbatched)
+    return _unbatch(call(ops.lp_pool, x, p, window), unbatched)
 
 
 _LP_DOC = """Power-average pooling over {n} spatial dim(s): ``torch.nn.functional.lp_pool{n}d``.
@@ -246,7 +264,8 @@ def _max_unpool(input, indices, ndim, kernel_size, stride, padding, output_size)
                                                  tuple(input.shape[:-ndim]))
     window = ops.sliding_window(kernel, stride, pads, (1,) * ndim, False)
     batched_indices = indices.unsqueeze(0) if unbatched else indices
-    return _unbatch(ops.max_unpool(y, batched_indices, window, list(out_spatial)), unbatched)
+    return _unbatch(call(ops.max_unpool, y, batched_indices, window, list(out_spatial)),
+                    unbatched)
 
 
 _UNPOOL_DOC = """The partial inverse of max pooling over {n} spatial dim(s):
