@@ -503,6 +503,13 @@ def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = Fa
         record: a max forward must write each window's winner (for a pullback or for
             indices); without it a kernel that folds values only may serve.
     """
+    return _choose(op, direction, plan, operand, bool(record))
+
+
+@functools.lru_cache(maxsize=2048)
+def _choose(op, direction, plan, operand, record) -> Kernel:
+    # a plan is immutable and (from geometry's caches) one object per geometry, so the
+    # choice is kept: a pooling op's fixed cost is tens of microseconds, a choice ~15
     for rule in _rules(op, direction, operand):
         if rule.serves(plan, operand, record):
             return _kernel(rule, plan, operand)
