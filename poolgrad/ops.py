@@ -190,6 +190,18 @@ def _stored_as(channels_last: bool, dtype) -> dispatch.Operand:
     return dispatch.Operand(np.dtype(dtype), "channels_last" if channels_last else "nchw")
 
 
+def _routing(kernel, layout, plan, state):
+    """``dy -> dx`` through a backward kernel that takes ``(dy, state, dx)``, with ``dx``
+    stored as the kernel stores its outputs (the max and average backwards)."""
+    dx_shape = layout.kernel_shape(plan.in_spatial)
+
+    def backward(dy):
+        dx = _empty(dx_shape, dy.dtype, kernel.channels_last)
+        kernel(layout.to_kernel(dy), state, dx)
+        return dx
+    return backward
+
+
 def max_pullback(window_positions, plan, layout, x_dtype, op="max_pool",
                  forward_name="") -> Pullback:
     """The pullback of a max pooling with ``ties="first"`` from its winners alone:
@@ -199,12 +211,7 @@ def max_pullback(window_positions, plan, layout, x_dtype, op="max_pool",
     channels_last = dispatch.is_channels_last(pos)
     compute = inputs.COMPUTE_DTYPE[np.dtype(x_dtype)]
     kernel = dispatch.choose("max", "backward", plan, _stored_as(channels_last, compute))
-    dx_shape = layout.kernel_shape(plan.in_spatial)
-
-    def backward(dy):
-        dx = _empty(dx_shape, dy.dtype, kernel.channels_last)
-        kernel(layout.to_kernel(dy), pos, dx)
-        return dx
+    backward = _routing(kernel, layout, plan, pos)
     return Pullback(op, backward, layout.user_shape(plan.out_spatial),
                     layout.user_shape(plan.in_spatial), x_dtype,
                     {"window_positions": pos}, (forward_name, kernel.name))
@@ -236,12 +243,7 @@ def avg_pullback(plan, layout, x_dtype, channels_last, divisor_mode, divisor_ove
     compute = inputs.COMPUTE_DTYPE[np.dtype(x_dtype)]
     divisor = plan.divisor_table(divisor_mode, divisor_override, compute)
     kernel = dispatch.choose(kind, "backward", plan, _stored_as(channels_last, compute))
-    dx_shape = layout.kernel_shape(plan.in_spatial)
-
-    def backward(dy):
-        dx = _empty(dx_shape, dy.dtype, kernel.channels_last)
-        kernel(layout.to_kernel(dy), divisor, dx)
-        return dx
+    backward = _routing(kernel, layout, plan, divisor)
     return Pullback(op, backward, layout.user_shape(plan.out_spatial),
                     layout.user_shape(plan.in_spatial), x_dtype, {},
                     (forward_name, kernel.name))

@@ -146,19 +146,14 @@ def _layout(shape, ndim) -> _inputs.Layout:
 
 
 def _out_shape(x: Tensor, window) -> list:
-    """The output shape, for the fake implementations: written with arithmetic only, so
-    that symbolic sizes (``torch.compile(dynamic=True)``) pass through."""
+    """The output shape, for the fake implementations: geometry's arithmetic rule alone
+    (no window tables), so that symbolic sizes (``dynamic=True``) pass through."""
     if window[0] == ADAPTIVE:
         return [*x.shape[:2], *window[1:]]
     kernel, stride, pads, dilation, ceil_mode = sliding_args(window)
-    sizes = []
-    for length, k, s, (lo, hi), d in zip(x.shape[2:], kernel, stride, pads, dilation,
-                                         strict=True):
-        span = length + lo + hi - d * (k - 1) - 1
-        count = (-(-span // s) if ceil_mode else span // s) + 1
-        if ceil_mode and (count - 1) * s >= length + lo:
-            count -= 1  # the last window would start in the end padding
-        sizes.append(count)
+    sizes = [geometry.output_length(length, k, s, d, lo, hi, ceil_mode, axis)
+             for axis, (length, k, s, (lo, hi), d) in enumerate(
+                 zip(x.shape[2:], kernel, stride, pads, dilation, strict=True))]
     return [*x.shape[:2], *sizes]
 
 

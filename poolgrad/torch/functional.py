@@ -255,14 +255,11 @@ def _max_unpool(input, indices, ndim, kernel_size, stride, padding, output_size)
     if isinstance(padding, str):
         raise ValueError(f"{name}: padding must be numeric (an int, one per dim or "
                          f"(before, after) pairs), got {padding!r}")
-    kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
-    no_stride = stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0)
-    stride = kernel if no_stride else geometry.per_dim(stride, ndim, "stride")
     spatial = tuple(y.shape[2:])
-    pads = geometry.resolve_padding(padding, spatial, kernel, stride, (1,) * ndim)
+    window = _window(ndim, kernel_size, stride, padding, 1, False, spatial)
+    kernel, stride, pads, _, _ = ops.sliding_args(window)
     out_spatial = geometry.unpool_output_spatial(spatial, kernel, stride, pads, output_size,
                                                  tuple(input.shape[:-ndim]))
-    window = ops.sliding_window(kernel, stride, pads, (1,) * ndim, False)
     batched_indices = indices.unsqueeze(0) if unbatched else indices
     return _unbatch(call(ops.max_unpool, y, batched_indices, window, list(out_spatial)),
                     unbatched)
