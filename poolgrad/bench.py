@@ -19,12 +19,14 @@ import os
 import platform
 import statistics
 import time
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from . import ops
 from ._files import write_atomically
+from .roofline import Roofline
 
 
 @dataclass(frozen=True)
@@ -123,37 +125,37 @@ def _median_seconds(fn, repeats: int) -> float:
 
 
 def copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float:
-    """Bytes per second of a large NumPy copy (read + write), in this process."""
+    """Bytes per second of a large NumPy copy (read + write), in this process: recorded
+    with the machine, as earlier tables were; the roofline is :mod:`poolgrad.roofline`."""
     source = np.ones(nbytes // 8)
     target = np.empty_like(source)
     seconds = _median_seconds(lambda: np.copyto(target, source), repeats)
     return 2 * source.nbytes / seconds
 
 
-def _must_move(layer: Layer, pass_name: str, x: np.ndarray, y: np.ndarray) -> int:
-    """Bytes a pass cannot avoid moving: x and y forward; dy, the saved state (one byte
-    per output for max pooling) and dx backward."""
+def must_move(layer: Layer, pass_name: str, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+    """(bytes read, bytes written) that a pass cannot avoid: forward, read x and write
+    y; backward, read dy and the saved state (one byte per output for max pooling) and
+    write dx; forward+backward, both, with the state written once and read once."""
     state = y.size if layer.kind == "max" else 0
-    forward = x.nbytes + y.nbytes
-    backward = y.nbytes + state + x.nbytes
-    return {"forward": forward, "backward": backward,
-            "forward+backward": forward + state + backward}[pass_name]
+    return {"forward": (x.nbytes, y.nbytes),
+            "backward": (y.nbytes + state, x.nbytes),
+            "forward+backward": (x.nbytes + y.nbytes + state,
+                                 y.nbytes + state + x.nbytes)}[pass_name]
 
 
-def _time_poolgrad(layer: Layer, x: np.ndarray, repeats: int) -> dict[str, float]:
+def _poolgrad_passes(layer: Layer, x: np.ndarray) -> dict:
+    """poolgrad's three passes on ``x``: functions of no arguments."""
     op, args, kwargs = _poolgrad_call(layer)
     y, pullback = ops.vjp(op, x, *args, **kwargs)
     dy = np.ones_like(y)
 
     def both():
         _, pb = ops.vjp(op, x, *args, **kwargs)
-        pb(dy)
+        return pb(dy)
 
-    return {
-        "forward": _median_seconds(lambda: op(x, *args, **kwargs), repeats),
-        "backward": _median_seconds(lambda: pullback(dy), repeats),
-        "forward+backward": _median_seconds(both, repeats),
-    }
+    return {"forward": lambda: op(x, *args, **kwargs), "backward": lambda: pullback(dy),
+            "forward+backward": both}
 
 
 def torch_input(x: np.ndarray, layout: str, torch):
@@ -169,23 +171,56 @@ def torch_input(x: np.ndarray, layout: str, torch):
     return xt
 
 
-def _time_torch(layer: Layer, x: np.ndarray, layout: str, repeats: int, torch):
-    fn = _torch_call(layer, torch)
-    xt = torch_input(x, layout, torch)
-    with torch.no_grad():
-        forward = _median_seconds(lambda: fn(xt), repeats)
+def _torch_passes(fn, xt, torch) -> dict:
+    """The three passes of PyTorch's ``fn`` (eager or compiled) on the tensor ``xt``."""
     leaf = xt.detach().requires_grad_()
     y = fn(leaf)
     dy = torch.ones_like(y)
-    backward = _median_seconds(lambda: torch.autograd.grad(y, leaf, dy, retain_graph=True),
-                               repeats)
+
+    def forward():
+        with torch.no_grad():
+            return fn(xt)
 
     def both():
-        out = fn(leaf)
-        torch.autograd.grad(out, leaf, dy)
+        fresh = xt.detach().requires_grad_()  # no gradient accumulates
+        return torch.autograd.grad(fn(fresh), fresh, dy)[0]
 
-    return {"forward": forward, "backward": backward,
-            "forward+backward": _median_seconds(both, repeats)}
+    return {"forward": forward,
+            "backward": lambda: torch.autograd.grad(y, leaf, dy, retain_graph=True)[0],
+            "forward+backward": both}
+
+
+def _compiled_passes(layer: Layer, xt, torch):
+    """The passes of ``torch.compile`` of PyTorch's call (Inductor, static shapes, one
+    graph), each called once to compile it; returns them and the seconds compiling
+    took."""
+    # Dynamo keeps compiled graphs per code object, and every layer's wrapper shares
+    # one: without a reset, later layers would reach its recompile limit and run eager
+    torch._dynamo.reset()
+    compiled = torch.compile(_torch_call(layer, torch), dynamic=False, fullgraph=True)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        # Inductor's first compile imports torch.utils.mkldnn, which warns about itself
+        warnings.filterwarnings("ignore", "`torch.jit.script_method` is deprecated",
+                                DeprecationWarning)
+        passes = _torch_passes(compiled, xt, torch)
+        for function in passes.values():
+            function()
+    return passes, time.perf_counter() - start
+
+
+def _check_agree(results: dict, what: str) -> None:
+    """A benchmark of a wrong result measures nothing: every implementation's output of
+    every pass must match eager PyTorch's before anything is timed."""
+    for pass_name in PASSES:
+        reference = np.asarray(results["eager"][pass_name]())
+        for name, passes in results.items():
+            try:
+                np.testing.assert_allclose(np.asarray(passes[pass_name]()), reference,
+                                           rtol=1e-5, atol=1e-6)
+            except AssertionError as error:
+                raise AssertionError(f"{name} and eager PyTorch disagree on {what}, "
+                                     f"{pass_name}: {error}") from None
 
 
 def machine_info(threads: int, bandwidth: float) -> dict:
@@ -231,39 +266,88 @@ def thread_count(threads: int | None, torch=None):
             torch.set_num_threads(previous_torch)
 
 
+def _time_layer(layer: Layer, base: np.ndarray, torch, repeats: int, compile_layouts,
+                roofline, progress) -> list[dict]:
+    """The rows of one layer: both layouts, three passes, every implementation timed in
+    turn (:func:`median_seconds`)."""
+    rows = []
+    for layout in LAYOUTS:
+        if progress:
+            progress(f"{layer.name} {layout}")
+        x = base if layout == "NCHW" else channels_last(base)
+        y = _poolgrad_call(layer)[0](x, *_poolgrad_call(layer)[1])
+        results = {"poolgrad": _poolgrad_passes(layer, x)}
+        compile_seconds = None
+        if torch is not None:
+            xt = torch_input(x, layout, torch)
+            results["eager"] = _torch_passes(_torch_call(layer, torch), xt, torch)
+            if layout in compile_layouts:
+                results["compiled"], compile_seconds = _compiled_passes(layer, xt, torch)
+            _check_agree(results, f"{layer.name} {layout}")
+        for pass_name in PASSES:
+            seconds = median_seconds({name: passes[pass_name]
+                                      for name, passes in results.items()}, repeats)
+            read, written = must_move(layer, pass_name, x, y)
+            bound = roofline.seconds(read, written)
+            row = {"layer": layer.name, "shape": list(layer.shape), "layout": layout,
+                   "pass": pass_name, "poolgrad_ms": seconds["poolgrad"] * 1e3,
+                   "read_bytes": read, "write_bytes": written, "roofline_ms": bound * 1e3,
+                   "roofline_fraction": bound / seconds["poolgrad"]}
+            if "eager" in seconds:
+                row["torch_ms"] = seconds["eager"] * 1e3
+                row["speedup"] = seconds["eager"] / seconds["poolgrad"]
+                row["compiled_ms"] = (seconds["compiled"] * 1e3 if "compiled" in seconds
+                                      else None)
+                row["compile_s"] = compile_seconds
+            rows.append(row)
+    return rows
+
+
+def _best_pytorch(rows: list[dict]) -> None:
+    """Adds to each row the best PyTorch time for its layer and pass: the fastest of
+    eager and compiled, in either layout, and poolgrad's speed relative to it."""
+    best = {}
+    for row in rows:
+        for column in ("torch_ms", "compiled_ms"):
+            if row.get(column) is not None:
+                key = (row["layer"], row["pass"])
+                best[key] = min(best.get(key, math.inf), row[column])
+    for row in rows:
+        key = (row["layer"], row["pass"])
+        if key in best:
+            row["best_torch_ms"] = best[key]
+            row["speedup_vs_best"] = best[key] / row["poolgrad_ms"]
+            if row.get("compiled_ms") is not None:
+                row["speedup_vs_compiled"] = row["compiled_ms"] / row["poolgrad_ms"]
+
+
 def run(quick: bool = False, repeats: int | None = None, threads: int | None = None,
         layers: tuple[Layer, ...] = SUITE, progress=None) -> dict:
-    """Time the suite; returns ``{"machine": ..., "rows": [...]}``."""
+    """Time the suite; returns ``{"machine": ..., "rows": [...], ...}``."""
     try:
         import torch
     except ImportError:
         torch = None
     repeats = repeats or (1 if quick else 5)
+    timed_layers = tuple(layer.quick() if quick else layer for layer in layers)
+    # compiling takes seconds a variant: quick mode compiles only the first layer in
+    # NCHW, so that the path runs
+    compiled = {layer.name: LAYOUTS if not quick else ("NCHW",) if index == 0 else ()
+                for index, layer in enumerate(timed_layers)}
     with thread_count(threads, torch) as threads:
         bandwidth = copy_bandwidth(2**20 if quick else 256 * 2**20, repeats)
+        roofline = Roofline(repeats=3 if quick else 7)
         rows = []
         rng = np.random.default_rng(0)
-        for layer in layers:
-            layer = layer.quick() if quick else layer
+        for layer in timed_layers:
             base = rng.standard_normal(layer.shape, dtype=np.float32)
-            for layout in LAYOUTS:
-                x = base if layout == "NCHW" else channels_last(base)
-                y = _poolgrad_call(layer)[0](x, *_poolgrad_call(layer)[1])
-                if progress:
-                    progress(f"{layer.name} {layout}")
-                ours = _time_poolgrad(layer, x, repeats)
-                theirs = _time_torch(layer, x, layout, repeats, torch) if torch else None
-                for pass_name in PASSES:
-                    seconds = ours[pass_name]
-                    must = _must_move(layer, pass_name, x, y)
-                    row = {"layer": layer.name, "shape": list(layer.shape), "layout": layout,
-                           "pass": pass_name, "poolgrad_ms": seconds * 1e3,
-                           "roofline_fraction": must / bandwidth / seconds}
-                    if theirs:
-                        row["torch_ms"] = theirs[pass_name] * 1e3
-                        row["speedup"] = theirs[pass_name] / seconds
-                    rows.append(row)
+            rows += _time_layer(layer, base, torch, repeats, compiled[layer.name],
+                                roofline, progress)
+        _best_pytorch(rows)
+        probe = max(row["write_bytes"] for row in rows)
+        bandwidths = roofline.bandwidths(probe)
     machine = machine_info(threads, bandwidth)
+    machine["roofline"] = bandwidths
     if torch is not None:
         machine["torch"] = torch.__version__
     return {"machine": machine, "quick": quick, "repeats": repeats,
@@ -279,12 +363,14 @@ def geometric_mean(values) -> float | None:
 def summarize(rows: list[dict], ours: str = "poolgrad_ms", theirs: str = "torch_ms") -> dict:
     """Geometric-mean speedups (``theirs`` time over ``ours``) in NCHW for the max-pool
     rows, and the rows where ``ours`` is slower than ``theirs`` in its faster layout for
-    the same layer and pass. Rows without a ``theirs`` time are left out."""
+    the same layer and pass. Rows without a ``theirs`` time are left out. On the NumPy
+    suite's rows it also compares with compiled PyTorch, with the best PyTorch time
+    (:func:`_best_pytorch`) and with the roofline."""
     timed = [r for r in rows if r.get(theirs) is not None]
 
-    def speedups(pass_name):
-        return [r[theirs] / r[ours] for r in timed if r["layout"] == "NCHW"
-                and r["pass"] == pass_name and _is_max(r["layer"])]
+    def speedups(pass_name, column=theirs):
+        return [r[column] / r[ours] for r in rows if r.get(column) is not None
+                and r["layout"] == "NCHW" and r["pass"] == pass_name and _is_max(r["layer"])]
 
     # the baseline's faster layout for each (layer, pass)
     fastest = {}
@@ -293,10 +379,27 @@ def summarize(rows: list[dict], ours: str = "poolgrad_ms", theirs: str = "torch_
         fastest[key] = min(fastest.get(key, math.inf), r[theirs])
     slower = [f"{r['layer']} {r['layout']} {r['pass']}" for r in timed
               if r[ours] > fastest[(r["layer"], r["pass"])]]
-    return {"max_forward_geomean_speedup_nchw": geometric_mean(speedups("forward")),
-            "max_forward_backward_geomean_speedup_nchw":
-                geometric_mean(speedups("forward+backward")),
-            "rows_slower_than_torch_fastest_layout": slower if fastest else None}
+    summary = {"max_forward_geomean_speedup_nchw": geometric_mean(speedups("forward")),
+               "max_forward_backward_geomean_speedup_nchw":
+                   geometric_mean(speedups("forward+backward")),
+               "rows_slower_than_torch_fastest_layout": slower if fastest else None}
+    if any("roofline_fraction" in r for r in rows):
+        summary.update({
+            "max_forward_geomean_speedup_vs_compiled_nchw":
+                geometric_mean(speedups("forward", "compiled_ms")),
+            "max_forward_backward_geomean_speedup_vs_compiled_nchw":
+                geometric_mean(speedups("forward+backward", "compiled_ms")),
+            "rows_slower_than_best_torch": [
+                f"{r['layer']} {r['layout']} {r['pass']}" for r in rows
+                if r.get("best_torch_ms") is not None and r[ours] > r["best_torch_ms"]],
+            "rows_below_roofline_target": [
+                f"{r['layer']} {r['layout']} {r['pass']} ({r['roofline_fraction']:.0%})"
+                for r in rows if r["roofline_fraction"] < ROOFLINE_TARGET[r["pass"]]]})
+    return summary
+
+
+# the share of the roofline each pass should reach (issue 18's targets)
+ROOFLINE_TARGET = {"forward": 0.8, "backward": 0.5, "forward+backward": 0.5}
 
 
 def _is_max(name: str) -> bool:
@@ -306,26 +409,39 @@ def _is_max(name: str) -> bool:
 def header(result: dict, command: str = "poolgrad bench") -> str:
     """The first line of a table: the machine, threads, bandwidth and repeats."""
     machine = result["machine"]
+    roofline = machine.get("roofline")
+    bandwidth = (f"read {roofline['read_GBps']} GB/s, fresh write "
+                 f"{roofline['fresh_write_GBps']} GB/s at {roofline['bytes'] / 2**20:.0f} MiB"
+                 if roofline else f"NumPy copy {machine['copy_bandwidth_GBps']} GB/s")
     return (f"{command}: {machine['cpu']} (family {machine.get('cpu_family')} model "
             f"{machine.get('cpu_model')}, {machine.get('simd')}), {machine['threads']} "
-            f"threads, NumPy copy {machine['copy_bandwidth_GBps']} GB/s, float32, median of "
-            f"{result['repeats']}"
+            f"threads, {bandwidth}, float32, median of {result['repeats']}"
             + (" (quick mode: tiny shapes, see the note below)" if result["quick"] else ""))
+
+
+def _cell(value, width: int, suffix: str = "") -> str:
+    if value is None:
+        return f"{'-':>{width}}"
+    return f"{value:{width - len(suffix)}.2f}{suffix}"
 
 
 def format_table(result: dict) -> str:
     lines = [
         header(result),
         "",
-        f"{'layer':<22} {'layout':<14} {'pass':<17} {'poolgrad ms':>11} {'torch ms':>9} "
-        f"{'speedup':>8} {'roofline':>9}",
+        f"{'layer':<22} {'layout':<14} {'pass':<17} {'poolgrad ms':>11} {'eager ms':>9} "
+        f"{'compiled ms':>11} {'vs eager':>9} {'vs best':>8} {'roofline':>9}",
     ]
     for row in result["rows"]:
-        torch_ms = f"{row['torch_ms']:9.2f}" if "torch_ms" in row else f"{'-':>9}"
-        speedup = f"{row['speedup']:7.2f}x" if "speedup" in row else f"{'-':>8}"
         lines.append(
             f"{row['layer']:<22} {row['layout']:<14} {row['pass']:<17} "
-            f"{row['poolgrad_ms']:11.2f} {torch_ms} {speedup} {row['roofline_fraction']:8.0%}")
+            f"{row['poolgrad_ms']:11.2f} {_cell(row.get('torch_ms'), 9)} "
+            f"{_cell(row.get('compiled_ms'), 11)} {_cell(row.get('speedup'), 9, 'x')} "
+            f"{_cell(row.get('speedup_vs_best'), 8, 'x')} {row['roofline_fraction']:8.0%}")
+    lines.append("vs eager: eager PyTorch's time over poolgrad's, same layout; vs best: the "
+                 "best PyTorch time\n(eager or compiled, either layout) over poolgrad's; "
+                 "roofline: the least time the\npass can take (poolgrad/roofline.py) over "
+                 "poolgrad's")
     if result["quick"]:  # no speed verdict from shapes this small
         return "\n".join(lines + ["", QUICK_NOTE])
     summary = result["summary"]
@@ -334,11 +450,26 @@ def format_table(result: dict) -> str:
                         "max forward+backward, NCHW")]:
         if summary.get(key):
             lines.append(f"geometric-mean speedup over PyTorch, {label}: {summary[key]:.2f}x")
+    for key, label in [("max_forward_geomean_speedup_vs_compiled_nchw", "max forward, NCHW"),
+                       ("max_forward_backward_geomean_speedup_vs_compiled_nchw",
+                        "max forward+backward, NCHW")]:
+        if summary.get(key):
+            lines.append(f"geometric-mean speedup over torch.compile, {label}: "
+                         f"{summary[key]:.2f}x")
     slower = summary.get("rows_slower_than_torch_fastest_layout")
     if slower is not None:
         lines.append(f"rows slower than PyTorch's faster layout for the same layer and pass: "
                      f"{len(slower)} of {len(result['rows'])}"
                      + "".join(f"\n  {name}" for name in slower))
+    for key, label in [("rows_slower_than_best_torch",
+                        "rows slower than the best PyTorch time (eager or compiled, either "
+                        "layout)"),
+                       ("rows_below_roofline_target",
+                        "rows below the roofline target (forward 80%, backward and "
+                        "forward+backward 50%)")]:
+        if summary.get(key) is not None:
+            lines.append(f"{label}: {len(summary[key])} of {len(result['rows'])}"
+                         + "".join(f"\n  {name}" for name in summary[key]))
     return "\n".join(lines)
 
 

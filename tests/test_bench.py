@@ -25,6 +25,79 @@ def test_quick_benchmark_writes_table_and_json(tmp_path, capsys):
     assert bench.QUICK_NOTE in printed and "not pooling speed" in printed
     assert "slower than PyTorch" not in printed and "geometric-mean" not in printed
     assert not list(out.parent.glob(".poolgrad-*"))  # the atomic write left no temporary
+    # the roofline: bytes of every pass, a bound in ms, and the probe's bandwidths
+    roofline = result["machine"]["roofline"]
+    assert roofline["read_GBps"] > 0 and roofline["fresh_write_GBps"] > 0
+    for row in result["rows"]:
+        assert row["read_bytes"] > 0 and row["write_bytes"] > 0
+        assert row["roofline_fraction"] == pytest.approx(row["roofline_ms"] / row["poolgrad_ms"])
+
+
+def test_quick_benchmark_compiles_one_layer_and_finds_the_best_pytorch(tmp_path):
+    pytest.importorskip("torch")
+    result = bench.run(quick=True, layers=bench.SUITE[:2])
+    rows = result["rows"]
+    compiled = [(r["layer"], r["layout"], r["pass"]) for r in rows
+                if r["compiled_ms"] is not None]
+    # quick mode compiles the first layer, NCHW, for all three passes
+    assert compiled == [(bench.SUITE[0].name, "NCHW", p) for p in bench.PASSES]
+    for row in rows:
+        same = [r for r in rows if (r["layer"], r["pass"]) == (row["layer"], row["pass"])]
+        candidates = [r[c] for r in same for c in ("torch_ms", "compiled_ms")
+                      if r[c] is not None]
+        assert row["best_torch_ms"] == min(candidates)
+        assert row["speedup_vs_best"] == pytest.approx(row["best_torch_ms"]
+                                                       / row["poolgrad_ms"])
+        assert ("speedup_vs_compiled" in row) == (row["compiled_ms"] is not None)
+        assert (row["compile_s"] is None) == (row["compiled_ms"] is None)
+
+
+def test_must_move_counts_each_pass_bytes():
+    import numpy as np
+
+    layer = bench.Layer("VGG 2x2/2", "max", (1, 1, 4, 4), 2, 2)
+    x, y = np.zeros((1, 1, 4, 4), np.float32), np.zeros((1, 1, 2, 2), np.float32)
+    # forward: x in, y out; backward: dy and 1 byte of state per output in, dx out
+    assert bench.must_move(layer, "forward", x, y) == (64, 16)
+    assert bench.must_move(layer, "backward", x, y) == (16 + 4, 64)
+    assert bench.must_move(layer, "forward+backward", x, y) == (64 + 16 + 4, 16 + 4 + 64)
+    average = bench.Layer("VGG avg 2x2/2", "avg", (1, 1, 4, 4), 2, 2)
+    assert bench.must_move(average, "backward", x, y) == (16, 64)  # no state
+
+
+def test_roofline_is_the_slower_of_reading_and_writing():
+    from poolgrad.roofline import Roofline
+
+    roofline = Roofline(repeats=1)
+    small, large = 4096, 2**20
+    for read, write in [(small, large), (large, small), (large, large)]:
+        assert roofline.seconds(read, write) == max(roofline.read_seconds(read),
+                                                    roofline.write_seconds(write))
+    # each size is measured once and kept
+    assert roofline.read_seconds(large) == roofline.read_seconds(large)
+    bandwidths = roofline.bandwidths(large)
+    assert bandwidths["bytes"] == large
+    assert bandwidths["read_GBps"] == round(large / roofline.read_seconds(large) / 1e9, 2)
+
+
+def test_summary_compares_with_the_best_pytorch_and_the_roofline():
+    def row(layout, pass_name, ours, eager, compiled, fraction):
+        return {"layer": "VGG 2x2/2", "layout": layout, "pass": pass_name,
+                "poolgrad_ms": ours, "torch_ms": eager, "compiled_ms": compiled,
+                "roofline_fraction": fraction}
+    rows = [row("NCHW", "forward", 3.0, 30.0, 6.0, 0.9),
+            row("channels-last", "forward", 2.0, 4.0, 1.5, 0.79),
+            row("NCHW", "backward", 4.0, 8.0, 8.0, 0.49),
+            row("channels-last", "backward", 4.0, 8.0, None, 0.5)]
+    bench._best_pytorch(rows)
+    summary = bench.summarize(rows)
+    # compiled channels-last forward (1.5 ms) is the best PyTorch: both forwards lose
+    assert summary["rows_slower_than_best_torch"] == ["VGG 2x2/2 NCHW forward",
+                                                      "VGG 2x2/2 channels-last forward"]
+    assert summary["rows_below_roofline_target"] == [
+        "VGG 2x2/2 channels-last forward (79%)", "VGG 2x2/2 NCHW backward (49%)"]
+    assert summary["max_forward_geomean_speedup_vs_compiled_nchw"] == pytest.approx(2.0)
+    assert rows[0]["speedup_vs_best"] == pytest.approx(0.5)
 
 
 def test_channels_last_view_is_the_same_logical_array():
