@@ -31,11 +31,8 @@ def test_quick_benchmark_writes_table_and_json(tmp_path, capsys):
     for row in result["rows"]:
         assert row["read_bytes"] > 0 and row["write_bytes"] > 0
         assert row["roofline_fraction"] == pytest.approx(row["roofline_ms"] / row["poolgrad_ms"])
-
-
-def test_quick_benchmark_compiles_one_layer_and_finds_the_best_pytorch(tmp_path):
-    pytest.importorskip("torch")
-    result = bench.run(quick=True, layers=bench.SUITE[:2])
+    if "torch" not in result["machine"]:
+        return
     rows = result["rows"]
     compiled = [(r["layer"], r["layout"], r["pass"]) for r in rows
                 if r["compiled_ms"] is not None]

@@ -342,3 +342,37 @@ def test_dispatch_lists_its_rules_and_refuses_what_it_has_no_kernel_for():
     for array, layout in ((x, "nchw"), (cl, "channels_last")):
         kernel = dispatch.choose("max", "forward", plan, dispatch.operand(array), record=True)
         assert kernel.records and kernel.stored_like(np.float32).layout == layout
+
+
+@pytest.mark.parametrize("spatial, kernel, stride, padding, dilation", [
+    ((9, 11), 2, 2, 1, 1),            # 2x2 windows, cut ones at the edges
+    ((11, 12), 3, 2, 1, 1),           # 3x3 and its 2x3, 3x2, 2x2 edges
+    ((11, 12), 3, 2, 2, 2),           # dilated 3x3
+    ((4, 6, 9), 2, 2, 1, 1),          # 2x2x2 and its cut 1x2x2, 2x1x2 edges
+    ((5, 6, 9), (1, 3, 3), 2, 0, 1),  # 3-d with 3x3 planes
+    ((5, 6, 9), 3, 2, 1, 1),          # windows of more tap rows: a pass per row
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, stride, padding,
+                                                            dilation, dtype, monkeypatch):
+    """The channels-last inference forward folds 2x2, 3x3 (and their cut edges) and
+    2x2x2 windows in one pass over C: the bits of the general kernel, with ties, -0,
+    infinities and NaN payloads, on a C of several vectors plus a tail."""
+    from poolgrad.bench import channels_last
+
+    rng = np.random.default_rng(len(spatial) * 10 + np.ndim(kernel))
+    x = rng.integers(-2, 3, (2, 37) + spatial).astype(dtype)  # many ties
+    x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)
+    x[0, :5].flat[::7] = np.nan
+    put_nan_payloads(x[1, 5])
+    x[1, 6].flat[::3] = np.inf
+    x[1, 7] = -np.inf
+    x[0, 8].flat[1::4] = -np.inf
+    view = channels_last(x)
+    args = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation)
+    with monkeypatch.context() as patch:
+        ran = chosen_kernels(patch)
+        fast = pg.max_pool(view, **args)
+    assert ran == ["channels_last.max_values_forward"]
+    _, slow = both_paths(lambda: pg.max_pool(view, **args), monkeypatch)
+    assert np.ascontiguousarray(fast).tobytes() == np.ascontiguousarray(slow).tobytes()

@@ -128,24 +128,93 @@ def _fold_values(best, row, start_w, first_w, end_w, dil_w, first):
                 best[c] = a[c] if take_all | beats(a[c], best[c]) else best[c]
 
 
+@njit(inline="always", **JIT_OPTIONS)
+def _fold(v, m):
+    return v if beats(v, m) else m
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def _max_2x2(out, upper, lower, w0, dil_w):
+    """``out`` = the maximum of a window of two tap rows of two taps, in one pass over
+    C: nothing but ``out`` is stored, once."""
+    a, b, d, e = upper[w0], upper[w0 + dil_w], lower[w0], lower[w0 + dil_w]
+    for c in range(len(out)):
+        out[c] = _fold(e[c], _fold(d[c], _fold(b[c], a[c])))
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def _max_rows_of_3(out, r0, r1, r2, w0, w1, w2):
+    """``out`` = the maximum of a window of up to three tap rows of up to three taps
+    (columns ``w0, w1, w2``), in one pass over C. A smaller window repeats its last row
+    or column: folding a tap again right after it changes nothing (it cannot beat a
+    maximum that already includes it, and a NaN maximum is never replaced), so the
+    result has the bits of folding each tap once."""
+    a0, a1, a2 = r0[w0], r0[w1], r0[w2]
+    b0, b1, b2 = r1[w0], r1[w1], r1[w2]
+    d0, d1, d2 = r2[w0], r2[w1], r2[w2]
+    for c in range(len(out)):
+        m = _fold(a2[c], _fold(a1[c], a0[c]))
+        m = _fold(b2[c], _fold(b1[c], _fold(b0[c], m)))
+        out[c] = _fold(d2[c], _fold(d1[c], _fold(d0[c], m)))
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def _max_4x2(out, r0, r1, r2, r3, w0, dil_w):
+    """``out`` = the maximum of four tap rows of two taps (a 2x2x2 window), in one
+    pass over C."""
+    a0, a1, b0, b1 = r0[w0], r0[w0 + dil_w], r1[w0], r1[w0 + dil_w]
+    d0, d1, e0, e1 = r2[w0], r2[w0 + dil_w], r3[w0], r3[w0 + dil_w]
+    for c in range(len(out)):
+        m = _fold(b1[c], _fold(b0[c], _fold(a1[c], a0[c])))
+        out[c] = _fold(e1[c], _fold(e0[c], _fold(d1[c], _fold(d0[c], m))))
+
+
 @parallel_kernel
 def max_values_forward(x, table, dilation, y):
-    """The ``y`` of :func:`max_pool_forward` without the winners (inference), folded in
-    place one window row at a time: a float select alone vectorizes."""
+    """The ``y`` of :func:`max_pool_forward` without the winners (inference).
+
+    Windows of two to four real tap rows of two taps (2x2, 2x2x2) and of two or three
+    rows of two or three taps (3x3 and its cut edges) are folded in one pass over C,
+    writing each output once; with C in the tens, a pass per tap row spent more on its
+    loop than on the taps. Other windows are folded in place one tap row at a time: a
+    float select alone vectorizes."""
     n_batch = x.shape[0]
     out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3]
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
     for row in prange(n_batch * out_d * out_h):
         n, _, od, oh = row_index(row, 1, out_d, out_h)
         start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
+        rows_d, rows_h = end_d - first_d, end_h - first_h
+        # the window's tap rows in order; a missing fourth or third repeats the last
+        d0, h0 = start_d + first_d * dil_d, start_h + first_h * dil_h
+        r0 = x[n, d0, h0]
+        r1 = x[n, d0 + (rows_d > 1) * dil_d, h0] if rows_h == 1 else x[n, d0, h0 + dil_h]
+        r2 = r1
+        r3 = r1
+        if rows_d * rows_h == 4 and rows_h == 2:
+            r2 = x[n, d0 + dil_d, h0]
+            r3 = x[n, d0 + dil_d, h0 + dil_h]
+        elif rows_d == 1 and rows_h == 3:
+            r2 = x[n, d0, h0 + 2 * dil_h]
+        rows = rows_d * rows_h
         for ow in range(out_w):
-            best = y[n, od, oh, ow]
-            first = True
-            for jd in range(first_d, end_d):
-                for jh in range(first_h, end_h):
-                    _fold_values(best, x[n, start_d + jd * dil_d, start_h + jh * dil_h],
-                                 table[2, 0, ow], table[2, 1, ow], table[2, 2, ow], dil_w, first)
-                    first = False
+            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+            count = end_w - first_w
+            w0 = start_w + first_w * dil_w
+            out = y[n, od, oh, ow]
+            if (rows == 2) & (count == 2):
+                _max_2x2(out, r0, r1, w0, dil_w)
+            elif (rows_d == 1) & (rows_h >= 2) & (rows_h <= 3) & (count >= 2) & (count <= 3):
+                _max_rows_of_3(out, r0, r1, r2, w0, w0 + dil_w, w0 + (count - 1) * dil_w)
+            elif (rows == 4) & (rows_h == 2) & (count == 2):
+                _max_4x2(out, r0, r1, r2, r3, w0, dil_w)
+            else:
+                first = True
+                for jd in range(first_d, end_d):
+                    for jh in range(first_h, end_h):
+                        _fold_values(out, x[n, start_d + jd * dil_d, start_h + jh * dil_h],
+                                     start_w, first_w, end_w, dil_w, first)
+                        first = False
 
 
 @parallel_kernel
