@@ -169,3 +169,18 @@ def test_channels_last_matches_torch_channels_last():
     np.testing.assert_array_equal(y, yt.detach().numpy())
     np.testing.assert_array_equal(indices, it.numpy())
     np.testing.assert_array_equal(pullback(channels_last(dy)), xt.grad.numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kwargs", [{"kernel_size": 3, "stride": 2, "padding": 1},
+                                    {"kernel_size": 3, "stride": 1, "dilation": 2}])
+def test_channels_last_3x3_mean_adds_in_the_nchw_order(kwargs, dtype):
+    """Full 3x3 windows are summed in one pass over C: in the NCHW kernels' order, which
+    values of one magnitude and both signs show (most of their sums round differently
+    when regrouped), on a C of several vectors plus a tail."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 37, 11, 12)).astype(dtype)
+    x[1, 2] = -0.0  # a window of -0s averages to +0
+    y = pg.avg_pool(x, **kwargs)
+    y_cl = pg.avg_pool(channels_last(x), **kwargs)
+    assert np.ascontiguousarray(y_cl).tobytes() == y.tobytes()
