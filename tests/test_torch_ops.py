@@ -310,12 +310,12 @@ def test_max_pool_keeps_one_byte_per_output():
 
 def test_cpu_tensors_run_zero_copy(monkeypatch):
     seen = []
-    engine = O.ops.max_engine
+    engine = O.engines.max_engine
 
     def spy(x, *args):
         seen.append(x)
         return engine(x, *args)
-    monkeypatch.setattr(O.ops, "max_engine", spy)
+    monkeypatch.setattr(O.engines, "max_engine", spy)
     x = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
     pt.max_pool2d(x, 2)
     assert seen[0].__array_interface__["data"][0] == x.data_ptr()

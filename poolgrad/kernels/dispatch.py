@@ -1,16 +1,17 @@
 """The one place that chooses a kernel: by op, pass, layout, geometry, dtype and backend.
 
-:mod:`poolgrad.ops` describes a call, ``choose(op, direction, plan, operand)``, and runs
-the :class:`Kernel` it gets back. Nothing else picks a kernel. Each ``(op, direction)``
-has a list of rules, tried in order; the first whose ``serves`` accepts the call wins,
-and the last rule of every list, the general kernel, serves every call. The table of
+:mod:`poolgrad.engines` (and :mod:`poolgrad.ops`, for unpooling) describe a call,
+``choose(op, direction, plan, operand)``, and run the :class:`Kernel` they get back.
+Nothing else picks a kernel. Each ``(op, direction)`` has a list of rules, tried in
+order; the first whose ``serves`` accepts the call wins, and the last rule of every list,
+the general kernel, serves every call. The table of
 which call goes where, and why each kernel exists, is ``docs/kernels.md``.
 
 A :class:`Kernel` runs with the same arguments whichever kernel it is, 5-d arrays
 ``(N, C, D, H, W)`` whatever their memory layout (the signatures below): the
 rule's ``run`` turns them into the arguments its family's kernel takes (a
 channels-last view, a flat row, the plan's tables), so a kernel's own parameters never
-leak into ``ops.py``.
+leak into the engines.
 
 Run signatures (one per op and direction)::
 
@@ -28,7 +29,7 @@ Run signatures (one per op and direction)::
     ("unpool", "backward") run(dout, indices, written, dy)
 
 Backends: ``"numba"`` (NumPy arrays on the CPU) is the only one today; a CUDA backend
-adds its rules under its own name, and ``ops.py`` does not change.
+adds its rules under its own name, and neither the engines nor ``ops.py`` change.
 """
 
 from __future__ import annotations

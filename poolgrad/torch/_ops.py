@@ -1,7 +1,7 @@
 """poolgrad's pooling as PyTorch operators: ``torch.ops.poolgrad.*``.
 
 Each operator is a :func:`torch.library.custom_op` whose CPU implementation runs the
-NumPy engines of :mod:`poolgrad.ops` on ``tensor.numpy()`` views (no copy of ``x`` or
+NumPy engines of :mod:`poolgrad.engines` on ``tensor.numpy()`` views (no copy of ``x`` or
 ``dy``), with a fake implementation for ``torch.compile``; :mod:`._autograd` gives each one its
 autograd formula. Every backward is an operator of its own with its own formula, so
 gradients of gradients work:
@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from .. import _inputs
-from .. import geometry, ops
+from .. import engines, geometry, ops
 
 SLIDING, ADAPTIVE = 0, 1
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -191,7 +191,7 @@ def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
     xa = _array(x)
     ndim = window_ndim(window)
     layout = _layout(xa.shape, ndim)
-    y, pullback = ops.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "first",
+    y, pullback = engines.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "first",
                                  True, "max_pool")
     fmt = memory_format(x)
     winners = pullback.saved["window_positions"].reshape(y.shape)
@@ -215,7 +215,7 @@ def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
     _check_device(x)
     xa = _array(x)
     layout = _layout(xa.shape, window_ndim(window))
-    y, _ = ops.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "first", False,
+    y, _ = engines.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "first", False,
                           "max_pool")
     return _tensor(y, memory_format(x), x.dtype)
 
@@ -234,7 +234,7 @@ def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
     layout = _layout(x_size, ndim)
     plan = plan_of(window, x_size[2:])
     dya = _array(dy)
-    pullback = ops.max_pullback(layout.to_kernel(winners.numpy()), plan, layout, dya.dtype)
+    pullback = engines.max_pullback(layout.to_kernel(winners.numpy()), plan, layout, dya.dtype)
     return _tensor(pullback(dya), memory_format(winners), dy.dtype)
 
 
@@ -249,7 +249,7 @@ def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
     _check_device(dx, winners)
     layout = _layout(dx.shape, window_ndim(window))
     plan = plan_of(window, dx.shape[2:])
-    dy = ops.max_gather(_array(dx), layout.to_kernel(winners.numpy()), plan, layout)
+    dy = engines.max_gather(_array(dx), layout.to_kernel(winners.numpy()), plan, layout)
     return _tensor(dy, memory_format(winners), dx.dtype)
 
 
@@ -264,7 +264,7 @@ def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> T
     _check_device(winners)
     layout = _layout(x_size, window_ndim(window))
     plan = plan_of(window, x_size[2:])
-    indices = ops.winner_indices(layout.to_kernel(winners.numpy()), plan)
+    indices = engines.winner_indices(layout.to_kernel(winners.numpy()), plan)
     return _tensor(indices.reshape(winners.shape), memory_format(winners))
 
 
@@ -279,7 +279,7 @@ def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
     _check_device(dy, x)
     xa = _array(x)
     layout = _layout(xa.shape, window_ndim(window))
-    _, pullback = ops.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "split",
+    _, pullback = engines.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "split",
                                  True, "max_pool")
     return _tensor(pullback(_array(dy)), memory_format(x), dy.dtype)
 
@@ -307,7 +307,7 @@ def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
     _check_device(x)
     xa = _array(x)
     layout = _layout(xa.shape, window_ndim(window))
-    y, _ = ops.avg_engine(xa, layout, plan_of(window, xa.shape[2:]),
+    y, _ = engines.avg_engine(xa, layout, plan_of(window, xa.shape[2:]),
                           _divisor(window, count_include_pad), divisor_override, False,
                           "avg_pool", _avg_kind(window))
     return _tensor(y, memory_format(x), x.dtype)
@@ -327,7 +327,7 @@ def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
     ndim = window_ndim(window)
     layout = _layout(x_size, ndim)
     dya = _array(dy)
-    pullback = ops.avg_pullback(plan_of(window, x_size[2:]), layout, dya.dtype,
+    pullback = engines.avg_pullback(plan_of(window, x_size[2:]), layout, dya.dtype,
                                 channels_last, _divisor(window, count_include_pad),
                                 divisor_override, kind=_avg_kind(window))
     return _tensor(pullback(dya), _format_of(channels_last, len(x_size)), dy.dtype)
@@ -353,7 +353,7 @@ def lp_pool(x: Tensor, p: float, window: list[int]) -> Tensor:
     _check_device(x)
     xa = _array(x)
     layout = _layout(xa.shape, window_ndim(window))
-    y, _ = ops.lp_engine(xa, layout, plan_of(window, xa.shape[2:]), p, False, "lp_pool")
+    y, _ = engines.lp_engine(xa, layout, plan_of(window, xa.shape[2:]), p, False, "lp_pool")
     return _tensor(y, memory_format(x), x.dtype)
 
 
@@ -369,7 +369,7 @@ def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[in
     xa, ya = _array(x), _array(y)
     layout = _layout(xa.shape, window_ndim(window))
     xk, yk = _inputs.compute_view(xa, layout), _inputs.compute_view(ya, layout)
-    pullback = ops.lp_pullback(xk, yk, p, plan_of(window, xa.shape[2:]), layout, xa.dtype)
+    pullback = engines.lp_pullback(xk, yk, p, plan_of(window, xa.shape[2:]), layout, xa.dtype)
     return _tensor(pullback(_array(dy)), memory_format(x), dy.dtype)
 
 

@@ -26,13 +26,13 @@ from torch import Tensor
 
 from .. import _inputs as inputs
 from .. import geometry
+from ..engines import TIE_RULES
 from . import _ops as ops
 from ._autograd import call
 
 __all__ = [f"{name}{n}d" for name in ("max_pool", "avg_pool", "lp_pool", "adaptive_max_pool",
                                       "adaptive_avg_pool", "max_unpool") for n in (1, 2, 3)]
 
-TIE_RULES = ("first", "split")
 
 
 def _batched(input, ndim: int, name: str) -> tuple[Tensor, bool]:

@@ -1,0 +1,21 @@
+"""How each pooling family runs: an *engine* pools a checked input along its plan
+(choosing kernels through :mod:`poolgrad.kernels.dispatch`) and, when asked, builds its
+:class:`Pullback`; the *pullbacks* can also be rebuilt from what a forward kept, which is
+how poolgrad.torch's backward operators run.
+
+- :mod:`.pullback`: :class:`Pullback` and what every family shares;
+- :mod:`.maxima`: max pooling, its winners and their indices;
+- :mod:`.averages`: average pooling;
+- :mod:`.lp`: Lp pooling.
+
+:mod:`poolgrad.ops` validates the public arguments and calls the engines; so does
+:mod:`poolgrad.torch`, on ``tensor.numpy()`` views.
+"""
+
+from .averages import avg_engine, avg_pullback
+from .lp import lp_engine, lp_pullback
+from .maxima import TIE_RULES, max_engine, max_gather, max_pullback, winner_indices
+from .pullback import Pullback
+
+__all__ = ["Pullback", "TIE_RULES", "avg_engine", "avg_pullback", "lp_engine", "lp_pullback",
+           "max_engine", "max_gather", "max_pullback", "winner_indices"]

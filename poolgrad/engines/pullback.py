@@ -1,0 +1,94 @@
+"""What every pooling family's engine shares: :class:`Pullback`, the vector-Jacobian
+product that :func:`poolgrad.vjp` returns, and the arrays and routing a pullback is
+built from.
+
+Channels-last: an ``(N, C, *spatial)`` array stored with C fastest (PyTorch's
+channels_last memory format) is pooled by kernels that run along C, and its output
+and gradient keep that memory format, as in PyTorch (the dispatch decides; see
+:func:`poolgrad.kernels.dispatch.operand`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _inputs as inputs
+from ..kernels import dispatch
+
+
+class Pullback:
+    """The vector-Jacobian product of one operator call: ``dx = pullback(dy)``.
+
+    ``dy`` must have the output's shape; ``dx`` has the input's shape and dtype. A
+    pullback is pure: it may be called any number of times. ``saved`` holds the arrays
+    it keeps (for max pooling with ``ties="first"``, only the winning tap of each
+    window, in the smallest unsigned type that numbers the window's taps). ``kernels``
+    names the kernels that ran the forward and that run the backward (``{"forward":
+    "tiled.max_pool_forward_tiled", "backward": ...}``; see ``docs/kernels.md``).
+    """
+
+    def __init__(self, op: str, backward, y_shape, x_shape, x_dtype, saved: dict,
+                 kernels: tuple[str, str]):
+        self.op = op
+        self.kernels = dict(zip(("forward", "backward"), kernels, strict=True))
+        self._backward = backward
+        self.y_shape = tuple(y_shape)
+        self.x_shape = tuple(x_shape)
+        self.x_dtype = np.dtype(x_dtype)
+        self.saved = saved
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(a.nbytes for a in self.saved.values())
+
+    @property
+    def state_bytes_per_output(self) -> float:
+        """Bytes this pullback keeps per output element (PyTorch's max pool keeps 8)."""
+        return self.saved_bytes / max(math.prod(self.y_shape), 1)
+
+    def __call__(self, dy) -> np.ndarray:
+        dy = inputs.check_array(dy, "dy", floating=False)
+        if dy.shape != self.y_shape:
+            raise ValueError(
+                f"{self.op} pullback: dy has shape {dy.shape} but the output has shape "
+                f"{self.y_shape}"
+            )
+        compute = inputs.COMPUTE_DTYPE[self.x_dtype]
+        dx = self._backward(np.asarray(dy, dtype=compute))
+        return dx.astype(self.x_dtype, copy=False).reshape(self.x_shape)
+
+    def __repr__(self):
+        return (f"Pullback({self.op}, x{self.x_shape} <- dy{self.y_shape}, "
+                f"saves {self.saved_bytes} bytes)")
+
+
+def empty(shape: tuple[int, ...], dtype, channels_last: bool) -> np.ndarray:
+    """An uninitialised 5-d ``(N, C, D, H, W)`` array, stored channels-last if asked."""
+    if not channels_last:
+        return np.empty(shape, dtype=dtype)
+    n, c, d, h, w = shape
+    return np.empty((n, d, h, w, c), dtype=dtype).transpose(0, 4, 1, 2, 3)
+
+
+def owned(view: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``view`` as an array the pullback owns: later changes to ``x`` (the caller's
+    input or output) cannot reach it."""
+    return view.copy() if np.shares_memory(view, x) else view
+
+
+def stored_as(channels_last: bool, dtype) -> dispatch.Operand:
+    return dispatch.Operand(np.dtype(dtype), "channels_last" if channels_last else "nchw")
+
+
+def routing(kernel, layout, plan, state):
+    """``dy -> dx`` through a backward kernel that takes ``(dy, state, dx)``, with ``dx``
+    stored as the kernel stores its outputs (the max and average backwards)."""
+    dx_shape = layout.kernel_shape(plan.in_spatial)
+
+    def backward(dy):
+        dx = empty(dx_shape, dy.dtype, kernel.channels_last)
+        kernel(layout.to_kernel(dy), state, dx)
+        return dx
+    return backward
