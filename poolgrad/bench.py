@@ -275,7 +275,8 @@ def _time_layer(layer: Layer, base: np.ndarray, torch, repeats: int, compile_lay
         if progress:
             progress(f"{layer.name} {layout}")
         x = base if layout == "NCHW" else channels_last(base)
-        y = _poolgrad_call(layer)[0](x, *_poolgrad_call(layer)[1])
+        op, args, kwargs = _poolgrad_call(layer)
+        y = op(x, *args, **kwargs)  # its size, for the bytes each pass moves
         results = {"poolgrad": _poolgrad_passes(layer, x)}
         compile_seconds = None
         if torch is not None:
@@ -296,16 +297,18 @@ def _time_layer(layer: Layer, base: np.ndarray, torch, repeats: int, compile_lay
             if "eager" in seconds:
                 row["torch_ms"] = seconds["eager"] * 1e3
                 row["speedup"] = seconds["eager"] / seconds["poolgrad"]
-                row["compiled_ms"] = (seconds["compiled"] * 1e3 if "compiled" in seconds
-                                      else None)
+                row["compiled_ms"] = None
                 row["compile_s"] = compile_seconds
+                if "compiled" in seconds:
+                    row["compiled_ms"] = seconds["compiled"] * 1e3
+                    row["speedup_vs_compiled"] = seconds["compiled"] / seconds["poolgrad"]
             rows.append(row)
     return rows
 
 
 def _best_pytorch(rows: list[dict]) -> None:
-    """Adds to each row the best PyTorch time for its layer and pass: the fastest of
-    eager and compiled, in either layout, and poolgrad's speed relative to it."""
+    """Adds to each row the best PyTorch time for its layer and pass, the fastest of
+    eager and compiled in either layout, and poolgrad's speed relative to it."""
     best = {}
     for row in rows:
         for column in ("torch_ms", "compiled_ms"):
@@ -317,8 +320,6 @@ def _best_pytorch(rows: list[dict]) -> None:
         if key in best:
             row["best_torch_ms"] = best[key]
             row["speedup_vs_best"] = best[key] / row["poolgrad_ms"]
-            if row.get("compiled_ms") is not None:
-                row["speedup_vs_compiled"] = row["compiled_ms"] / row["poolgrad_ms"]
 
 
 def run(quick: bool = False, repeats: int | None = None, threads: int | None = None,

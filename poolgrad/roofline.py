@@ -23,9 +23,6 @@ written before is not a bound is in ``docs/performance.md``.
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import numba
 import numpy as np
 
@@ -55,13 +52,8 @@ def _stream_copy(source, target):
 
 
 def _median(function, repeats: int) -> float:
-    function()  # compile, fault in
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    from .bench import median_seconds  # imported here: poolgrad.bench imports this module
+    return median_seconds({"probe": function}, repeats)["probe"]
 
 
 class Roofline:
