@@ -71,14 +71,15 @@ def chosen_kernels(monkeypatch):
     return names
 
 
-def put_nan_payloads(plane):
-    """NaNs with different bits (quiet and signalling payloads, both signs), so that a
-    kernel that lets the wrong NaN win gives different bits."""
+def put_nan_payloads(plane, every=3):
+    """NaNs with different bits (quiet and signalling payloads, both signs) at every
+    ``every``-th element, so that a kernel that lets the wrong NaN win gives different
+    bits."""
     bits = plane.view(np.uint32 if plane.dtype == np.float32 else np.uint64)
     top = np.array(np.inf, plane.dtype).view(bits.dtype)[()]  # exponent all ones
     sign = np.array(-0.0, plane.dtype).view(bits.dtype)[()]
     flat = bits.reshape(-1)
-    for k in range(0, flat.size, 3):
+    for k in range(0, flat.size, every):
         payload = bits.dtype.type(k % 7 + 1)
         flat[k] = (top | payload) | (sign if k % 2 else bits.dtype.type(0))
 
@@ -367,6 +368,14 @@ def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, st
     x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)
     x[0, :5].flat[::7] = np.nan
     put_nan_payloads(x[1, 5])
+    put_nan_payloads(x[1, 9], every=1)  # windows of NaNs only: the first must win
+    # NaNs of random payloads at random places: windows whose first NaN is any tap
+    bits = x[:, 10:30].view(np.uint32 if dtype == np.float32 else np.uint64)
+    payload = rng.integers(1, 99, bits.shape, bits.dtype)
+    nan_bits = np.array(np.nan, dtype).view(bits.dtype) | payload
+    density = np.linspace(0.05, 0.5, 20).reshape((20,) + (1,) * len(spatial))
+    scattered = rng.random(bits.shape) < density
+    bits[scattered] = nan_bits[scattered]
     x[1, 6].flat[::3] = np.inf
     x[1, 7] = -np.inf
     x[0, 8].flat[1::4] = -np.inf
