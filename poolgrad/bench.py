@@ -95,12 +95,12 @@ def _torch_call(layer: Layer, torch):
     return lambda t: fn(t, layer.kernel, layer.stride, layer.padding)
 
 
-def median_seconds(functions: dict, repeats: int, calls: int = 1,
-                   settle: bool = True) -> dict[str, float]:
-    """Median seconds per call of each of ``functions`` (name: function of no
-    arguments). Each is called once to warm up (compilation, caches, page faults of the
-    first allocation), then ``repeats`` rounds run each function ``calls`` times in turn,
-    so that a slow spell of a shared machine falls on all of them alike.
+def timed_samples(functions: dict, repeats: int, calls: int = 1,
+                  settle: bool = True) -> dict[str, list[float]]:
+    """Seconds per call of each of ``functions`` (name: function of no arguments), one
+    sample per round. Each is called once to warm up (compilation, caches, page faults
+    of the first allocation), then ``repeats`` rounds run each function ``calls`` times
+    in turn, so that a slow spell of a shared machine falls on all of them alike.
 
     With ``settle``, each function's timed calls follow an untimed call of it: the
     cost of switching from another function (another library's threads still spinning
@@ -117,7 +117,15 @@ def median_seconds(functions: dict, repeats: int, calls: int = 1,
             for _ in range(calls):
                 function()
             samples[name].append((time.perf_counter() - start) / calls)
-    return {name: statistics.median(times) for name, times in samples.items()}
+    return samples
+
+
+def median_seconds(functions: dict, repeats: int, calls: int = 1,
+                   settle: bool = True) -> dict[str, float]:
+    """Median seconds per call of each of ``functions``, timed by
+    :func:`timed_samples`."""
+    return {name: statistics.median(times)
+            for name, times in timed_samples(functions, repeats, calls, settle).items()}
 
 
 def _median_seconds(fn, repeats: int) -> float:
@@ -286,10 +294,16 @@ def _time_layer(layer: Layer, base: np.ndarray, torch, repeats: int, compile_lay
                 results["compiled"], compile_seconds = _compiled_passes(layer, xt, torch)
             _check_agree(results, f"{layer.name} {layout}")
         for pass_name in PASSES:
-            seconds = median_seconds({name: passes[pass_name]
-                                      for name, passes in results.items()}, repeats)
             read, written = must_move(layer, pass_name, x, y)
-            bound = roofline.seconds(read, written)
+            # the roofline's probes are timed in the same rounds as the pass: this
+            # machine's cost of writing fresh memory drifts by 2x over a run
+            probes = roofline.probes(read, written)
+            samples = timed_samples({**{name: passes[pass_name]
+                                        for name, passes in results.items()}, **probes},
+                                    repeats)
+            seconds = {name: statistics.median(samples[name]) for name in results}
+            bound = roofline.bound({name: samples[name] for name in probes})
+            del probes, samples
             row = {"layer": layer.name, "shape": list(layer.shape), "layout": layout,
                    "pass": pass_name, "poolgrad_ms": seconds["poolgrad"] * 1e3,
                    "read_bytes": read, "write_bytes": written, "roofline_ms": bound * 1e3,

@@ -15,10 +15,13 @@ new one. Its time is at least the larger of
   cost of writing compared with a buffer written before, and a pass cannot avoid it.
 
 Both are measured at the benchmark's thread count, on buffers of exactly the bytes of
-the pass (the cache level a pass's operands live in depends on their size), in the
-same process as the kernels they bound. A copy is its own tightest bound, so the copy
-reaches 100% by construction; why the simpler model of a sum and a fill of a buffer
-written before is not a bound is in ``docs/performance.md``.
+the pass (the cache level a pass's operands live in depends on their size). The bench
+times the probes (:meth:`Roofline.probes`) in the same rounds as the pass they bound,
+and takes the fastest round of each (:meth:`Roofline.bound`): on a shared machine the
+cost of fresh memory drifts by 2x within minutes, and a probe measured once, at another
+moment, was beaten by a kernel by up to 1.5x. A copy is its own tightest bound, so the
+copy reaches 100% by construction; why the simpler model of a sum and a fill of a
+buffer written before is not a bound is in ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -88,6 +91,28 @@ class Roofline:
                            self.repeats)
             self._write[n] = min(fill, copy)
         return self._write[n]
+
+    def probes(self, read_bytes: int, write_bytes: int) -> dict:
+        """The four probes of a pass, functions of no arguments to be timed beside it:
+        reading ``read_bytes`` of resident memory (sum, copy out) and writing
+        ``write_bytes`` into a fresh array (fill, copy in)."""
+        read_n, write_n = self._elements(read_bytes), self._elements(write_bytes)
+        source = np.ones(read_n, np.float32)
+        target = np.empty_like(source)
+        written = np.ones(write_n, np.float32)
+        return {"read by sum": lambda: _stream_sum(source),
+                "read by copy": lambda: _stream_copy(source, target),
+                "write by fill": lambda: _stream_fill(np.empty(write_n, np.float32),
+                                                      np.float32(1)),
+                "write by copy": lambda: _stream_copy(written, np.empty(write_n, np.float32))}
+
+    @staticmethod
+    def bound(samples: dict) -> float:
+        """The least seconds of a pass from its probes' samples (name: seconds per
+        round): the larger of the fastest read and the fastest write seen."""
+        read = min(min(samples["read by sum"]), min(samples["read by copy"]))
+        write = min(min(samples["write by fill"]), min(samples["write by copy"]))
+        return max(read, write)
 
     def seconds(self, read_bytes: int, write_bytes: int) -> float:
         """The least time of a pass that reads ``read_bytes`` and writes ``write_bytes``

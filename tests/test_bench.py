@@ -77,6 +77,22 @@ def test_roofline_is_the_slower_of_reading_and_writing():
     assert bandwidths["read_GBps"] == round(large / roofline.read_seconds(large) / 1e9, 2)
 
 
+def test_roofline_bound_is_the_slower_of_the_fastest_read_and_write():
+    from poolgrad.roofline import Roofline
+
+    # the fastest round of each probe counts, and the faster of the two ways
+    samples = {"read by sum": [3.0, 2.0, 5.0], "read by copy": [2.5, 4.0, 9.0],
+               "write by fill": [7.0, 6.0, 8.0], "write by copy": [6.5, 9.0, 7.5]}
+    assert Roofline.bound(samples) == 6.0
+    assert Roofline.bound({**samples, "write by fill": [1.0], "write by copy": [1.5]}) == 2.0
+    # the probes are what the bound reads, and they run
+    probes = Roofline().probes(4096, 2**16)
+    assert set(probes) == set(samples)
+    timed = bench.timed_samples(probes, repeats=2)
+    assert all(len(times) == 2 and min(times) > 0 for times in timed.values())
+    assert Roofline.bound(timed) > 0
+
+
 def test_summary_compares_with_the_best_pytorch_and_the_roofline():
     def row(layout, pass_name, ours, eager, compiled, fraction):
         return {"layer": "VGG 2x2/2", "layout": layout, "pass": pass_name,
