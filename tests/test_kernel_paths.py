@@ -354,13 +354,16 @@ def test_dispatch_lists_its_rules_and_refuses_what_it_has_no_kernel_for():
     ((4, 6, 9), 2, 2, 1, 1),          # 2x2x2 and its cut 1x2x2, 2x1x2 edges
     ((5, 6, 9), (1, 3, 3), 2, 0, 1),  # 3-d with 3x3 planes
     ((5, 6, 9), 3, 2, 1, 1),          # windows of more tap rows: a pass per row
+    ((23,), 4, 3, 2, 1),              # 1-d rows of 4 taps and the cut 2 and 3 at edges
+    ((23,), 3, 2, 1, 3),              # dilated 1-d rows of 3
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, stride, padding,
                                                             dilation, dtype, monkeypatch):
-    """The channels-last inference forward folds 2x2, 3x3 (and their cut edges) and
-    2x2x2 windows in one pass over C: the bits of the general kernel, with ties, -0,
-    infinities and NaN payloads, on a C of several vectors plus a tail."""
+    """The channels-last inference forward folds 2x2, 3x3 (and their cut edges), 2x2x2
+    and 1-d windows of two to four taps in one pass over C: the bits of the general
+    kernel, with ties, -0, infinities and NaN payloads, on a C of several vectors plus a
+    tail."""
     from poolgrad.bench import channels_last
 
     rng = np.random.default_rng(len(spatial) * 10 + np.ndim(kernel))

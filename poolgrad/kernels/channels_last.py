@@ -181,6 +181,18 @@ def _max_rows_of_3(out, r0, r1, r2, w0, w1, w2):
 
 
 @njit(inline="always", **JIT_OPTIONS)
+def _max_row_of_4(out, row, w0, w1, w2, w3):
+    """``out`` = the maximum of a window of one tap row of up to four taps (columns
+    ``w0`` to ``w3``; a shorter row repeats its last, as in :func:`_max_rows_of_3`), in
+    one pass over C."""
+    a, b, d, e = row[w0], row[w1], row[w2], row[w3]
+    for c in range(len(out)):
+        m = _larger(e[c], _larger(d[c], _larger(b[c], a[c])))
+        q = _nan_or(_nan_or(_nan_or(a[c], b[c]), d[c]), e[c])
+        out[c] = _nan_or(q, m)
+
+
+@njit(inline="always", **JIT_OPTIONS)
 def _max_4x2(out, r0, r1, r2, r3, w0, dil_w):
     """``out`` = the maximum of four tap rows of two taps (a 2x2x2 window), in one
     pass over C."""
@@ -209,8 +221,9 @@ def _run_end(table, ow, out_w):
 def max_values_forward(x, table, dilation, y):
     """The ``y`` of :func:`max_pool_forward` without the winners (inference).
 
-    Windows of two to four real tap rows of two taps (2x2, 2x2x2) and of two or three
-    rows of two or three taps (3x3 and its cut edges) are folded in one pass over C,
+    Windows of two to four real tap rows of two taps (2x2, 2x2x2), of two or three
+    rows of two or three taps (3x3 and its cut edges) and of one row of two to four
+    taps (1-d) are folded in one pass over C,
     writing each output once; with C in the tens, a pass per tap row spent more on its
     loop than on the taps. Other windows are folded in place one tap row at a time: a
     float select alone vectorizes.
@@ -250,6 +263,12 @@ def max_values_forward(x, table, dilation, y):
                     w0 = table[2, 0, o] + table[2, 1, o] * dil_w
                     _max_rows_of_3(out_row[o], r0, r1, r2, w0, w0 + dil_w,
                                    w0 + (count - 1) * dil_w)
+            elif (rows == 1) & (count >= 2) & (count <= 4):
+                for o in range(ow, end):
+                    w0 = table[2, 0, o] + table[2, 1, o] * dil_w
+                    last = w0 + (count - 1) * dil_w
+                    _max_row_of_4(out_row[o], r0, w0, w0 + dil_w, min(w0 + 2 * dil_w, last),
+                                  last)
             elif (rows == 4) & (rows_h == 2) & (count == 2):
                 for o in range(ow, end):
                     _max_4x2(out_row[o], r0, r1, r2, r3, table[2, 0, o] + table[2, 1, o] * dil_w,
