@@ -168,14 +168,22 @@ def _poolgrad_passes(layer: Layer, x: np.ndarray) -> dict:
 
 def torch_input(x: np.ndarray, layout: str, torch):
     """``x`` (NCHW, or its :func:`channels_last` view) as a tensor in PyTorch's format
-    for ``layout``."""
-    xt = torch.from_numpy(np.ascontiguousarray(x))
+    for ``layout``, on ``x``'s own memory wherever its strides are already that format.
+
+    Every implementation then reads the same bytes: when PyTorch's eager and compiled
+    passes shared a copy of their own, each warmed the caches for the other, and
+    poolgrad, reading ``x``, measured up to 1.3x slower beside them than alone
+    (VGG deep, channels-last forward: 0.81 ms on separate memory, 0.61 ms on shared)."""
+    xt = torch.from_numpy(x)
     ndim = x.ndim - 2
     if layout == "channels-last":
         fmt = torch.channels_last if ndim == 2 else (
             torch.channels_last_3d if ndim == 3 else None)
         # 1-d tensors have no channels-last format; time the transposed view as stored
-        xt = xt.contiguous(memory_format=fmt) if fmt else torch.from_numpy(x)
+        if fmt is not None and not xt.is_contiguous(memory_format=fmt):
+            xt = xt.contiguous(memory_format=fmt)
+    elif not xt.is_contiguous():
+        xt = xt.contiguous()
     return xt
 
 

@@ -122,6 +122,27 @@ def test_channels_last_view_is_the_same_logical_array():
     assert view.strides[1] == x.itemsize  # channels vary fastest in memory
 
 
+def test_torch_input_reads_the_same_memory_as_poolgrad():
+    import numpy as np
+    torch = pytest.importorskip("torch")
+
+    formats = {2: torch.channels_last, 3: torch.channels_last_3d}
+    for spatial in ((7,), (4, 5), (3, 4, 5)):
+        x = np.arange(2 * 3 * int(np.prod(spatial)), dtype=np.float32).reshape((2, 3) + spatial)
+        for layout in bench.LAYOUTS:
+            view = x if layout == "NCHW" else bench.channels_last(x)
+            xt = bench.torch_input(view, layout, torch)
+            np.testing.assert_array_equal(xt.numpy(), view)
+            # no copy: PyTorch and poolgrad time reading the same bytes
+            assert xt.data_ptr() == view.ctypes.data
+            if layout == "channels-last" and len(spatial) in formats:
+                assert xt.is_contiguous(memory_format=formats[len(spatial)])
+    # a view PyTorch's formats do not describe is copied into one
+    odd = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)[:, :, ::2]
+    xt = bench.torch_input(odd, "NCHW", torch)
+    assert xt.is_contiguous() and np.array_equal(xt.numpy(), odd)
+
+
 def test_summary_names_rows_slower_than_pytorch_fastest_layout():
     def row(layout, ours, theirs):
         return {"layer": "VGG 2x2/2", "layout": layout, "pass": "forward",
