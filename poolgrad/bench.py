@@ -303,8 +303,8 @@ def _time_layer(layer: Layer, base: np.ndarray, torch, repeats: int, compile_lay
             _check_agree(results, f"{layer.name} {layout}")
         for pass_name in PASSES:
             read, written = must_move(layer, pass_name, x, y)
-            # the roofline's probes are timed in the same rounds as the pass: this
-            # machine's cost of writing fresh memory drifts by 2x over a run
+            # the roofline's probes are timed in the same rounds as the pass, so that a
+            # slow spell of a shared machine does not lower the bound
             probes = roofline.probes(read, written)
             samples = timed_samples({**{name: passes[pass_name]
                                         for name, passes in results.items()}, **probes},
@@ -433,8 +433,9 @@ def header(result: dict, command: str = "poolgrad bench") -> str:
     """The first line of a table: the machine, threads, bandwidth and repeats."""
     machine = result["machine"]
     roofline = machine.get("roofline")
-    bandwidth = (f"read {roofline['read_GBps']} GB/s, fresh write "
-                 f"{roofline['fresh_write_GBps']} GB/s at {roofline['bytes'] / 2**20:.0f} MiB"
+    bandwidth = (f"read {roofline['read_GBps']} GB/s, write {roofline.get('write_GBps')} "
+                 f"GB/s, fresh write {roofline['fresh_write_GBps']} GB/s at "
+                 f"{roofline['bytes'] / 2**20:.0f} MiB"
                  if roofline else f"NumPy copy {machine['copy_bandwidth_GBps']} GB/s")
     return (f"{command}: {machine['cpu']} (family {machine.get('cpu_family')} model "
             f"{machine.get('cpu_model')}, {machine.get('simd')}), {machine['threads']} "

@@ -2,26 +2,30 @@
 machine, measured, not assumed.
 
 A pooling pass reads some bytes (``x``; or ``dy`` and the saved winners) and writes
-others (``y``; or ``dx``) into a freshly allocated array, since every pass returns a
-new one. Its time is at least the larger of
+others (``y``; or ``dx``). Its time is at least the larger of
 
 - the time the fastest streaming kernel we have takes to **read** that many bytes that
   are already in memory: a Numba ``prange`` sum, or a copy out of them, whichever is
   faster; and
-- the time it takes to **write** that many bytes into a **fresh** array: ``np.empty``
-  (NumPy asks the kernel for huge pages above 4 MiB) and a ``prange`` fill, or a copy
-  into it, whichever is faster. The first write to a fresh page makes the operating
-  system map and zero it: for arrays of tens of MiB and more this roughly doubles the
-  cost of writing compared with a buffer written before, and a pass cannot avoid it.
+- the time it takes to **write** that many bytes into memory written before: a
+  ``prange`` fill, or a copy into it, whichever is faster.
 
 Both are measured at the benchmark's thread count, on buffers of exactly the bytes of
 the pass (the cache level a pass's operands live in depends on their size). The bench
-times the probes (:meth:`Roofline.probes`) in the same rounds as the pass they bound,
-and takes the fastest round of each (:meth:`Roofline.bound`): on a shared machine the
-cost of fresh memory drifts by 2x within minutes, and a probe measured once, at another
-moment, was beaten by a kernel by up to 1.5x. A copy is its own tightest bound, so the
-copy reaches 100% by construction; why the simpler model of a sum and a fill of a
-buffer written before is not a bound is in ``docs/performance.md``.
+times these probes (:meth:`Roofline.probes`) in the same rounds as the pass they bound
+and takes the fastest round of each (:meth:`Roofline.bound`), so that a slow spell of
+a shared machine does not lower the bound. A copy is its own tightest bound, so the
+copy reaches 100% by construction.
+
+Every pass returns a new array, and the first write to a fresh page makes the
+operating system map and zero it: above glibc's 32 MiB mmap threshold that cost
+2-2.6x the write into memory written before, here. An earlier model charged it to the
+bound (a fill of a fresh ``np.empty``), but its cost drifts with the state of the
+machine, and passes beat that bound by up to 1.5x even when it was timed beside them:
+it was not a bound. So the bound leaves it out, the fraction of a pass that writes a
+large fresh array cannot reach 100%, and :meth:`Roofline.bandwidths` reports the fresh
+write's bandwidth beside the others, for the table's header. ``docs/performance.md``
+has the figures.
 """
 
 from __future__ import annotations
@@ -54,57 +58,36 @@ def _stream_copy(source, target):
         target[i] = source[i]
 
 
-def _median(function, repeats: int) -> float:
-    from .bench import median_seconds  # imported here: poolgrad.bench imports this module
-    return median_seconds({"probe": function}, repeats)["probe"]
+def _samples(functions: dict, repeats: int) -> dict:
+    from .bench import timed_samples  # imported here: poolgrad.bench imports this module
+    return timed_samples(functions, repeats)
 
 
 class Roofline:
-    """Measures, once per size, the least seconds to read ``n`` resident bytes and to
-    write ``n`` bytes into a fresh array; :meth:`seconds` bounds a pass."""
+    """The probes that bound a pass (:meth:`probes`, :meth:`bound`), and the
+    bandwidths of the run's header (:meth:`bandwidths`); ``repeats``: the rounds of
+    probes timed on their own."""
 
     def __init__(self, repeats: int = 7):
         self.repeats = repeats
-        self._read: dict[int, float] = {}
-        self._write: dict[int, float] = {}
 
     @staticmethod
     def _elements(nbytes: int) -> int:
         return max(1, -(-nbytes // _ALIGN) * _ALIGN // 4)
 
-    def read_seconds(self, nbytes: int) -> float:
-        n = self._elements(nbytes)
-        if n not in self._read:
-            source = np.ones(n, np.float32)
-            target = np.empty_like(source)
-            self._read[n] = min(_median(lambda: _stream_sum(source), self.repeats),
-                                _median(lambda: _stream_copy(source, target), self.repeats))
-        return self._read[n]
-
-    def write_seconds(self, nbytes: int) -> float:
-        n = self._elements(nbytes)
-        if n not in self._write:
-            source = np.ones(n, np.float32)
-            fill = _median(lambda: _stream_fill(np.empty(n, np.float32), np.float32(1)),
-                           self.repeats)
-            copy = _median(lambda: _stream_copy(source, np.empty(n, np.float32)),
-                           self.repeats)
-            self._write[n] = min(fill, copy)
-        return self._write[n]
-
     def probes(self, read_bytes: int, write_bytes: int) -> dict:
         """The four probes of a pass, functions of no arguments to be timed beside it:
         reading ``read_bytes`` of resident memory (sum, copy out) and writing
-        ``write_bytes`` into a fresh array (fill, copy in)."""
+        ``write_bytes`` into memory written before (fill, copy in)."""
         read_n, write_n = self._elements(read_bytes), self._elements(write_bytes)
         source = np.ones(read_n, np.float32)
-        target = np.empty_like(source)
+        target = np.ones_like(source)
         written = np.ones(write_n, np.float32)
+        destination = np.ones_like(written)
         return {"read by sum": lambda: _stream_sum(source),
                 "read by copy": lambda: _stream_copy(source, target),
-                "write by fill": lambda: _stream_fill(np.empty(write_n, np.float32),
-                                                      np.float32(1)),
-                "write by copy": lambda: _stream_copy(written, np.empty(write_n, np.float32))}
+                "write by fill": lambda: _stream_fill(destination, np.float32(1)),
+                "write by copy": lambda: _stream_copy(written, destination)}
 
     @staticmethod
     def bound(samples: dict) -> float:
@@ -115,12 +98,26 @@ class Roofline:
         return max(read, write)
 
     def seconds(self, read_bytes: int, write_bytes: int) -> float:
-        """The least time of a pass that reads ``read_bytes`` and writes ``write_bytes``
-        into fresh memory: the larger of the two streaming times."""
-        return max(self.read_seconds(read_bytes), self.write_seconds(write_bytes))
+        """The bound of a pass from probes timed on their own (``repeats`` rounds)."""
+        probes = self.probes(read_bytes, write_bytes)
+        return self.bound(_samples(probes, self.repeats))
+
+    def _fresh_write_seconds(self, nbytes: int) -> float:
+        n = self._elements(nbytes)
+        source = np.ones(n, np.float32)
+        fill = _samples({"fill": lambda: _stream_fill(np.empty(n, np.float32),
+                                                      np.float32(1)),
+                         "copy": lambda: _stream_copy(source, np.empty(n, np.float32))},
+                        self.repeats)
+        return min(min(fill["fill"]), min(fill["copy"]))
 
     def bandwidths(self, nbytes: int) -> dict:
-        """GB/s of reading and of fresh writing at ``nbytes`` (for the JSON)."""
-        return {"bytes": nbytes,
-                "read_GBps": round(nbytes / self.read_seconds(nbytes) / 1e9, 2),
-                "fresh_write_GBps": round(nbytes / self.write_seconds(nbytes) / 1e9, 2)}
+        """GB/s of reading, of writing memory written before and of writing a fresh
+        array, at ``nbytes`` (for the JSON and the table's header)."""
+        probes = _samples(self.probes(nbytes, nbytes), self.repeats)
+        read = min(min(probes["read by sum"]), min(probes["read by copy"]))
+        write = min(min(probes["write by fill"]), min(probes["write by copy"]))
+        return {"bytes": nbytes, "read_GBps": round(nbytes / read / 1e9, 2),
+                "write_GBps": round(nbytes / write / 1e9, 2),
+                "fresh_write_GBps": round(nbytes / self._fresh_write_seconds(nbytes) / 1e9,
+                                          2)}

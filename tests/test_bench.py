@@ -27,7 +27,8 @@ def test_quick_benchmark_writes_table_and_json(tmp_path, capsys):
     assert not list(out.parent.glob(".poolgrad-*"))  # the atomic write left no temporary
     # the roofline: bytes of every pass, a bound in ms, and the probe's bandwidths
     roofline = result["machine"]["roofline"]
-    assert roofline["read_GBps"] > 0 and roofline["fresh_write_GBps"] > 0
+    assert roofline["read_GBps"] > 0 and roofline["write_GBps"] > 0
+    assert roofline["fresh_write_GBps"] > 0
     for row in result["rows"]:
         assert row["read_bytes"] > 0 and row["write_bytes"] > 0
         assert row["roofline_fraction"] == pytest.approx(row["roofline_ms"] / row["poolgrad_ms"])
@@ -62,19 +63,16 @@ def test_must_move_counts_each_pass_bytes():
     assert bench.must_move(average, "backward", x, y) == (16, 64)  # no state
 
 
-def test_roofline_is_the_slower_of_reading_and_writing():
+def test_roofline_bandwidths_of_the_header():
     from poolgrad.roofline import Roofline
 
     roofline = Roofline(repeats=1)
-    small, large = 4096, 2**20
-    for read, write in [(small, large), (large, small), (large, large)]:
-        assert roofline.seconds(read, write) == max(roofline.read_seconds(read),
-                                                    roofline.write_seconds(write))
-    # each size is measured once and kept
-    assert roofline.read_seconds(large) == roofline.read_seconds(large)
+    large = 2**20
     bandwidths = roofline.bandwidths(large)
     assert bandwidths["bytes"] == large
-    assert bandwidths["read_GBps"] == round(large / roofline.read_seconds(large) / 1e9, 2)
+    assert min(bandwidths["read_GBps"], bandwidths["write_GBps"],
+               bandwidths["fresh_write_GBps"]) > 0
+    assert roofline.seconds(4096, large) > 0
 
 
 def test_roofline_bound_is_the_slower_of_the_fastest_read_and_write():
