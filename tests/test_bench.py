@@ -80,9 +80,12 @@ def test_roofline_bound_is_the_slower_of_the_fastest_read_and_write():
 
     # the fastest round of each probe counts, and the faster of the two ways
     samples = {"read by sum": [3.0, 2.0, 5.0], "read by copy": [2.5, 4.0, 9.0],
-               "write by fill": [7.0, 6.0, 8.0], "write by copy": [6.5, 9.0, 7.5]}
+               "write by fill": [7.0, 6.0, 8.0], "write by copy": [6.5, 9.0, 7.5],
+               "write by zeroing": [6.2, 7.0]}
     assert Roofline.bound(samples) == 6.0
-    assert Roofline.bound({**samples, "write by fill": [1.0], "write by copy": [1.5]}) == 2.0
+    assert Roofline.bound({**samples, "write by zeroing": [5.5]}) == 5.5
+    assert Roofline.bound({**samples, "write by fill": [1.0], "write by copy": [1.5],
+                           "write by zeroing": [1.2]}) == 2.0
     # the probes are what the bound reads, and they run
     probes = Roofline().probes(4096, 2**16)
     assert set(probes) == set(samples)
