@@ -95,6 +95,10 @@ def _torch_call(layer: Layer, torch):
     return lambda t: fn(t, layer.kernel, layer.stride, layer.padding)
 
 
+# how long each function runs untimed before each of its timed calls (see timed_samples)
+SETTLE_SECONDS = 0.02
+
+
 def timed_samples(functions: dict, repeats: int, calls: int = 1,
                   settle: bool = True) -> dict[str, list[float]]:
     """Seconds per call of each of ``functions`` (name: function of no arguments), one
@@ -102,9 +106,12 @@ def timed_samples(functions: dict, repeats: int, calls: int = 1,
     of the first allocation), then ``repeats`` rounds run each function ``calls`` times
     in turn, so that a slow spell of a shared machine falls on all of them alike.
 
-    With ``settle``, each function's timed calls follow an untimed call of it: the
-    cost of switching from another function (another library's threads still spinning
-    for work, caches holding its data) is then not charged to it."""
+    With ``settle``, each function runs untimed for :data:`SETTLE_SECONDS` (at least
+    once) before its timed calls: the cost of switching from another function (caches
+    holding its data, another library's threads) is then not charged to it. One untimed
+    call was not enough here: after 10 ms or more of other work, or of sleep, the next
+    three or four calls of AlexNet's NCHW forward took 2.2-2.5 ms against 1.4 ms, and
+    the bench charged that to whichever implementation was timed."""
     for function in functions.values():
         function()
     settle = settle and len(functions) > 1
@@ -112,7 +119,10 @@ def timed_samples(functions: dict, repeats: int, calls: int = 1,
     for _ in range(repeats):
         for name, function in functions.items():
             if settle:
+                start = time.perf_counter()
                 function()
+                while time.perf_counter() - start < SETTLE_SECONDS:
+                    function()
             start = time.perf_counter()
             for _ in range(calls):
                 function()
