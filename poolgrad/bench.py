@@ -2,9 +2,9 @@
 
 Every row times one layer from a real network, one memory layout and one pass
 (forward, backward, forward+backward) for both libraries at the same thread count,
-and reports medians, the poolgrad/PyTorch time ratio, and the fraction of the memory
-roofline: the bytes that must move (read x and write y; read dy and the saved state
-and write dx) divided by the bandwidth of a large NumPy copy measured in the same run.
+and reports medians, the poolgrad/PyTorch time ratios, and the fraction of the memory
+roofline: the least time to move the pass's bytes (read x and write y; read dy and the
+saved state and write dx), from probes timed beside it (:mod:`poolgrad.roofline`).
 
 ``poolgrad bench`` runs it; ``--quick`` uses tiny shapes and one repetition, so the
 test suite can run it too. Speed is never asserted by the tests.
@@ -295,7 +295,7 @@ def thread_count(threads: int | None, torch=None):
 def _time_layer(layer: Layer, base: np.ndarray, torch, repeats: int, compile_layouts,
                 roofline, progress) -> list[dict]:
     """The rows of one layer: both layouts, three passes, every implementation timed in
-    turn (:func:`median_seconds`)."""
+    turn with the roofline's probes (:func:`timed_samples`)."""
     rows = []
     for layout in LAYOUTS:
         if progress:
@@ -443,7 +443,7 @@ def header(result: dict, command: str = "poolgrad bench") -> str:
     """The first line of a table: the machine, threads, bandwidth and repeats."""
     machine = result["machine"]
     roofline = machine.get("roofline")
-    bandwidth = (f"read {roofline['read_GBps']} GB/s, write {roofline.get('write_GBps')} "
+    bandwidth = (f"read {roofline['read_GBps']} GB/s, write {roofline['write_GBps']} "
                  f"GB/s, fresh write {roofline['fresh_write_GBps']} GB/s at "
                  f"{roofline['bytes'] / 2**20:.0f} MiB"
                  if roofline else f"NumPy copy {machine['copy_bandwidth_GBps']} GB/s")

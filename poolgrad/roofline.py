@@ -11,8 +11,8 @@ others (``y``; or ``dx``). Its time is at least the larger of
   ``prange`` fill, a copy into it, or zeroing it (memset, on each thread's share),
   whichever is faster. Zeroing wins: its stores do not read the lines they
   overwrite, which a kernel could also do (non-temporal stores), and compiled PyTorch's
-  global-average backward wrote its 25.7 MB faster than the fill (0.67 ms against
-  0.79-1.0 ms).
+  global-average backward wrote its 25.7 MB faster than the fill (0.66-0.81 ms against
+  0.79-1.0 ms in the same runs).
 
 Both are measured at the benchmark's thread count, on buffers of exactly the bytes of
 the pass (the cache level a pass's operands live in depends on their size). The bench
@@ -23,7 +23,7 @@ copy reaches 100% by construction.
 
 Every pass returns a new array, and the first write to a fresh page makes the
 operating system map and zero it: above glibc's 32 MiB mmap threshold that cost
-2-2.6x the write into memory written before, here. An earlier model charged it to the
+1.6-4.4x the write into memory written before, here. An earlier model charged it to the
 bound (a fill of a fresh ``np.empty``), but its cost drifts with the state of the
 machine, and passes beat that bound by up to 1.5x even when it was timed beside them:
 it was not a bound. So the bound leaves it out, the fraction of a pass that writes a

@@ -354,7 +354,7 @@ def test_dispatch_lists_its_rules_and_refuses_what_it_has_no_kernel_for():
     ((4, 6, 9), 2, 2, 1, 1),          # 2x2x2 and its cut 1x2x2, 2x1x2 edges
     ((5, 6, 9), (1, 3, 3), 2, 0, 1),  # 3-d with 3x3 planes
     ((5, 6, 9), 3, 2, 1, 1),          # windows of more tap rows: a pass per row
-    ((23,), 4, 3, 2, 1),              # 1-d rows of 4 taps and the cut 2 and 3 at edges
+    ((25,), 4, 3, 2, 1),              # 1-d rows of 4 taps and the cut 2 and 3 at edges
     ((23,), 3, 2, 1, 3),              # dilated 1-d rows of 3
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
