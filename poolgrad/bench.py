@@ -20,6 +20,7 @@ import platform
 import statistics
 import time
 import warnings
+import zlib
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -295,8 +296,11 @@ def thread_count(threads: int | None, torch=None):
 def _time_layer(layer: Layer, base: np.ndarray, torch, repeats: int, compile_layouts,
                 roofline, progress) -> list[dict]:
     """The rows of one layer: both layouts, three passes, every implementation timed in
-    turn with the roofline's probes (:func:`timed_samples`)."""
+    turn with the roofline's probes (:func:`timed_samples`). PyTorch's tensors share
+    ``base``'s memory (:func:`torch_input`), so the layer ends by checking that no
+    implementation wrote into it."""
     rows = []
+    checksum = zlib.crc32(base)
     for layout in LAYOUTS:
         if progress:
             progress(f"{layer.name} {layout}")
@@ -335,6 +339,8 @@ def _time_layer(layer: Layer, base: np.ndarray, torch, repeats: int, compile_lay
                     row["compiled_ms"] = seconds["compiled"] * 1e3
                     row["speedup_vs_compiled"] = seconds["compiled"] / seconds["poolgrad"]
             rows.append(row)
+    if zlib.crc32(base) != checksum:
+        raise AssertionError(f"an implementation wrote into the input of {layer.name}")
     return rows
 
 

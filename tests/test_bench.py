@@ -123,6 +123,26 @@ def test_channels_last_view_is_the_same_logical_array():
     assert view.strides[1] == x.itemsize  # channels vary fastest in memory
 
 
+def test_a_pass_that_writes_into_its_input_stops_the_benchmark(monkeypatch):
+    import numpy as np
+
+    layer = bench.SUITE[1].quick()
+    passes = bench._poolgrad_passes
+
+    def scribbling(layer, x):
+        found = passes(layer, x)
+        forward = found["forward"]
+
+        def forward_and_scribble():
+            x[(0,) * x.ndim] += 1  # what no pass may do
+            return forward()
+        return {**found, "forward": forward_and_scribble}
+    monkeypatch.setattr(bench, "_poolgrad_passes", scribbling)
+    base = np.random.default_rng(0).standard_normal(layer.shape, dtype=np.float32)
+    with pytest.raises(AssertionError, match="wrote into the input of VGG 2x2/2"):
+        bench._time_layer(layer, base, None, 1, (), bench.Roofline(repeats=1), None)
+
+
 def test_each_timed_call_follows_a_settle_of_the_same_function(monkeypatch):
     monkeypatch.setattr(bench, "SETTLE_SECONDS", 0.005)
     calls = {"a": 0, "b": 0}
