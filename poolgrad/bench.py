@@ -325,6 +325,7 @@ def _time_layer(layer: Layer, base: np.ndarray, torch, repeats: int, compile_lay
                                     repeats)
             seconds = {name: statistics.median(samples[name]) for name in results}
             bound = roofline.bound({name: samples[name] for name in probes})
+            # free the probes' buffers before the next pass allocates its own
             del probes, samples
             row = {"layer": layer.name, "shape": list(layer.shape), "layout": layout,
                    "pass": pass_name, "poolgrad_ms": seconds["poolgrad"] * 1e3,

@@ -39,6 +39,7 @@ import numba
 import numpy as np
 
 _ALIGN = 64  # round every size up to whole cache lines of float32
+READ_PROBES = ("read by sum", "read by copy")
 WRITE_PROBES = ("write by fill", "write by copy", "write by zeroing")
 
 
@@ -105,12 +106,17 @@ class Roofline:
                 "write by zeroing": lambda: _stream_zero(destination)}
 
     @staticmethod
+    def _fastest(samples: dict) -> tuple[float, float]:
+        """The fastest read and the fastest write among the probes' samples (name:
+        seconds per round)."""
+        return (min(min(samples[name]) for name in READ_PROBES),
+                min(min(samples[name]) for name in WRITE_PROBES))
+
+    @staticmethod
     def bound(samples: dict) -> float:
-        """The least seconds of a pass from its probes' samples (name: seconds per
-        round): the larger of the fastest read and the fastest write seen."""
-        read = min(min(samples["read by sum"]), min(samples["read by copy"]))
-        write = min(min(samples[name]) for name in WRITE_PROBES)
-        return max(read, write)
+        """The least seconds of a pass from its probes' samples: the larger of the
+        fastest read and the fastest write seen."""
+        return max(Roofline._fastest(samples))
 
     def seconds(self, read_bytes: int, write_bytes: int) -> float:
         """The bound of a pass from probes timed on their own (``repeats`` rounds)."""
@@ -129,9 +135,7 @@ class Roofline:
     def bandwidths(self, nbytes: int) -> dict:
         """GB/s of reading, of writing memory written before and of writing a fresh
         array, at ``nbytes`` (for the JSON and the table's header)."""
-        probes = _samples(self.probes(nbytes, nbytes), self.repeats)
-        read = min(min(probes["read by sum"]), min(probes["read by copy"]))
-        write = min(min(probes[name]) for name in WRITE_PROBES)
+        read, write = self._fastest(_samples(self.probes(nbytes, nbytes), self.repeats))
         return {"bytes": nbytes, "read_GBps": round(nbytes / read / 1e9, 2),
                 "write_GBps": round(nbytes / write / 1e9, 2),
                 "fresh_write_GBps": round(nbytes / self._fresh_write_seconds(nbytes) / 1e9,

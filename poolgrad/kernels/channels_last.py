@@ -5,7 +5,7 @@ along C over contiguous memory with no branches, and vectorizes for any kernel,
 stride, padding or dilation. Each kernel gives the bits of its ``(N, C, D, H, W)``
 counterpart in :mod:`.max_pool` or :mod:`.sum_pool`: the same operations in the same
 order, or, in the folds of :func:`max_values_forward`, a rule proved to select the same
-element (see the comment above :func:`_max_2x2`).
+element (see the comment above :func:`_max_of_4`).
 
 Parallel loops own whole output rows ``(n, od, oh)`` (forward) or input rows
 ``(n, id, ih)`` (backward, gathering through the plan's cover tables).
@@ -151,10 +151,11 @@ def _nan_or(q, v):
 
 
 @njit(inline="always", **JIT_OPTIONS)
-def _max_2x2(out, upper, lower, w0, dil_w):
-    """``out`` = the maximum of a window of two tap rows of two taps, in one pass over
-    C: nothing but ``out`` is stored, once."""
-    a, b, d, e = upper[w0], upper[w0 + dil_w], lower[w0], lower[w0 + dil_w]
+def _max_of_4(out, a, b, d, e):
+    """``out`` = the maximum of four taps in window order (``a`` first; each the C
+    values of one tap), in one pass over C: nothing but ``out`` is stored, once. A
+    2x2 window's taps, or one row of up to four (a shorter row repeats its last, as in
+    :func:`_max_rows_of_3`)."""
     for c in range(len(out)):
         m = _larger(e[c], _larger(d[c], _larger(b[c], a[c])))
         q = _nan_or(_nan_or(_nan_or(a[c], b[c]), d[c]), e[c])
@@ -182,18 +183,6 @@ def _max_rows_of_3(out, r0, r1, r2, w0, w1, w2):
 
 
 @njit(inline="always", **JIT_OPTIONS)
-def _max_row_of_4(out, row, w0, w1, w2, w3):
-    """``out`` = the maximum of a window of one tap row of up to four taps (columns
-    ``w0`` to ``w3``; a shorter row repeats its last, as in :func:`_max_rows_of_3`), in
-    one pass over C."""
-    a, b, d, e = row[w0], row[w1], row[w2], row[w3]
-    for c in range(len(out)):
-        m = _larger(e[c], _larger(d[c], _larger(b[c], a[c])))
-        q = _nan_or(_nan_or(_nan_or(a[c], b[c]), d[c]), e[c])
-        out[c] = _nan_or(q, m)
-
-
-@njit(inline="always", **JIT_OPTIONS)
 def _max_4x2(out, r0, r1, r2, r3, w0, dil_w):
     """``out`` = the maximum of four tap rows of two taps (a 2x2x2 window), in one
     pass over C."""
@@ -208,10 +197,15 @@ def _max_4x2(out, r0, r1, r2, r3, w0, dil_w):
 
 
 @njit(inline="always", **JIT_OPTIONS)
-def _run_end(table, ow, out_w):
-    """The end of the run of output columns from ``ow`` whose windows have as many real
-    taps along W as ``ow``'s: all the interior columns are one run."""
-    count = table[2, 2, ow] - table[2, 1, ow]
+def _first_column(table, ow, dil_w):
+    """The input column of output column ``ow``'s first real tap."""
+    return table[2, 0, ow] + table[2, 1, ow] * dil_w
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def _run_end(table, ow, out_w, count):
+    """The end of the run of output columns from ``ow`` whose windows have ``count``
+    real taps along W, as ``ow``'s: all the interior columns are one run."""
     end = ow + 1
     while end < out_w and table[2, 2, end] - table[2, 1, end] == count:
         end += 1
@@ -254,26 +248,26 @@ def max_values_forward(x, table, dilation, y):
         out_row = y[n, od, oh]
         ow = 0
         while ow < out_w:
-            end = _run_end(table, ow, out_w)
             count = table[2, 2, ow] - table[2, 1, ow]
+            end = _run_end(table, ow, out_w, count)
             if (rows == 2) & (count == 2):
                 for o in range(ow, end):
-                    _max_2x2(out_row[o], r0, r1, table[2, 0, o] + table[2, 1, o] * dil_w, dil_w)
+                    w0 = _first_column(table, o, dil_w)
+                    _max_of_4(out_row[o], r0[w0], r0[w0 + dil_w], r1[w0], r1[w0 + dil_w])
             elif (rows_d == 1) & (rows_h >= 2) & (rows_h <= 3) & (count >= 2) & (count <= 3):
                 for o in range(ow, end):
-                    w0 = table[2, 0, o] + table[2, 1, o] * dil_w
+                    w0 = _first_column(table, o, dil_w)
                     _max_rows_of_3(out_row[o], r0, r1, r2, w0, w0 + dil_w,
                                    w0 + (count - 1) * dil_w)
             elif (rows == 1) & (count >= 2) & (count <= 4):
                 for o in range(ow, end):
-                    w0 = table[2, 0, o] + table[2, 1, o] * dil_w
+                    w0 = _first_column(table, o, dil_w)
                     last = w0 + (count - 1) * dil_w
-                    _max_row_of_4(out_row[o], r0, w0, w0 + dil_w, min(w0 + 2 * dil_w, last),
-                                  last)
+                    _max_of_4(out_row[o], r0[w0], r0[w0 + dil_w],
+                              r0[min(w0 + 2 * dil_w, last)], r0[last])
             elif (rows == 4) & (rows_h == 2) & (count == 2):
                 for o in range(ow, end):
-                    _max_4x2(out_row[o], r0, r1, r2, r3, table[2, 0, o] + table[2, 1, o] * dil_w,
-                             dil_w)
+                    _max_4x2(out_row[o], r0, r1, r2, r3, _first_column(table, o, dil_w), dil_w)
             else:
                 for o in range(ow, end):
                     first = True
