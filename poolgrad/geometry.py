@@ -171,15 +171,22 @@ class AxisWindows:
     the taps ``[first, end)`` that fall inside the input. ``padded[o]``: the taps that
     fall inside the padded input (count_include_pad's divisor). ``extent``: the tap
     count used to number positions inside a window.
+
+    ``rule`` is the arithmetic the tables come from, for kernels that recompute them
+    per element instead of reading them (the Triton kernels):
+    ``("sliding", stride, before, after)``, where window ``o`` starts at
+    ``o * stride - before`` and ``after`` is the end padding that ``padded`` counts, or
+    ``("adaptive",)`` for PyTorch's bins.
     """
 
-    def __init__(self, length, start, first, end, padded, dilation, extent):
+    def __init__(self, length, start, first, end, padded, dilation, extent, rule):
         self.length = int(length)
         self.start, self.first, self.end, self.padded = (
             _frozen(a) for a in (start, first, end, padded)
         )
         self.dilation = int(dilation)
         self.extent = int(extent)
+        self.rule = rule
 
     @property
     def count(self) -> int:
@@ -277,7 +284,8 @@ def sliding_axis(
         _raise_padding_only(before, after, kernel, stride, dilation, length, axis,
                             int(empty[0]), count)
     padded = np.minimum(kernel, (length + after - 1 - start) // dilation + 1)
-    return AxisWindows(length, start, first, end, padded, dilation, kernel)
+    return AxisWindows(length, start, first, end, padded, dilation, kernel,
+                       ("sliding", int(stride), int(before), int(after)))
 
 
 @functools.lru_cache(maxsize=512)
@@ -287,7 +295,8 @@ def adaptive_axis(length: int, count: int) -> AxisWindows:
     start = outs * length // count
     stop = -((-(outs + 1) * length) // count)
     size = stop - start
-    return AxisWindows(length, start, np.zeros(count), size, size, 1, int(size.max()))
+    return AxisWindows(length, start, np.zeros(count), size, size, 1, int(size.max()),
+                       ("adaptive",))
 
 
 @dataclass(frozen=True, eq=False)

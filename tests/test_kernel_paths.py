@@ -334,10 +334,13 @@ def test_dispatch_lists_its_rules_and_refuses_what_it_has_no_kernel_for():
         general = dispatch.names(op, direction)[-1]
         assert general.startswith(("max_pool.", "sum_pool.")), general
     plan = geometry.sliding_plan((8, 8), (2, 2), (2, 2), (1, 1), ((0, 0), (0, 0)), False)
+    metal = dispatch.Operand(np.dtype(np.float32), "nchw", backend="metal")
+    with pytest.raises(ValueError, match="no kernels for backend 'metal'; backends: "):
+        dispatch.choose("max", "forward", plan, metal)
     cuda = dispatch.Operand(np.dtype(np.float32), "nchw", backend="triton")
-    with pytest.raises(ValueError, match="no kernels for backend 'triton'; backends: "):
-        dispatch.choose("max", "forward", plan, cuda)
-    with pytest.raises(ValueError, match="no kernel for op 'median', pass 'forward'; known"):
+    with pytest.raises(ValueError, match="no triton kernel for op 'unpool', pass 'forward'"):
+        dispatch.choose("unpool", "forward", plan, cuda)
+    with pytest.raises(ValueError, match="no numba kernel for op 'median', pass 'forward'; known"):
         dispatch.choose("median", "forward", plan, dispatch.operand(np.zeros((1,) * 5)))
     # a channels-last forward's gradient is stored channels-last, any other C-contiguous
     x = np.zeros((2, 3, 1, 8, 8), np.float32)

@@ -28,14 +28,16 @@ Run signatures (one per op and direction)::
     ("unpool", "forward")  run(y, indices, out, written)   flat (N, C, L) arrays
     ("unpool", "backward") run(dout, indices, written, dy)
 
-Backends: ``"numba"`` (NumPy arrays on the CPU) is the only one today; a CUDA backend
-adds its rules under its own name, and neither the engines nor ``ops.py`` change.
+Backends: ``"numba"`` (NumPy arrays on the CPU) and ``"triton"`` (torch tensors on CUDA,
+used by :mod:`poolgrad.torch`; the same 5-d views and signatures, with two differences:
+an average's ``divisor`` is ``(mode, override)``, ``mode`` ``"padded"`` or ``"real"``,
+and max has a ``"gather"`` pass, ``run(src, pos, out)``: ``src`` read at each window's
+winner). Triton is imported only when a Triton kernel is first chosen.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -47,7 +49,7 @@ from . import max_pool as general_max
 from . import unpool as unpool_kernels
 from .simd import BLOCK
 
-BACKENDS = ("numba",)
+BACKENDS = ("numba", "triton")
 LAYOUTS = ("nchw", "channels_last", "strided")
 
 # Dtypes the vectorized kernels (row passes, tiles, blocks, channels-last) are compiled
@@ -360,17 +362,21 @@ def _planes(a):
     return a.reshape(a.shape[0] * a.shape[1], -1)
 
 
+def _one_divisor(divisor):
+    """The divisor of a plan's only window, from its per-axis table (the plane's size,
+    or an override), multiplied as the general kernels multiply it."""
+    return divisor[0, 0] * divisor[1, 0] * divisor[2, 0]
+
+
 def _global_avg(plan):
     # one pass per contiguous plane, with the sum's latency hidden
-    length = math.prod(plan.in_spatial)
     return lambda x, y, divisor: sum_pool.global_avg_forward(
-        _planes(x), x.dtype.type(length), y.reshape(-1))
+        _planes(x), _one_divisor(divisor), y.reshape(-1))
 
 
 def _global_avg_back(plan):
-    length = math.prod(plan.in_spatial)
     return lambda dy, divisor, dx: sum_pool.global_avg_backward(
-        np.ascontiguousarray(dy).reshape(-1), dx.dtype.type(length), _planes(dx))
+        np.ascontiguousarray(dy).reshape(-1), _one_divisor(divisor), _planes(dx))
 
 
 # ------------------------------------------------------------------------- lp, unpool
@@ -476,14 +482,61 @@ _RULES = {
 }
 
 
+# --------------------------------------------------------------------- triton (CUDA)
+
+
+def _triton(name: str, *args):
+    """A ``bind`` that imports the Triton runs on first use: ``plan -> run``."""
+    def bind(plan):
+        try:
+            from . import triton_runs
+        except ImportError as error:
+            raise ImportError(f"poolgrad's CUDA kernels need Triton ({error}); install it "
+                              f"with: pip install triton") from error
+        return getattr(triton_runs, name)(plan, *args)
+    return bind
+
+
+_TRITON_AVG = {
+    "forward": [_Rule("triton_pool.avg_forward", _always, _triton("avg_forward_run"))],
+    "backward": [_Rule("triton_pool.avg_backward", _always, _triton("avg_backward_run"))],
+}
+
+# One kernel per pass: the windows are recomputed per element, so every geometry and
+# layout takes the same kernel (layout and adaptivity are its compile-time constants).
+_TRITON_RULES = {
+    ("max", "forward"): [
+        _Rule("triton_pool.max_values_forward", _values(_always),
+              _triton("max_forward_run", False)),
+        _Rule("triton_pool.max_forward", _always, _triton("max_forward_run", True),
+              records=True),
+    ],
+    ("max", "backward"): [
+        _Rule("triton_pool.max_backward", _always, _triton("max_backward_run"))],
+    ("max", "gather"): [_Rule("triton_pool.max_gather", _always, _triton("max_gather_run"))],
+    ("max", "indices"): [
+        _Rule("triton_pool.max_indices", _always, _triton("max_indices_run"))],
+    ("avg", "forward"): _TRITON_AVG["forward"],
+    ("avg", "backward"): _TRITON_AVG["backward"],
+    ("global_avg", "forward"): _TRITON_AVG["forward"],
+    ("global_avg", "backward"): _TRITON_AVG["backward"],
+    ("lp", "forward"): [_Rule("triton_pool.lp_forward", _always, _triton("lp_forward_run"))],
+    ("lp", "backward"): [_Rule("triton_pool.lp_backward", _always, _triton("lp_backward_run"))],
+}
+
+_RULES_BY_BACKEND = {"numba": _RULES, "triton": _TRITON_RULES}
+
+
 def _rules(op: str, direction: str, operand: Operand):
     if operand.backend not in BACKENDS:
         raise ValueError(f"no kernels for backend {operand.backend!r}; backends: {BACKENDS}")
+    rules = _RULES_BY_BACKEND[operand.backend]
     try:
-        return _RULES[op, direction]
+        return rules[op, direction]
     except KeyError:
-        known = ", ".join(f"{o}/{d}" for o, d in _RULES)
-        raise ValueError(f"no kernel for op {op!r}, pass {direction!r}; known: {known}") from None
+        known = ", ".join(f"{o}/{d}" for o, d in rules)
+        raise ValueError(f"no {operand.backend} kernel for op {op!r}, pass {direction!r}; "
+                         f"known: {known}") from None
 
 
 def _kernel(rule: _Rule, plan, operand: Operand) -> Kernel:

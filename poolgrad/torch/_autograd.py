@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from ._ops import (CPU_IMPLEMENTATIONS, avg_pool, avg_pool_backward, lp_pool,
+from ._ops import (CPU_IMPLEMENTATIONS, CUDA_IMPLEMENTATIONS, avg_pool, avg_pool_backward, lp_pool,
                    lp_pool_backward, max_pool, max_pool_backward, max_pool_gather,
                    max_pool_split_backward, max_pool_values, max_unpool,
                    max_unpool_backward, memory_format, plan_of, sliding_args, window_ndim)
@@ -44,32 +44,41 @@ def call(op, *args):
 
     Those layers (autograd wrapping, backend selection, the compiler guard) cost more
     than a small pooling does. When nothing but eager execution would see the call
-    (:func:`_plain_eager`), the CPU implementation runs directly, wrapped in
+    (:func:`_plain_eager`), the implementation for the device runs directly, wrapped in
     :class:`_EagerAutograd` (the same setup_context and backward as the op's) when an
     input needs grad. Anything else (torch.compile, export, fake tensors, modes,
     subclasses) calls the op.
     """
-    if not _plain_eager(args):
+    implementation = _implementation(op, args)
+    if implementation is None or not _plain_eager(args):
         return op(*args)
     if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad
                                        for a in args):
-        return _EagerAutograd.apply(op, *args)
-    return CPU_IMPLEMENTATIONS[op](*args)
+        return _EagerAutograd.apply(op, implementation, *args)
+    return implementation(*args)
+
+
+def _implementation(op, args):
+    """The implementation the dispatcher would pick for ``args``' device: the CPU's or
+    CUDA's, or None for any other device (the op then says what is wrong)."""
+    device = next(a.device.type for a in args if isinstance(a, Tensor))
+    table = {"cpu": CPU_IMPLEMENTATIONS, "cuda": CUDA_IMPLEMENTATIONS}.get(device, {})
+    return table.get(op)
 
 
 class _EagerAutograd(torch.autograd.Function):
-    """An op's CPU implementation under the op's own autograd formula (eager mode)."""
+    """An op's implementation under the op's own autograd formula (eager mode)."""
 
     @staticmethod
-    def forward(ctx, op, *args):
-        output = CPU_IMPLEMENTATIONS[op](*args)
+    def forward(ctx, op, implementation, *args):
+        output = implementation(*args)
         ctx.op = op
         AUTOGRAD[op][1](ctx, args, output)
         return output
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None, *AUTOGRAD[ctx.op][0](ctx, *grads))
+        return (None, None, *AUTOGRAD[ctx.op][0](ctx, *grads))
 
 
 

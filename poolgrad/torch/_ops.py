@@ -2,7 +2,8 @@
 
 Each operator is a :func:`torch.library.custom_op` whose CPU implementation runs the
 NumPy engines of :mod:`poolgrad.engines` on ``tensor.numpy()`` views (no copy of ``x`` or
-``dy``), with a fake implementation for ``torch.compile``; :mod:`._autograd` gives each one its
+``dy``), whose CUDA implementation (:mod:`._cuda`) runs Triton kernels, and with a fake
+implementation for ``torch.compile``; :mod:`._autograd` gives each one its
 autograd formula. Every backward is an operator of its own with its own formula, so
 gradients of gradients work:
 
@@ -112,8 +113,9 @@ def _check_device(*tensors: Tensor) -> None:
     for t in tensors:
         if t.device.type != "cpu":
             raise ValueError(
-                f"poolgrad.torch runs on CPU tensors; got a tensor on {t.device}. "
-                f"The CUDA backend is not there yet: move it with .cpu()")
+                f"poolgrad.torch runs on CPU and CUDA tensors; got a tensor on {t.device}, "
+                f"or this operator has no CUDA kernel yet (max unpooling and "
+                f'ties="split" run on the CPU only): move it with .cpu()')
 
 
 def _array(t: Tensor) -> np.ndarray:
@@ -168,8 +170,9 @@ def _winner_dtype(x: Tensor, window) -> torch.dtype:
 # ------------------------------------------------------------------------ operators
 
 # op -> its CPU implementation, which poolgrad.torch.functional may call directly in
-# plain eager inference (see there)
+# plain eager inference (see there); CUDA_IMPLEMENTATIONS likewise for CUDA tensors
 CPU_IMPLEMENTATIONS: dict = {}
+CUDA_IMPLEMENTATIONS: dict = {}
 
 
 def _operator(name: str):
@@ -292,11 +295,11 @@ def _(dy, x, window):
 # ------------------------------------------------------------------ average pooling
 
 
-def _avg_kind(window) -> str:
+def avg_kind(window) -> str:
     return "global_avg" if _global(window) else "avg"
 
 
-def _divisor(window, count_include_pad) -> str:
+def divisor_mode(window, count_include_pad) -> str:
     return "padded" if count_include_pad and window[0] == SLIDING else "real"
 
 
@@ -308,8 +311,8 @@ def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
     xa = _array(x)
     layout = _layout(xa.shape, window_ndim(window))
     y, _ = engines.avg_engine(xa, layout, plan_of(window, xa.shape[2:]),
-                          _divisor(window, count_include_pad), divisor_override, False,
-                          "avg_pool", _avg_kind(window))
+                          divisor_mode(window, count_include_pad), divisor_override, False,
+                          "avg_pool", avg_kind(window))
     return _tensor(y, memory_format(x), x.dtype)
 
 
@@ -328,17 +331,17 @@ def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
     layout = _layout(x_size, ndim)
     dya = _array(dy)
     pullback = engines.avg_pullback(plan_of(window, x_size[2:]), layout, dya.dtype,
-                                channels_last, _divisor(window, count_include_pad),
-                                divisor_override, kind=_avg_kind(window))
-    return _tensor(pullback(dya), _format_of(channels_last, len(x_size)), dy.dtype)
+                                channels_last, divisor_mode(window, count_include_pad),
+                                divisor_override, kind=avg_kind(window))
+    return _tensor(pullback(dya), format_of(channels_last, len(x_size)), dy.dtype)
 
 
 @avg_pool_backward.register_fake
 def _(dy, window, x_size, count_include_pad, divisor_override, channels_last):
-    return _empty(x_size, dy, _format_of(channels_last, len(x_size)))
+    return _empty(x_size, dy, format_of(channels_last, len(x_size)))
 
 
-def _format_of(channels_last: bool, dims: int) -> torch.memory_format:
+def format_of(channels_last: bool, dims: int) -> torch.memory_format:
     if channels_last and dims in (4, 5):
         return torch.channels_last if dims == 4 else torch.channels_last_3d
     return torch.contiguous_format
@@ -412,3 +415,18 @@ def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Ten
 @max_unpool_backward.register_fake
 def _(dout, indices, window):
     return _empty(indices.shape, dout, torch.contiguous_format)
+
+
+# ------------------------------------------------------------------------------ CUDA
+
+
+def _register_cuda() -> None:
+    """Each operator's CUDA kernel: :mod:`._cuda` (Triton, imported when first run)."""
+    from . import _cuda
+    for name, implementation in _cuda.IMPLEMENTATIONS.items():
+        op = globals()[name]
+        op.register_kernel("cuda")(implementation)
+        CUDA_IMPLEMENTATIONS[op] = implementation
+
+
+_register_cuda()

@@ -46,10 +46,9 @@ def _batched(input, ndim: int, name: str) -> tuple[Tensor, bool]:
     if input.dtype not in ops.FLOAT_DTYPES:
         raise TypeError(f"{name}: input must be float16, bfloat16, float32 or float64, got "
                         f"{input.dtype}")
-    if input.device.type != "cpu":
-        raise ValueError(f"{name}: poolgrad.torch runs on CPU tensors, got a tensor on "
-                         f"{input.device}; move it with .cpu() (the CUDA backend is not "
-                         f"there yet)")
+    if input.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: poolgrad.torch runs on CPU and CUDA tensors, got a "
+                         f"tensor on {input.device}; move it with .cpu() or .cuda()")
     if any(s < 1 for s in input.shape[-ndim:]):
         raise ValueError(f"{name}: input has an empty spatial dim: shape "
                          f"{tuple(input.shape)}")

@@ -1,0 +1,393 @@
+"""Triton kernels: every pooling pass on CUDA tensors, the ``"triton"`` backend.
+
+Under ``TRITON_INTERPRET=1`` the same kernels run on CPU tensors, which is how the
+tests check them on machines without a GPU.
+
+Contract: the one of :mod:`poolgrad.kernels` (first maximum or first NaN wins, padding
+never wins; sums in a fixed order), with these specifics:
+
+* **Arguments.** 5-d tensors ``(N, C, D, H, W)`` of any strides (passed as element
+  strides) and, per spatial axis, the integers of its
+  :attr:`~poolgrad.geometry.AxisWindows.rule`: input length ``L``, window count ``O``,
+  tap extent ``K`` (the kernel, or an adaptive axis's largest bin), stride ``S``, front
+  padding ``P``, end padding ``A`` and dilation ``DIL``. Windows are recomputed from
+  these per element, never read from tables, so a launch needs no device memory but
+  its tensors (CUDA graph capture) and nothing is copied to the device per call.
+* **Parallelism.** A program owns ``BLOCK`` consecutive elements of what it writes, in
+  that tensor's memory order (``CHANNELS_LAST``: C fastest), and writes each once.
+  Backwards gather: each ``dx`` element visits the windows that read it, in increasing
+  window order, so there are no atomics and the bits never depend on the schedule.
+* **Arithmetic.** float16 and bfloat16 are loaded and computed in float32 (``ACC``),
+  float64 in float64; results are stored in the output's dtype. Max values and winners
+  are compared in the input's own dtype and stored unchanged: the CPU kernels' bits.
+  Sums start from +0 and add in the CPU's order (window taps row-major; gathers by
+  increasing window), and no product feeds a sum in the average and max passes, so
+  they give the CPU's bits too. Lp pooling takes ``pow`` as ``exp2(b * log2(a))`` and
+  may differ from the CPU's libm in the last bits.
+* **Tap numbers** (the max winners) are row-major over the extents,
+  ``(jd * KH + jh) * KW + jw``, as the CPU kernels number them.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _split(offs, size):
+    return offs % size, offs // size
+
+
+@triton.jit
+def _element(offs, C, D, H, W, CHANNELS_LAST: tl.constexpr):
+    """``(n, c, d, h, w)`` of the flat positions ``offs`` in memory order."""
+    if CHANNELS_LAST:
+        c, rest = _split(offs, C)
+        w, rest = _split(rest, W)
+        h, rest = _split(rest, H)
+        d, n = _split(rest, D)
+    else:
+        w, rest = _split(offs, W)
+        h, rest = _split(rest, H)
+        d, rest = _split(rest, D)
+        c, n = _split(rest, C)
+    return n, c, d, h, w
+
+
+@triton.jit
+def _narrow(v, dtype: tl.constexpr):
+    """``v`` in ``dtype``; float32 to bfloat16 rounded to nearest even in integer
+    arithmetic, as torch converts on the CPU (Triton's interpreter truncates)."""
+    if (dtype == tl.bfloat16) and (v.dtype == tl.float32):
+        bits = v.to(tl.uint32, bitcast=True)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        rounded = tl.where(v != v, 0x7FC0, rounded)  # any NaN: the quiet NaN
+        out = rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        out = v.to(dtype)
+    return out
+
+
+@triton.jit
+def _window(o, length, count, extent, stride, before, after, dilation,
+            ADAPTIVE: tl.constexpr):
+    """Window ``o`` of an axis: ``(start, first, end, padded)``. Tap ``j`` reads
+    ``start + j * dilation``; taps ``[first, end)`` are inside the input; ``padded``
+    counts the taps from 0 inside the padded input (count_include_pad's divisor)."""
+    if ADAPTIVE:
+        start = o * length // count
+        end = ((o + 1) * length + count - 1) // count - start
+        first = o * 0
+        padded = end
+    else:
+        start = o * stride - before
+        # ceil(-start / dilation) taps lie in the front padding (none when start >= 0)
+        first = tl.maximum(before - o * stride + dilation - 1, 0) // dilation
+        end = tl.minimum(extent, (length - 1 - start) // dilation + 1)
+        padded = tl.minimum(extent, (length + after - 1 - start) // dilation + 1)
+    return start, first, end, padded
+
+
+@triton.jit
+def _cover(i, t, length, count, extent, stride, before, dilation, ADAPTIVE: tl.constexpr):
+    """The ``t``-th candidate window that reads coordinate ``i``, in increasing window
+    order: ``(o, tap, valid)``. Sliding axes try the taps from the last to the first
+    (``t`` runs to ``extent``); adaptive ones the bins from the first that holds ``i``
+    (``t`` runs to the axis's largest cover count)."""
+    if ADAPTIVE:
+        o = i * count // length + t
+        start = o * length // count
+        valid = (o < count) & (start <= i)
+        j = i - start
+    else:
+        j = extent - 1 - t
+        reach = i + before - j * dilation
+        clamped = tl.maximum(reach, 0)
+        o = clamped // stride
+        valid = (reach >= 0) & (clamped % stride == 0) & (o < count)
+    return o, j, valid
+
+
+@triton.jit
+def _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW, xd, xh, xw, live):
+    """Tap ``t`` (its number: row-major over the extents) of each lane's window: its
+    offset in ``x`` from the lane's ``(n, c)`` plane, and whether it is a real tap."""
+    jd = t // (KH * KW)
+    jh = (t // KW) % KH
+    jw = t % KW
+    real = live & (jd >= fd) & (jd < ed) & (jh >= fh) & (jh < eh) & (jw >= fw) & (jw < ew)
+    return (sd + jd * DD) * xd + (sh + jh * DH) * xh + (sw + jw * DW) * xw, real
+
+
+@triton.jit
+def _covering(t, i_d, ih, iw, LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, NH,
+              LW, OW, KW, SW, PW, DW, NW, ADAPTIVE: tl.constexpr):
+    """The ``t``-th candidate window over each lane's input element, in increasing
+    window order (row-major over the axes' candidates, :func:`_cover`): ``(od, oh, ow,
+    the tap number that reads the element, valid)``."""
+    od, jd, vd = _cover(i_d, t // (NH * NW), LD, OD, KD, SD, PD, DD, ADAPTIVE)
+    oh, jh, vh = _cover(ih, (t // NW) % NH, LH, OH, KH, SH, PH, DH, ADAPTIVE)
+    ow, jw, vw = _cover(iw, t % NW, LW, OW, KW, SW, PW, DW, ADAPTIVE)
+    return od, oh, ow, (jd * KH + jh) * KW + jw, vd & vh & vw
+
+
+@triton.jit
+def max_forward(x, y, pos, total, C,
+                LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, LW, OW, KW, SW, PW, DW,
+                xn, xc, xd, xh, xw, yn, yc, yd, yh, yw,
+                ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, RECORD: tl.constexpr,
+                ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """``y`` = each window's maximum over its real taps; with ``RECORD``, ``pos`` = its
+    tap number (``pos`` has ``y``'s strides)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
+    sd, fd, ed, _ = _window(od, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
+    sh, fh, eh, _ = _window(oh, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
+    sw, fw, ew, _ = _window(ow, LW, OW, KW, SW, PW, 0, DW, ADAPTIVE)
+    base = n * xn + c * xc
+    best = tl.zeros([BLOCK], dtype=x.dtype.element_ty)
+    top = tl.zeros([BLOCK], dtype=ACC)
+    tap = tl.zeros([BLOCK], dtype=tl.int32)
+    found = offs < 0  # no tap folded yet
+    for t in range(0, KD * KH * KW):
+        offset, real = _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW,
+                            xd, xh, xw, live)
+        v = tl.load(x + base + offset, mask=real, other=0.0)
+        # compared widened (exact; the interpreter has no 16-bit float compare), kept
+        # as loaded
+        wide = v.to(ACC)
+        # the first real tap, a larger one, or the first NaN (best stays NaN)
+        wins = real & (~found | ((top == top) & ((wide > top) | (wide != wide))))
+        best = tl.where(wins, v, best)
+        top = tl.where(wins, wide, top)
+        tap = tl.where(wins, t, tap)
+        found = found | real
+    out = n * yn + c * yc + od * yd + oh * yh + ow * yw
+    tl.store(y + out, best, mask=live)
+    if RECORD:
+        tl.store(pos + out, tap.to(pos.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def max_backward(dy, pos, dx, total, C,
+                 LD, OD, KD, SD, PD, DD, ND, LH, OH, KH, SH, PH, DH, NH,
+                 LW, OW, KW, SW, PW, DW, NW,
+                 gn, gc, gd, gh, gw, pn, pc, pd, ph, pw, xn, xc, xd, xh, xw,
+                 ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """``dx[i]`` = the sum of ``dy[o]`` over the windows ``o`` whose winning tap reads
+    ``i``, in increasing window order from +0. ``ND, NH, NW``: the candidates per
+    axis (see :func:`_cover`)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
+    grad_base = n * gn + c * gc
+    pos_base = n * pn + c * pc
+    acc = tl.zeros([BLOCK], dtype=ACC)
+    for t in range(0, ND * NH * NW):
+        od, oh, ow, tap, valid = _covering(t, i_d, ih, iw, LD, OD, KD, SD, PD, DD, LH, OH,
+                                           KH, SH, PH, DH, NH, LW, OW, KW, SW, PW, DW, NW,
+                                           ADAPTIVE)
+        valid = live & valid
+        winner = tl.load(pos + pos_base + od * pd + oh * ph + ow * pw, mask=valid, other=0)
+        hit = valid & (winner.to(tl.int32) == tap)
+        g = tl.load(dy + grad_base + od * gd + oh * gh + ow * gw, mask=hit, other=0.0)
+        acc = tl.where(hit, acc + g.to(ACC), acc)
+    tl.store(dx + n * xn + c * xc + i_d * xd + ih * xh + iw * xw,
+             _narrow(acc, dx.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def max_gather(src, pos, out, total, C,
+               LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, LW, OW, KW, SW, PW, DW,
+               sn, sc, sd_, sh_, sw_, pn, pc, pd, ph, pw, on, oc, od_, oh_, ow_,
+               ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, INDICES: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """Per window, from its winning tap: ``src`` read at the winner (``out`` has the
+    windows' shape), or with ``INDICES`` the winner's flat position in its ``(n, c)``
+    input plane (PyTorch's max-pool indices; ``src`` unused)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    n, c, o_d, o_h, o_w = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
+    tap = tl.load(pos + n * pn + c * pc + o_d * pd + o_h * ph + o_w * pw, mask=live,
+                  other=0).to(tl.int64)
+    jw = tap % KW
+    jh = (tap // KW) % KH
+    jd = tap // (KW * KH)
+    start_d, _, _, _ = _window(o_d, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
+    start_h, _, _, _ = _window(o_h, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
+    start_w, _, _, _ = _window(o_w, LW, OW, KW, SW, PW, 0, DW, ADAPTIVE)
+    cd, ch, cw = start_d + jd * DD, start_h + jh * DH, start_w + jw * DW
+    target = out + n * on + c * oc + o_d * od_ + o_h * oh_ + o_w * ow_
+    if INDICES:
+        tl.store(target, (cd * LH + ch) * LW + cw, mask=live)
+    else:
+        v = tl.load(src + n * sn + c * sc + cd * sd_ + ch * sh_ + cw * sw_, mask=live, other=0)
+        tl.store(target, v, mask=live)
+
+
+@triton.jit
+def _divide(a, b):
+    """``a / b`` correctly rounded (IEEE), as the CPU divides: Triton's plain ``/`` may
+    lower to a faster, less exact division on a GPU."""
+    return tl.math.fdiv(a, b, ieee_rounding=True)
+
+
+@triton.jit
+def _divisor(fd, ed, pdd, fh, eh, pdh, fw, ew, pdw, override, MODE: tl.constexpr,
+             ACC: tl.constexpr):
+    """A window's divisor: 0 ``padded`` (count_include_pad), 1 ``real`` taps only,
+    2 ``override``; the product of per-axis factors in the CPU's order."""
+    if MODE == 0:
+        return (pdd.to(ACC) * pdh.to(ACC)) * pdw.to(ACC)
+    elif MODE == 1:
+        return ((ed - fd).to(ACC) * (eh - fh).to(ACC)) * (ew - fw).to(ACC)
+    else:
+        return (fd * 0 + override).to(ACC)
+
+
+@triton.jit
+def avg_forward(x, y, total, C,
+                LD, OD, KD, SD, PD, AD, DD, LH, OH, KH, SH, PH, AH, DH,
+                LW, OW, KW, SW, PW, AW, DW, override,
+                xn, xc, xd, xh, xw, yn, yc, yd, yh, yw,
+                ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, MODE: tl.constexpr,
+                ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """``y`` = the sum of each window's real taps, row-major from +0, over its divisor
+    (:func:`_divisor`)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
+    sd, fd, ed, pdd = _window(od, LD, OD, KD, SD, PD, AD, DD, ADAPTIVE)
+    sh, fh, eh, pdh = _window(oh, LH, OH, KH, SH, PH, AH, DH, ADAPTIVE)
+    sw, fw, ew, pdw = _window(ow, LW, OW, KW, SW, PW, AW, DW, ADAPTIVE)
+    base = n * xn + c * xc
+    acc = tl.zeros([BLOCK], dtype=ACC)
+    for t in range(0, KD * KH * KW):
+        offset, real = _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW,
+                            xd, xh, xw, live)
+        v = tl.load(x + base + offset, mask=real, other=0.0)
+        acc = tl.where(real, acc + v.to(ACC), acc)
+    divisor = _divisor(fd, ed, pdd, fh, eh, pdh, fw, ew, pdw, override, MODE, ACC)
+    tl.store(y + n * yn + c * yc + od * yd + oh * yh + ow * yw,
+             _narrow(_divide(acc, divisor), y.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def avg_backward(dy, dx, total, C,
+                 LD, OD, KD, SD, PD, AD, DD, ND, LH, OH, KH, SH, PH, AH, DH, NH,
+                 LW, OW, KW, SW, PW, AW, DW, NW, override,
+                 gn, gc, gd, gh, gw, xn, xc, xd, xh, xw,
+                 ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, MODE: tl.constexpr,
+                 ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """``dx[i]`` = the sum of ``dy[o] / divisor[o]`` over the windows that read ``i``,
+    in increasing window order from +0."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
+    grad_base = n * gn + c * gc
+    acc = tl.zeros([BLOCK], dtype=ACC)
+    for t in range(0, ND * NH * NW):
+        od, oh, ow, _, valid = _covering(t, i_d, ih, iw, LD, OD, KD, SD, PD, DD, LH, OH, KH,
+                                         SH, PH, DH, NH, LW, OW, KW, SW, PW, DW, NW, ADAPTIVE)
+        valid = live & valid
+        _, fd, ed, pdd = _window(od, LD, OD, KD, SD, PD, AD, DD, ADAPTIVE)
+        _, fh, eh, pdh = _window(oh, LH, OH, KH, SH, PH, AH, DH, ADAPTIVE)
+        _, fw, ew, pdw = _window(ow, LW, OW, KW, SW, PW, AW, DW, ADAPTIVE)
+        g = tl.load(dy + grad_base + od * gd + oh * gh + ow * gw, mask=valid, other=0.0)
+        divisor = _divisor(fd, ed, pdd, fh, eh, pdh, fw, ew, pdw, override, MODE, ACC)
+        acc = tl.where(valid, acc + _divide(g.to(ACC), divisor), acc)
+    tl.store(dx + n * xn + c * xc + i_d * xd + ih * xh + iw * xw,
+             _narrow(acc, dx.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _power(a, b):
+    """``a ** b`` for ``a >= 0`` and ``b > 0`` (``0 ** b`` is 0)."""
+    return tl.exp2(b * tl.log2(a))
+
+
+@triton.jit
+def lp_forward(x, y, total, C, p,
+               LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, LW, OW, KW, SW, PW, DW,
+               xn, xc, xd, xh, xw, yn, yc, yd, yh, yw,
+               ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, P_KIND: tl.constexpr,
+               ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """``y = (sum over the real taps of |x|^p) ^ (1/p)``, as ``m * (sum (|x|/m)^p)^(1/p)``
+    with ``m`` the window's largest ``|x|`` (no overflow or underflow for large ``p``).
+    ``P_KIND``: 1 or 2 for those ``p``, 0 for any other."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
+    sd, fd, ed, _ = _window(od, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
+    sh, fh, eh, _ = _window(oh, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
+    sw, fw, ew, _ = _window(ow, LW, OW, KW, SW, PW, 0, DW, ADAPTIVE)
+    base = n * xn + c * xc
+    scale = tl.full([BLOCK], 1.0, dtype=ACC)
+    if P_KIND != 1:
+        largest = tl.zeros([BLOCK], dtype=ACC)
+        for t in range(0, KD * KH * KW):
+            offset, real = _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW,
+                                xd, xh, xw, live)
+            v = tl.abs(tl.load(x + base + offset, mask=real, other=0.0).to(ACC))
+            largest = tl.where(real & (v > largest), v, largest)
+        # all zeros, or an infinity: no scaling (the sum gives 0, inf or NaN)
+        scale = tl.where((largest > 0) & (largest < float("inf")), largest, scale)
+    acc = tl.zeros([BLOCK], dtype=ACC)
+    for t in range(0, KD * KH * KW):
+        offset, real = _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW,
+                            xd, xh, xw, live)
+        v = tl.abs(tl.load(x + base + offset, mask=real, other=0.0).to(ACC)) / scale
+        if P_KIND == 2:
+            term = v * v
+        elif P_KIND == 1:
+            term = v
+        else:
+            term = _power(v, p)
+        acc = tl.where(real, acc + term, acc)
+    if P_KIND == 2:
+        result = scale * tl.sqrt(acc)
+    elif P_KIND == 1:
+        result = acc
+    else:
+        result = scale * _power(acc, 1.0 / p)
+    tl.store(y + n * yn + c * yc + od * yd + oh * yh + ow * yw,
+             _narrow(result, y.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def lp_backward(x, y, dy, dx, total, C, p,
+                LD, OD, KD, SD, PD, DD, ND, LH, OH, KH, SH, PH, DH, NH,
+                LW, OW, KW, SW, PW, DW, NW,
+                xn, xc, xd, xh, xw, yn, yc, yd, yh, yw, gn, gc, gd, gh, gw,
+                rn, rc, rd, rh, rw,
+                ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, P_KIND: tl.constexpr,
+                ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """``dx[i]`` = the sum over the windows ``o`` that read ``i`` of
+    ``dy[o] * sign(x[i]) * (|x[i]| / y[o])^(p-1)``; a window with ``y = 0`` sends 0 (the
+    subgradient at 0). ``dy`` has the strides ``g*``, ``dx`` the strides ``r*``."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
+    value = tl.load(x + n * xn + c * xc + i_d * xd + ih * xh + iw * xw, mask=live,
+                    other=0.0).to(ACC)
+    magnitude = tl.abs(value)
+    acc = tl.zeros([BLOCK], dtype=ACC)
+    for t in range(0, ND * NH * NW):
+        od, oh, ow, _, valid = _covering(t, i_d, ih, iw, LD, OD, KD, SD, PD, DD, LH, OH, KH,
+                                         SH, PH, DH, NH, LW, OW, KW, SW, PW, DW, NW, ADAPTIVE)
+        valid = live & valid & (value != 0)
+        norm = tl.load(y + n * yn + c * yc + od * yd + oh * yh + ow * yw, mask=valid,
+                       other=1.0).to(ACC)
+        g = tl.load(dy + n * gn + c * gc + od * gd + oh * gh + ow * gw, mask=valid,
+                    other=0.0).to(ACC)
+        if P_KIND == 2:
+            share = magnitude / norm
+        elif P_KIND == 1:
+            share = tl.full([BLOCK], 1.0, dtype=ACC)
+        else:
+            share = _power(magnitude / norm, p - 1.0)
+        acc = tl.where(valid & (norm != 0), acc + g * share, acc)
+    acc = tl.where(value < 0, -acc, acc)
+    tl.store(dx + n * rn + c * rc + i_d * rd + ih * rh + iw * rw,
+             _narrow(acc, dx.dtype.element_ty), mask=live)

@@ -1,0 +1,153 @@
+"""The CUDA implementations of the ``torch.ops.poolgrad`` operators.
+
+Each takes the arguments of its operator in :mod:`._ops` and returns what the CPU
+implementation returns, with the same shapes, dtypes and strides (the fake
+implementations describe both), computed by the Triton kernels that
+:func:`poolgrad.kernels.dispatch.choose` picks for the ``"triton"`` backend. Outputs are
+allocated with ``torch.empty`` on the input's device, and every kernel launches on the
+current stream, so the operators work under CUDA graph capture.
+
+The functions never look at the device: under ``TRITON_INTERPRET=1`` they run on CPU
+tensors, which is how the tests check them without a GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .. import geometry
+from ..kernels import dispatch
+from . import _ops
+
+_TORCH_POSITIONS = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16,
+                    np.dtype(np.uint32): torch.uint32, np.dtype(np.uint64): torch.uint64}
+
+
+def _five(t: Tensor) -> Tensor:
+    """The ``(N, C, D, H, W)`` view of an ``(N, C, *spatial)`` tensor (no copy)."""
+    while t.dim() < 5:
+        t = t.unsqueeze(2)
+    return t
+
+
+def _operand(t: Tensor) -> dispatch.Operand:
+    fmt = _ops.memory_format(t)
+    if fmt != torch.contiguous_format:
+        layout = "channels_last"
+    else:
+        layout = "nchw" if t.is_contiguous() else "strided"
+    compute = np.float64 if t.dtype == torch.float64 else np.float32
+    return dispatch.Operand(np.dtype(compute), layout, True, "triton")
+
+
+def _choose(op, direction, plan, t, record=False):
+    return dispatch.choose(op, direction, plan, _operand(t), record=record)
+
+
+def _positions_dtype(plan) -> torch.dtype:
+    return _TORCH_POSITIONS[geometry.position_dtype(plan.window_size)]
+
+
+def _empty(shape, like: Tensor, fmt, dtype=None) -> Tensor:
+    return torch.empty(tuple(shape), dtype=dtype or like.dtype, device=like.device,
+                       memory_format=fmt)
+
+
+def _out_shape(x: Tensor, plan) -> list[int]:
+    return [*x.shape[:2], *plan.out_spatial]
+
+
+# ---------------------------------------------------------------------- max pooling
+
+
+def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
+    plan = _ops.plan_of(window, x.shape[2:])
+    fmt = _ops.memory_format(x)
+    y = _empty(_out_shape(x, plan), x, fmt)
+    winners = _empty(y.shape, x, fmt, _positions_dtype(plan))
+    _choose("max", "forward", plan, x, record=True)(_five(x), _five(y), _five(winners))
+    return y, winners
+
+
+def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
+    plan = _ops.plan_of(window, x.shape[2:])
+    y = _empty(_out_shape(x, plan), x, _ops.memory_format(x))
+    _choose("max", "forward", plan, x)(_five(x), _five(y), None)
+    return y
+
+
+def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
+                      x_size: list[int]) -> Tensor:
+    plan = _ops.plan_of(window, x_size[2:])
+    dx = _empty(x_size, dy, _ops.memory_format(winners))
+    _choose("max", "backward", plan, dx)(_five(dy), _five(winners), _five(dx))
+    return dx
+
+
+def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
+    plan = _ops.plan_of(window, dx.shape[2:])
+    dy = _empty(winners.shape, dx, _ops.memory_format(winners))
+    _choose("max", "gather", plan, dx)(_five(dx), _five(winners), _five(dy))
+    return dy
+
+
+def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> Tensor:
+    plan = _ops.plan_of(window, x_size[2:])
+    indices = _empty(winners.shape, winners, _ops.memory_format(winners), torch.int64)
+    _choose("max", "indices", plan, winners)(_five(winners), _five(indices))
+    return indices
+
+
+# ------------------------------------------------------------------ average pooling
+
+
+def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
+             divisor_override: int | None) -> Tensor:
+    plan = _ops.plan_of(window, x.shape[2:])
+    y = _empty(_out_shape(x, plan), x, _ops.memory_format(x))
+    divisor = (_ops.divisor_mode(window, count_include_pad), divisor_override)
+    _choose(_ops.avg_kind(window), "forward", plan, x)(_five(x), _five(y), divisor)
+    return y
+
+
+def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
+                      count_include_pad: bool, divisor_override: int | None,
+                      channels_last: bool) -> Tensor:
+    plan = _ops.plan_of(window, x_size[2:])
+    dx = _empty(x_size, dy, _ops.format_of(channels_last, len(x_size)))
+    divisor = (_ops.divisor_mode(window, count_include_pad), divisor_override)
+    _choose(_ops.avg_kind(window), "backward", plan, dx)(_five(dy), divisor, _five(dx))
+    return dx
+
+
+# ----------------------------------------------------------------------- Lp pooling
+
+
+def lp_pool(x: Tensor, p: float, window: list[int]) -> Tensor:
+    plan = _ops.plan_of(window, x.shape[2:])
+    y = _empty(_out_shape(x, plan), x, _ops.memory_format(x))
+    _choose("lp", "forward", plan, x)(_five(x), _five(y), p)
+    return y
+
+
+def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[int]) -> Tensor:
+    plan = _ops.plan_of(window, x.shape[2:])
+    dx = _empty(x.shape, dy, _ops.memory_format(x))
+    _choose("lp", "backward", plan, dx)(_five(x), _five(y), _five(dy), p, _five(dx))
+    return dx
+
+
+# operator name -> its CUDA implementation
+IMPLEMENTATIONS = {
+    "max_pool": max_pool,
+    "max_pool_values": max_pool_values,
+    "max_pool_backward": max_pool_backward,
+    "max_pool_gather": max_pool_gather,
+    "max_pool_indices": max_pool_indices,
+    "avg_pool": avg_pool,
+    "avg_pool_backward": avg_pool_backward,
+    "lp_pool": lp_pool,
+    "lp_pool_backward": lp_pool_backward,
+}

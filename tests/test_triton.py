@@ -1,0 +1,270 @@
+"""The Triton (CUDA) kernels against the CPU kernels.
+
+Without a GPU the same kernels run under the Triton interpreter (``TRITON_INTERPRET=1``,
+set by ``conftest.py`` before Triton is imported) on CPU tensors, through the CUDA implementations
+of :mod:`poolgrad.torch._cuda`; with one they run compiled on CUDA tensors. Max values,
+winners, indices and gathers, and the average's sums, must give the CPU's bits; Lp
+pooling (``pow`` as ``exp2(b * log2(a))``) must agree within a few ulps.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+CUDA = torch.cuda.is_available()
+# tests/conftest.py sets TRITON_INTERPRET=1 without a GPU, before Triton is imported
+assert CUDA or os.environ.get("TRITON_INTERPRET") == "1"
+pytest.importorskip("triton")
+DEVICE = "cuda" if CUDA else "cpu"
+
+from poolgrad import geometry  # noqa: E402
+from poolgrad.kernels import dispatch  # noqa: E402
+from poolgrad.torch import _cuda, _ops  # noqa: E402
+
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+# NaN and infinities in the test data: the interpreter's NumPy arithmetic warns on them
+pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")]
+
+
+def cpu(name):
+    return _ops.CPU_IMPLEMENTATIONS[getattr(_ops, name)]
+
+
+def triton_impl(name):
+    return _cuda.IMPLEMENTATIONS[name]
+
+
+def on_device(t):
+    return t.to(DEVICE)
+
+
+def on_cpu(t):
+    return t.detach().to("cpu")
+
+
+def same_bits(a, b):
+    """Equal bit for bit (NaN payloads and the sign of zero included), dtype and strides."""
+    a, b = on_cpu(a), on_cpu(b)
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+    assert a.stride() == b.stride(), (a.stride(), b.stride())
+    if a.dtype == torch.bfloat16:
+        # torch's CPU conversion of any float32 NaN to bfloat16 gives 0xFFFF (torch
+        # 2.13), Triton's the quiet NaN 0x7FC0: both NaN, so NaNs compare as NaN here
+        assert torch.equal(a.isnan(), b.isnan())
+        a, b = a.nan_to_num(0.0, float("inf"), -float("inf")), b.nan_to_num(
+            0.0, float("inf"), -float("inf"))
+    if a.dtype.is_floating_point:
+        width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        a, b = a.contiguous().view(width), b.contiguous().view(width)
+    assert torch.equal(a, b)
+
+
+def sliding(ndim, kernel, stride, before, after, dilation, ceil_mode):
+    return _ops.sliding_window((kernel,) * ndim, (stride,) * ndim,
+                               ((before, after),) * ndim, (dilation,) * ndim, ceil_mode)
+
+
+def layouts(x):
+    """``x`` as stored NCHW, channels-last (4-d and 5-d) and non-contiguous."""
+    yield "nchw", x
+    if x.dim() == 4:
+        yield "channels_last", x.contiguous(memory_format=torch.channels_last)
+    if x.dim() == 5:
+        yield "channels_last", x.contiguous(memory_format=torch.channels_last_3d)
+    wide = torch.zeros(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype)
+    wide[..., ::2] = x
+    yield "strided", wide[..., ::2]
+
+
+def special(shape, dtype, seed):
+    """Values with ties, NaN, -0, +-inf and repeated small integers."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 4, shape, generator=g).to(torch.float64)
+    x += torch.rand(shape, generator=g, dtype=torch.float64).round() * 0.5
+    flat = x.view(-1)
+    picks = torch.randperm(flat.numel(), generator=g)[:4]
+    flat[picks[0]] = float("nan")
+    flat[picks[1]] = -0.0
+    flat[picks[2]] = float("inf")
+    flat[picks[3]] = -float("inf")
+    return x.to(dtype)
+
+
+# sliding geometries: (ndim, kernel, stride, before, after, dilation, ceil_mode)
+SLIDING = [
+    (1, 4, 4, 0, 0, 1, False),
+    (1, 3, 2, 1, 1, 2, True),
+    (2, 2, 2, 0, 0, 1, False),
+    (2, 3, 2, 1, 1, 1, False),
+    (2, 3, 1, 1, 0, 1, True),
+    (2, 2, 3, 1, 1, 2, True),
+    (3, 2, 2, 0, 0, 1, False),
+    (3, 3, 2, 1, 1, 1, True),
+]
+ADAPTIVE = [(1, (3,)), (2, (3, 4)), (2, (1, 1)), (3, (2, 3, 2))]
+SHAPES = {1: (2, 3, 11), 2: (2, 3, 7, 9), 3: (1, 2, 5, 6, 7)}
+
+
+def windows():
+    for g in SLIDING:
+        yield f"sliding{g}", g[0], sliding(*g)
+    for ndim, out in ADAPTIVE:
+        yield f"adaptive{out}", ndim, _ops.adaptive_window(out)
+
+
+WINDOWS = list(windows())
+
+
+@pytest.mark.parametrize("name,ndim,window", WINDOWS, ids=[w[0] for w in WINDOWS])
+def test_max_forward_backward_gather_and_indices_give_the_cpu_bits(name, ndim, window):
+    """Values, winners, values-only, the routed gradient, the gather and the indices,
+    in every layout, on data full of ties, NaN, -0 and infinities."""
+    for seed, dtype in ((0, torch.float32), (1, torch.float64), (2, torch.bfloat16),
+                        (3, torch.float16)):
+        x = special(SHAPES[ndim], dtype, seed)
+        for layout, xs in layouts(x):
+            y, winners = cpu("max_pool")(xs, window, "first")
+            ty, twinners = triton_impl("max_pool")(on_device(xs), window, "first")
+            same_bits(ty, y)
+            same_bits(twinners, winners)
+            same_bits(triton_impl("max_pool_values")(on_device(xs), window), y)
+            dy = special(y.shape, dtype, seed + 10)
+            if layout == "channels_last":
+                dy = dy.contiguous(memory_format=_ops.memory_format(y))
+            dx = cpu("max_pool_backward")(dy, winners, window, list(x.shape))
+            same_bits(triton_impl("max_pool_backward")(on_device(dy), twinners, window,
+                                                       list(x.shape)), dx)
+            src = special(x.shape, dtype, seed + 20)
+            same_bits(triton_impl("max_pool_gather")(on_device(src), twinners, window),
+                      cpu("max_pool_gather")(src, winners, window))
+            same_bits(triton_impl("max_pool_indices")(twinners, window, list(x.shape)),
+                      cpu("max_pool_indices")(winners, window, list(x.shape)))
+
+
+@pytest.mark.parametrize("name,ndim,window", WINDOWS, ids=[w[0] for w in WINDOWS])
+def test_average_forward_and_backward_give_the_cpu_bits(name, ndim, window):
+    """Both divisors and an override; sums in the CPU's order give its bits, float16
+    and bfloat16 computed in float32 as the CPU computes them. The one exception: the
+    CPU's global average of C-contiguous planes sums in eight interleaved running sums
+    (``sum_pool.global_avg_forward``), so there the forward agrees within rounding."""
+    g = torch.Generator().manual_seed(len(name))
+    global_average = window == _ops.adaptive_window((1,) * ndim)
+    divisors = {torch.float32: ((True, None), (False, None), (True, 3)),
+                torch.float64: ((True, None),), torch.bfloat16: ((False, None),)}
+    for dtype, modes in divisors.items():
+        x = torch.randn(SHAPES[ndim], generator=g, dtype=torch.float64).to(dtype)
+        for layout, xs in layouts(x):
+            for include_pad, override in modes:
+                y = cpu("avg_pool")(xs, window, include_pad, override)
+                ty = triton_impl("avg_pool")(on_device(xs), window, include_pad, override)
+                if global_average and layout == "nchw":
+                    torch.testing.assert_close(on_cpu(ty), y)
+                    assert on_cpu(ty).stride() == y.stride()
+                else:
+                    same_bits(ty, y)
+                dy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(dtype)
+                channels_last = layout == "channels_last"
+                dx = cpu("avg_pool_backward")(dy, window, list(x.shape), include_pad,
+                                              override, channels_last)
+                same_bits(triton_impl("avg_pool_backward")(on_device(dy), window,
+                                                           list(x.shape), include_pad,
+                                                           override, channels_last), dx)
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.5])
+@pytest.mark.parametrize("name,ndim,window", WINDOWS[:6], ids=[w[0] for w in WINDOWS[:6]])
+def test_lp_forward_and_backward_match_the_cpu(name, ndim, window, p):
+    """Lp within a few float32 ulps (pow differs from libm's), zeros included."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(SHAPES[ndim], generator=g)
+    x.view(-1)[::5] = 0.0
+    for _, xs in layouts(x):
+        y = cpu("lp_pool")(xs, p, window)
+        ty = triton_impl("lp_pool")(on_device(xs), p, window)
+        torch.testing.assert_close(on_cpu(ty), y, rtol=2e-6, atol=1e-6)
+        assert on_cpu(ty).stride() == y.stride()
+        dy = torch.randn(y.shape, generator=g)
+        dx = cpu("lp_pool_backward")(dy, xs, y, p, window)
+        tdx = triton_impl("lp_pool_backward")(on_device(dy), on_device(xs), ty, p, window)
+        torch.testing.assert_close(on_cpu(tdx), dx, rtol=2e-5, atol=1e-6)
+        same_bits(on_cpu(tdx) == 0, dx == 0)  # zeros where the CPU has zeros
+
+
+def test_the_dispatch_chooses_one_triton_kernel_per_pass():
+    """The "triton" backend's choices, by pass and by whether the winners are kept."""
+    plan = geometry.sliding_plan((8, 8), (2, 2), (2, 2), (1, 1), ((0, 0), (0, 0)), False)
+    operand = dispatch.Operand(np.dtype(np.float32), "channels_last", True, "triton")
+    expected = {("max", "forward", False): "triton_pool.max_values_forward",
+                ("max", "forward", True): "triton_pool.max_forward",
+                ("max", "backward", False): "triton_pool.max_backward",
+                ("max", "gather", False): "triton_pool.max_gather",
+                ("max", "indices", False): "triton_pool.max_indices",
+                ("avg", "forward", False): "triton_pool.avg_forward",
+                ("global_avg", "backward", False): "triton_pool.avg_backward",
+                ("lp", "backward", False): "triton_pool.lp_backward"}
+    for (op, direction, record), name in expected.items():
+        kernel = dispatch.choose(op, direction, plan, operand, record=record)
+        assert kernel.name == name
+        assert kernel.records == (name == "triton_pool.max_forward")
+        assert kernel.channels_last
+
+
+def test_inputs_are_not_modified():
+    x = special((2, 3, 7, 9), torch.float32, 5)
+    before = x.clone()
+    window = sliding(2, 3, 2, 1, 1, 1, False)
+    y, winners = triton_impl("max_pool")(on_device(x), window, "first")
+    triton_impl("max_pool_backward")(on_device(torch.ones_like(y)), winners, window,
+                                     list(x.shape))
+    triton_impl("avg_pool")(on_device(x), window, True, None)
+    same_bits(x, before)
+
+
+# ------------------------------------------------------------------ on a CUDA device
+
+
+@needs_cuda
+def test_cuda_tensors_train_through_the_public_api_deterministically():
+    """poolgrad.torch on CUDA: the CPU's values and gradients, the same bits on every
+    run, under torch.use_deterministic_algorithms."""
+    import poolgrad.torch as pgt
+    x = special((4, 8, 17, 19), torch.float32, 11)
+    layers = [pgt.MaxPool2d(3, 2, 1), pgt.AvgPool2d(3, 2, 1), pgt.AdaptiveMaxPool2d((5, 4)),
+              pgt.AdaptiveAvgPool2d(1), pgt.LPPool2d(2, 3, 2)]
+    torch.use_deterministic_algorithms(True)
+    try:
+        for layer in layers:
+            grads = []
+            for _ in range(2):
+                xc = x.cuda().nan_to_num(0.0, 3.0, -3.0).requires_grad_()
+                y = layer(xc)
+                y.backward(torch.ones_like(y))
+                grads.append(xc.grad.cpu())
+            same_bits(grads[0], grads[1])
+            xr = x.nan_to_num(0.0, 3.0, -3.0).requires_grad_()
+            yr = layer(xr)
+            yr.backward(torch.ones_like(yr))
+            torch.testing.assert_close(y.detach().cpu(), yr.detach(), rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(grads[0], xr.grad, rtol=1e-6, atol=1e-6)
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@needs_cuda
+def test_cuda_ops_compile_with_fullgraph_and_capture_in_a_cuda_graph():
+    import poolgrad.torch as pgt
+    x = torch.randn(4, 8, 16, 16, device="cuda")
+    pool = pgt.MaxPool2d(2, 2)
+    compiled = torch.compile(pool, fullgraph=True)
+    same_bits(compiled(x), pool(x))
+    static = x.clone()
+    pool(static)  # warm up (kernel compile) before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = pool(static)
+    static.copy_(x * 2)
+    graph.replay()
+    same_bits(out, pool(x * 2))
