@@ -193,6 +193,43 @@ def test_lp_forward_and_backward_match_the_cpu(name, ndim, window, p):
         same_bits(on_cpu(tdx) == 0, dx == 0)  # zeros where the CPU has zeros
 
 
+@pytest.mark.parametrize("name,ndim,window", WINDOWS, ids=[w[0] for w in WINDOWS])
+def test_split_ties_give_the_cpu_bits(name, ndim, window):
+    """``ties="split"``: each tied maximum gets ``dy / ties``, a NaN window its winner."""
+    for seed, dtype in ((4, torch.float32), (5, torch.float64)):
+        x = special(SHAPES[ndim], dtype, seed)
+        for layout, xs in layouts(x):
+            y, _ = cpu("max_pool")(xs, window, "first")
+            dy = special(y.shape, dtype, seed + 30).nan_to_num(1.5, 2.0, -2.0)
+            same_bits(triton_impl("max_pool_split_backward")(on_device(dy), on_device(xs),
+                                                             window),
+                      cpu("max_pool_split_backward")(dy, xs, window))
+
+
+def test_unpooling_gives_the_cpu_bits_with_colliding_indices():
+    """Entries that name the same place: the last one is written and gets the gradient,
+    as the CPU's serial scatter; the same for indices a max pool returned."""
+    g = torch.Generator().manual_seed(3)
+    for shape, output_size in (((2, 3, 4, 5), [7, 9]), ((2, 3, 6), [11]),
+                               ((1, 2, 2, 3, 2), [3, 5, 4])):
+        plane = int(np.prod(output_size))
+        y = torch.randn(shape, generator=g)
+        indices = torch.randint(0, plane, shape, generator=g)
+        indices.view(-1)[1::3] = indices.view(-1)[0]  # many entries, one place
+        window = sliding(len(output_size), 2, 2, 0, 0, 1, False)
+        out = cpu("max_unpool")(y, indices, window, output_size)
+        same_bits(triton_impl("max_unpool")(on_device(y), on_device(indices), window,
+                                            output_size), out)
+        dout = torch.randn(out.shape, generator=g)
+        same_bits(triton_impl("max_unpool_backward")(on_device(dout), on_device(indices),
+                                                     window),
+                  cpu("max_unpool_backward")(dout, indices, window))
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 63\)"):
+        triton_impl("max_unpool")(on_device(torch.zeros(1, 1, 2, 2)),
+                                  on_device(torch.full((1, 1, 2, 2), 63)),
+                                  sliding(2, 2, 2, 0, 0, 1, False), [7, 9])
+
+
 def test_the_dispatch_chooses_one_triton_kernel_per_pass():
     """The "triton" backend's choices, by pass and by whether the winners are kept."""
     plan = geometry.sliding_plan((8, 8), (2, 2), (2, 2), (1, 1), ((0, 0), (0, 0)), False)
@@ -204,7 +241,9 @@ def test_the_dispatch_chooses_one_triton_kernel_per_pass():
                 ("max", "indices", False): "triton_pool.max_indices",
                 ("avg", "forward", False): "triton_pool.avg_forward",
                 ("global_avg", "backward", False): "triton_pool.avg_backward",
-                ("lp", "backward", False): "triton_pool.lp_backward"}
+                ("lp", "backward", False): "triton_pool.lp_backward",
+                ("max", "split", False): "triton_pool.max_split_backward",
+                ("unpool", "backward", False): "triton_pool.unpool_gather"}
     for (op, direction, record), name in expected.items():
         kernel = dispatch.choose(op, direction, plan, operand, record=record)
         assert kernel.name == name

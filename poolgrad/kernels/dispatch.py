@@ -31,8 +31,9 @@ Run signatures (one per op and direction)::
 Backends: ``"numba"`` (NumPy arrays on the CPU) and ``"triton"`` (torch tensors on CUDA,
 used by :mod:`poolgrad.torch`; the same 5-d views and signatures, with two differences:
 an average's ``divisor`` is ``(mode, override)``, ``mode`` ``"padded"`` or ``"real"``,
-and max has a ``"gather"`` pass, ``run(src, pos, out)``: ``src`` read at each window's
-winner). Triton is imported only when a Triton kernel is first chosen.
+max has a ``"gather"`` pass, ``run(src, pos, out)``: ``src`` read at each window's
+winner, and an unpool forward with ``y`` None finds ``written`` alone). Triton is
+imported only when a Triton kernel is first chosen.
 """
 
 from __future__ import annotations
@@ -522,6 +523,14 @@ _TRITON_RULES = {
     ("global_avg", "backward"): _TRITON_AVG["backward"],
     ("lp", "forward"): [_Rule("triton_pool.lp_forward", _always, _triton("lp_forward_run"))],
     ("lp", "backward"): [_Rule("triton_pool.lp_backward", _always, _triton("lp_backward_run"))],
+    ("max", "tie_count"): [
+        _Rule("triton_pool.max_tie_count", _always, _triton("tie_count_run"))],
+    ("max", "split"): [
+        _Rule("triton_pool.max_split_backward", _always, _triton("split_backward_run"))],
+    ("unpool", "forward"): [
+        _Rule("triton_pool.unpool_place", _always, _triton("unpool_forward_run"))],
+    ("unpool", "backward"): [
+        _Rule("triton_pool.unpool_gather", _always, _triton("unpool_backward_run"))],
 }
 
 _RULES_BY_BACKEND = {"numba": _RULES, "triton": _TRITON_RULES}

@@ -391,3 +391,106 @@ def lp_backward(x, y, dy, dx, total, C, p,
     acc = tl.where(value < 0, -acc, acc)
     tl.store(dx + n * rn + c * rc + i_d * rd + ih * rh + iw * rw,
              _narrow(acc, dx.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def max_tie_count(x, y, ties, total, C,
+                  LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, LW, OW, KW, SW, PW, DW,
+                  xn, xc, xd, xh, xw, yn, yc, yd, yh, yw,
+                  ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """``ties`` = how many real taps of each window equal its maximum ``y`` (1 for a
+    NaN window), in ``ACC`` (``ties`` has ``y``'s strides)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
+    sd, fd, ed, _ = _window(od, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
+    sh, fh, eh, _ = _window(oh, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
+    sw, fw, ew, _ = _window(ow, LW, OW, KW, SW, PW, 0, DW, ADAPTIVE)
+    out = n * yn + c * yc + od * yd + oh * yh + ow * yw
+    best = tl.load(y + out, mask=live, other=0.0).to(ACC)
+    count = tl.zeros([BLOCK], dtype=tl.int32)
+    for t in range(0, KD * KH * KW):
+        offset, real = _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW,
+                            xd, xh, xw, live)
+        v = tl.load(x + n * xn + c * xc + offset, mask=real, other=0.0).to(ACC)
+        count += (real & (v == best)).to(tl.int32)
+    tl.store(ties + out, tl.maximum(count, 1).to(ACC), mask=live)
+
+
+@triton.jit
+def max_split_backward(x, y, dy, ties, pos, dx, total, C,
+                       LD, OD, KD, SD, PD, DD, ND, LH, OH, KH, SH, PH, DH, NH,
+                       LW, OW, KW, SW, PW, DW, NW,
+                       xn, xc, xd, xh, xw, yn, yc, yd, yh, yw, gn, gc, gd, gh, gw,
+                       rn, rc, rd, rh, rw,
+                       ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
+                       BLOCK: tl.constexpr):
+    """``ties="split"``: ``dx[i]`` = the sum of ``dy[o] / ties[o]`` over the windows ``o``
+    that read ``i`` where ``x[i]`` equals their maximum or is their winner (a NaN
+    window routes to its winner alone). ``ties`` and ``pos`` have ``y``'s strides,
+    ``dy`` the strides ``g*``, ``dx`` the strides ``r*``."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
+    value = tl.load(x + n * xn + c * xc + i_d * xd + ih * xh + iw * xw, mask=live,
+                    other=0.0).to(ACC)
+    acc = tl.zeros([BLOCK], dtype=ACC)
+    for t in range(0, ND * NH * NW):
+        od, oh, ow, tap, valid = _covering(t, i_d, ih, iw, LD, OD, KD, SD, PD, DD, LH, OH,
+                                           KH, SH, PH, DH, NH, LW, OW, KW, SW, PW, DW, NW,
+                                           ADAPTIVE)
+        valid = live & valid
+        out = n * yn + c * yc + od * yd + oh * yh + ow * yw
+        best = tl.load(y + out, mask=valid, other=0.0).to(ACC)
+        winner = tl.load(pos + out, mask=valid, other=0).to(tl.int32)
+        hit = valid & ((value == best) | (winner == tap))
+        g = tl.load(dy + n * gn + c * gc + od * gd + oh * gh + ow * gw, mask=hit,
+                    other=0.0).to(ACC)
+        share = tl.load(ties + out, mask=hit, other=1.0)
+        acc = tl.where(hit, acc + _divide(g, share), acc)
+    tl.store(dx + n * rn + c * rc + i_d * rd + ih * rh + iw * rw,
+             _narrow(acc, dx.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def unpool_claim(indices, owner, total, count, plane, BLOCK: tl.constexpr):
+    """Each entry ``k`` of ``(planes, count)`` ``indices`` claims its place in ``owner``
+    (``(planes, plane)`` int32, -1 before) with an atomic maximum: the last entry that
+    names a place owns it whatever the order of the claims, so the result is
+    deterministic. Out-of-range indices claim nothing."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    k, p = _split(offs, count)
+    target = tl.load(indices + offs, mask=live, other=-1)
+    ok = live & (target >= 0) & (target < plane)
+    tl.atomic_max(owner + p * plane + target, k.to(tl.int32), mask=ok)
+
+
+@triton.jit
+def unpool_place(values, indices, owner, out, written, total, count, plane,
+                 WRITE_VALUES: tl.constexpr, BLOCK: tl.constexpr):
+    """``written[k]`` = whether entry ``k`` owns its place; with ``WRITE_VALUES`` the
+    owners also write ``out[p, indices[k]] = values[k]`` (``out`` zeroed before)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    k, p = _split(offs, count)
+    target = tl.load(indices + offs, mask=live, other=-1)
+    ok = live & (target >= 0) & (target < plane)
+    won = ok & (tl.load(owner + p * plane + target, mask=ok, other=-1) == k.to(tl.int32))
+    tl.store(written + offs, won.to(tl.uint8), mask=live)
+    if WRITE_VALUES:
+        v = tl.load(values + offs, mask=won, other=0.0)
+        tl.store(out + p * plane + target, v, mask=won)
+
+
+@triton.jit
+def unpool_gather(dout, indices, written, dy, total, count, plane, BLOCK: tl.constexpr):
+    """``dy[k] = dout[p, indices[k]]`` for the entries written, else 0."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < total
+    _, p = _split(offs, count)
+    won = live & (tl.load(written + offs, mask=live, other=0) != 0)
+    target = tl.load(indices + offs, mask=won, other=0)
+    g = tl.load(dout + p * plane + target, mask=won, other=0.0)
+    tl.store(dy + offs, tl.where(won, g, tl.zeros_like(g)), mask=live)

@@ -155,3 +155,46 @@ def lp_backward_run(plan):
             *dx.stride(), ADAPTIVE=_adaptive(plan), CHANNELS_LAST=_channels_last(dx),
             P_KIND=_p_kind(p), ACC=_accumulator(dx), BLOCK=BLOCK)
     return run
+
+
+def tie_count_run(plan):
+    def run(x, y, ties):
+        kernels.max_tie_count[_grid(y)](
+            x, y, ties, y.numel(), y.shape[1], *_window_args(plan), *x.stride(),
+            *y.stride(), ADAPTIVE=_adaptive(plan), CHANNELS_LAST=_channels_last(y),
+            ACC=_accumulator(y), BLOCK=BLOCK)
+    return run
+
+
+def split_backward_run(plan):
+    """``run(x, y, dy, ties, pos, dx)``; ``ties`` and ``pos`` stored as ``y``."""
+    def run(x, y, dy, ties, pos, dx):
+        kernels.max_split_backward[_grid(dx)](
+            x, y, dy, ties, pos, dx, dx.numel(), dx.shape[1],
+            *_window_args(plan, with_covers=True), *x.stride(), *y.stride(), *dy.stride(),
+            *dx.stride(), ADAPTIVE=_adaptive(plan), CHANNELS_LAST=_channels_last(dx),
+            ACC=_accumulator(dx), BLOCK=BLOCK)
+    return run
+
+
+def unpool_forward_run(plan):
+    """``run(y, indices, out, written)`` on C-contiguous ``(N, C, L)`` tensors, ``out``
+    zeroed. With ``y`` None only ``written`` is found (the backward's need) and ``out``
+    gives the plane size alone: nothing is written to it."""
+    def run(y, indices, out, written):
+        import torch
+        planes, count, plane = out.shape[0] * out.shape[1], written.shape[2], out.shape[2]
+        owner = torch.full((planes, plane), -1, dtype=torch.int32, device=written.device)
+        grid = (triton.cdiv(written.numel(), BLOCK),)
+        kernels.unpool_claim[grid](indices, owner, written.numel(), count, plane, BLOCK=BLOCK)
+        kernels.unpool_place[grid](indices if y is None else y, indices, owner, out, written,
+                                   written.numel(), count, plane, WRITE_VALUES=y is not None,
+                                   BLOCK=BLOCK)
+    return run
+
+
+def unpool_backward_run(plan):
+    def run(dout, indices, written, dy):
+        kernels.unpool_gather[_grid(dy)](dout, indices, written, dy, dy.numel(), dy.shape[2],
+                                         dout.shape[2], BLOCK=BLOCK)
+    return run

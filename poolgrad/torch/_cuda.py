@@ -13,6 +13,8 @@ tensors, which is how the tests check them without a GPU.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -100,6 +102,19 @@ def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> T
     return indices
 
 
+def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
+    plan = _ops.plan_of(window, x.shape[2:])
+    fmt = _ops.memory_format(x)
+    y, winners = max_pool(x, window, "first")
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    ties = _empty(y.shape, x, fmt, compute)
+    _choose("max", "tie_count", plan, x)(_five(x), _five(y), _five(ties))
+    dx = _empty(x.shape, dy, fmt)
+    _choose("max", "split", plan, dx)(_five(x), _five(y), _five(dy), _five(ties),
+                                      _five(winners), _five(dx))
+    return dx
+
+
 # ------------------------------------------------------------------ average pooling
 
 
@@ -139,6 +154,48 @@ def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[in
     return dx
 
 
+# -------------------------------------------------------------------------- unpooling
+
+
+def _planes(t: Tensor, count: int) -> Tensor:
+    """``t`` as C-contiguous ``(N, C, count)`` planes in row-major spatial order."""
+    return t.contiguous().reshape(t.shape[0], t.shape[1], count)
+
+
+def _check_indices(indices: Tensor, plane: int, output_size) -> None:
+    """The CPU's range check. It reads the indices back (a sync), so it is skipped
+    while a CUDA graph is captured: out-of-range indices are then dropped unreported."""
+    if indices.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= plane):
+        raise ValueError(f"indices must lie in [0, {plane}) for an unpooled plane of "
+                         f"{tuple(output_size)}, got values from {int(indices.min())} to "
+                         f"{int(indices.max())}")
+
+
+def max_unpool(y: Tensor, indices: Tensor, window: list[int],
+               output_size: list[int]) -> Tensor:
+    n, c, count, plane = y.shape[0], y.shape[1], math.prod(y.shape[2:]), math.prod(output_size)
+    _check_indices(indices, plane, output_size)
+    out = torch.zeros((n, c, *output_size), dtype=y.dtype, device=y.device)
+    written = torch.empty((n, c, count), dtype=torch.uint8, device=y.device)
+    _choose("unpool", "forward", None, out)(_planes(y, count), _planes(indices, count),
+                                            out.view(n, c, plane), written)
+    return out
+
+
+def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Tensor:
+    n, c, count = indices.shape[0], indices.shape[1], math.prod(indices.shape[2:])
+    flat_dout = _planes(dout, math.prod(dout.shape[2:]))
+    flat_indices = _planes(indices, count)
+    written = torch.empty((n, c, count), dtype=torch.uint8, device=dout.device)
+    _choose("unpool", "forward", None, dout)(None, flat_indices, flat_dout, written)
+    dy = torch.empty(indices.shape, dtype=dout.dtype, device=dout.device)
+    _choose("unpool", "backward", None, dout)(flat_dout, flat_indices, written,
+                                              dy.view(n, c, count))
+    return dy
+
+
 # operator name -> its CUDA implementation
 IMPLEMENTATIONS = {
     "max_pool": max_pool,
@@ -146,8 +203,11 @@ IMPLEMENTATIONS = {
     "max_pool_backward": max_pool_backward,
     "max_pool_gather": max_pool_gather,
     "max_pool_indices": max_pool_indices,
+    "max_pool_split_backward": max_pool_split_backward,
     "avg_pool": avg_pool,
     "avg_pool_backward": avg_pool_backward,
     "lp_pool": lp_pool,
     "lp_pool_backward": lp_pool_backward,
+    "max_unpool": max_unpool,
+    "max_unpool_backward": max_unpool_backward,
 }

@@ -113,9 +113,8 @@ def _check_device(*tensors: Tensor) -> None:
     for t in tensors:
         if t.device.type != "cpu":
             raise ValueError(
-                f"poolgrad.torch runs on CPU and CUDA tensors; got a tensor on {t.device}, "
-                f"or this operator has no CUDA kernel yet (max unpooling and "
-                f'ties="split" run on the CPU only): move it with .cpu()')
+                f"poolgrad.torch runs on CPU and CUDA tensors; got a tensor on {t.device}: "
+                f"move it with .cpu() or .cuda()")
 
 
 def _array(t: Tensor) -> np.ndarray:
