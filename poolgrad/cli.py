@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--torch", action="store_true",
                    help="time poolgrad.torch against eager and torch.compiled PyTorch instead, "
                         "with the per-call overhead")
+    b.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu (default): the NumPy API's kernels; cuda: poolgrad.torch's "
+                        "Triton kernels on the GPU, float32 and bfloat16, with a large layer")
     b.add_argument("--models", action="store_true",
                    help="with --torch: also time training steps of VGG-11 and ResNet-18 "
                         "with and without poolgrad's pooling (a few minutes)")
@@ -201,8 +204,13 @@ def bench(args) -> None:
     from . import bench as suite
     if args.models and not args.torch:
         raise ValueError("--models times models through poolgrad.torch: give --torch too")
+    if args.device == "cuda" and args.torch:
+        raise ValueError("--device cuda times poolgrad.torch already: leave out --torch")
     check_output_file(args.out)  # before the minutes of timing, not after them
-    if args.torch:
+    if args.device == "cuda":
+        from . import bench_cuda as timer
+        options = {"device": "cuda"}
+    elif args.torch:
         from . import bench_torch as timer
         options = {"models": args.models}
     else:

@@ -1,0 +1,90 @@
+"""``poolgrad bench --device cuda``: its pipeline, run on the CPU (the same code with the
+wall clock for CUDA events), and its refusals. Its figures need a GPU."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from poolgrad import bench, bench_cuda, cli  # noqa: E402
+
+LAYERS = (bench.SUITE[0], bench.SUITE[7])  # a max and an average layer
+
+
+@pytest.fixture(scope="module")
+def quick_result():
+    return bench_cuda.run(quick=True, device="cpu", layers=LAYERS)
+
+
+def test_every_layer_layout_dtype_and_pass_is_timed_against_both_baselines(quick_result):
+    rows = quick_result["rows"]
+    assert len(rows) == len(LAYERS) * 2 * 2 * 3
+    assert {(r["layer"], r["layout"], r["dtype"], r["pass"]) for r in rows} == {
+        (layer.name, layout, dtype, pass_name) for layer in LAYERS
+        for layout in bench.LAYOUTS for dtype in bench_cuda.DTYPES
+        for pass_name in bench_cuda.PASSES}
+    for row in rows:
+        assert row["poolgrad_ms"] > 0 and row["eager_ms"] > 0
+        assert row["speedup_vs_eager"] == pytest.approx(row["eager_ms"] / row["poolgrad_ms"])
+        assert row["best_torch_ms"] <= row["eager_ms"]
+    # quick mode compiles one variant, so that the path runs
+    compiled = [r for r in rows if r["compiled_ms"] is not None]
+    assert {(r["layer"], r["layout"], r["dtype"]) for r in compiled} == {
+        (LAYERS[0].name, "NCHW", "float32")}
+    assert all(r["compile_s"] > 0 for r in compiled)
+
+
+def test_the_roofline_is_the_bytes_at_the_copy_bandwidth(quick_result):
+    bandwidth = quick_result["machine"]["copy_bandwidth_GBps"] * 1e9
+    row = next(r for r in quick_result["rows"] if r["layer"] == LAYERS[0].name
+               and r["pass"] == "forward" and r["dtype"] == "float32")
+    x_bytes = 4 * torch.Size(LAYERS[0].quick().shape).numel()
+    y = torch.nn.functional.max_pool2d(torch.zeros(LAYERS[0].quick().shape), 3, 2)
+    expected_ms = (x_bytes + 4 * y.numel()) / bandwidth * 1e3
+    assert row["roofline_ms"] == pytest.approx(expected_ms, rel=0.01)  # GB/s is rounded
+    assert row["roofline_fraction"] == pytest.approx(row["roofline_ms"] / row["poolgrad_ms"])
+
+
+def test_backwards_record_whether_two_runs_gave_the_same_bits(quick_result):
+    backward = [r for r in quick_result["rows"] if r["pass"] == "backward"]
+    assert backward and all(r["poolgrad_deterministic"] is True for r in backward)
+    assert quick_result["summary"]["nondeterministic_backwards"]["poolgrad"] == []
+    others = [r for r in quick_result["rows"] if r["pass"] != "backward"]
+    assert all("poolgrad_deterministic" not in r for r in others)
+
+
+def test_summary_and_table(quick_result):
+    summary = quick_result["summary"]
+    assert len(summary["bfloat16_speedup_over_float32"]) == len(LAYERS) * 2 * 3
+    slower = [r for r in quick_result["rows"] if r["speedup_vs_best"] < 1]
+    assert len(summary["rows_slower_than_best_torch"]) == len(slower)
+    table = bench_cuda.format_table(quick_result)
+    assert table.count("\n") > len(quick_result["rows"])
+    assert bench.QUICK_NOTE in table  # quick mode gives no verdict
+
+
+def test_a_wrong_result_stops_the_benchmark(monkeypatch):
+    """Every implementation is checked against eager PyTorch before it is timed."""
+    from poolgrad import torch as front_end
+    monkeypatch.setattr(front_end, "max_pool2d", lambda x, *args: torch.nn.functional.max_pool2d(
+        x, *args) + 1)
+    with pytest.raises(AssertionError, match="poolgrad and eager PyTorch disagree"):
+        bench_cuda.run(quick=True, device="cpu", layers=(bench.SUITE[0],))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")
+def test_without_a_gpu_the_cli_says_so_in_one_line(tmp_path, capsys):
+    out = tmp_path / "cuda.json"
+    assert cli.main(["bench", "--device", "cuda", "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "needs a CUDA device" in error and "\n" not in error
+    assert not out.exists()
+    assert cli.main(["bench", "--device", "cuda", "--torch", "--out", str(out)]) == 2
+    assert "leave out --torch" in capsys.readouterr().err
+
+
+def test_the_result_is_json(quick_result, tmp_path):
+    path = tmp_path / "r.json"
+    bench.write_json(quick_result, str(path))
+    assert json.loads(path.read_text())["mode"] == "cuda"
