@@ -160,7 +160,8 @@ def max_forward(x, y, pos, total, C,
         wins = real & (~found | ((top == top) & ((wide > top) | (wide != wide))))
         best = tl.where(wins, v, best)
         top = tl.where(wins, wide, top)
-        tap = tl.where(wins, t, tap)
+        # as int32 whatever type the loop counter has (int64 with large arguments)
+        tap = tl.where(wins, (tl.zeros_like(tap) + t).to(tl.int32), tap)
         found = found | real
     out = n * yn + c * yc + od * yd + oh * yh + ow * yw
     tl.store(y + out, best, mask=live)
@@ -229,8 +230,12 @@ def max_gather(src, pos, out, total, C,
 @triton.jit
 def _divide(a, b):
     """``a / b`` correctly rounded (IEEE), as the CPU divides: Triton's plain ``/`` may
-    lower to a faster, less exact division on a GPU."""
-    return tl.math.fdiv(a, b, ieee_rounding=True)
+    lower float32 to a faster, less exact division on a GPU (float64's is exact)."""
+    if a.dtype == tl.float64:
+        quotient = a / b
+    else:
+        quotient = tl.math.fdiv(a, b, ieee_rounding=True)
+    return quotient
 
 
 @triton.jit
