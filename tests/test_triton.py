@@ -339,6 +339,59 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
         assert report[name]["div_rn"] and not report[name]["approx_div"], name
 
 
+# Registers the CUDA implementations as the CPU kernels of the ops, in a process of its
+# own under the interpreter, and checks gradients through poolgrad.torch's functions.
+GRADCHECK_SCRIPT = r"""
+import json, os
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from poolgrad.torch import _cuda, _ops
+import poolgrad.torch as pgt
+calls = {}
+def counted(name, implementation):
+    def run(*args):
+        calls[name] = calls.get(name, 0) + 1
+        return implementation(*args)
+    return run
+for name, implementation in _cuda.IMPLEMENTATIONS.items():
+    op = getattr(_ops, name)
+    op.register_kernel("cpu")(counted(name, implementation))
+    _ops.CPU_IMPLEMENTATIONS[op] = counted(name, implementation)
+x = torch.randn(1, 1, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0),
+                requires_grad=True)
+cases = {
+    "max_pool2d": (lambda t: pgt.max_pool2d(t, 3, 2, 1), True),
+    "lp_pool2d": (lambda t: pgt.lp_pool2d(t, 3.0, 2, 2), True),
+    "avg_pool2d": (lambda t: pgt.avg_pool2d(t, 3, 2, 1, count_include_pad=False), False),
+    "max_pool2d split": (lambda t: pgt.max_pool2d(t.round(), 2, 1, ties="split"), False),
+    "max_unpool2d": (lambda t: pgt.max_unpool2d(*pgt.max_pool2d(t, 2, 2, return_indices=True),
+                                                2, 2), False),
+}
+checks = {}
+for name, (fn, second) in cases.items():
+    checks[name] = [torch.autograd.gradcheck(fn, (x,), eps=1e-6, atol=1e-5),
+                    torch.autograd.gradgradcheck(fn, (x,), eps=1e-6, atol=1e-5) if second
+                    else True]
+print(json.dumps({"checks": checks, "calls": calls}))
+"""
+
+
+def test_gradients_through_the_public_functions_on_the_triton_kernels():
+    """gradcheck (and gradgradcheck for max and Lp) through poolgrad.torch's functions
+    and autograd formulas with every op running its CUDA implementation, on CPU tensors
+    under the interpreter: float64, 1x1x4x5."""
+    import json
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", GRADCHECK_SCRIPT], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(all(checks) for checks in result["checks"].values()), result["checks"]
+    used = set(result["calls"])
+    assert used == set(_cuda.IMPLEMENTATIONS) - {"max_pool_values"}, used
+
+
 def test_inputs_are_not_modified():
     x = special((2, 3, 7, 9), torch.float32, 5)
     before = x.clone()
