@@ -174,6 +174,17 @@ def test_average_forward_and_backward_give_the_cpu_bits(name, ndim, window):
                                                            override, channels_last), dx)
 
 
+def test_lp_in_float64_keeps_float64_exponents():
+    """p, 1/p and p-1 reach the kernel in the data's precision (a Python float argument
+    would be float32 on a GPU)."""
+    x = torch.rand(1, 2, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    window = sliding(2, 2, 2, 0, 0, 1, False)
+    for p in (1.1, 3.7):
+        y = cpu("lp_pool")(x + 0.5, p, window)
+        torch.testing.assert_close(on_cpu(triton_impl("lp_pool")(on_device(x + 0.5), p, window)),
+                                   y, rtol=1e-13, atol=0)
+
+
 @pytest.mark.parametrize("p", [1.0, 2.0, 3.5])
 @pytest.mark.parametrize("name,ndim,window", WINDOWS[:6], ids=[w[0] for w in WINDOWS[:6]])
 def test_lp_forward_and_backward_match_the_cpu(name, ndim, window, p):
@@ -284,9 +295,12 @@ cases = {
         dict(ADAPTIVE=True, CHANNELS_LAST=False, MODE=2, ACC=tl.float64, BLOCK=256), "i64"),
     "avg_backward bf16": (K.avg_backward, {"dy": bf16, "dx": bf16},
         dict(ADAPTIVE=False, CHANNELS_LAST=False, MODE=1, ACC=tl.float32, BLOCK=256), "i32"),
-    "lp_forward p": (K.lp_forward, {"x": f32, "y": f32, "p": "fp32"},
+    "lp_forward p": (K.lp_forward, {"x": f32, "y": f32, "exponents": "*fp32"},
         dict(ADAPTIVE=False, CHANNELS_LAST=False, P_KIND=0, ACC=tl.float32, BLOCK=256), "i32"),
-    "lp_backward 2": (K.lp_backward, {"x": bf16, "y": bf16, "dy": bf16, "dx": bf16, "p": "fp32"},
+    "lp_forward f64": (K.lp_forward, {"x": "*fp64", "y": "*fp64", "exponents": "*fp64"},
+        dict(ADAPTIVE=False, CHANNELS_LAST=False, P_KIND=0, ACC=tl.float64, BLOCK=256), "i32"),
+    "lp_backward 2": (K.lp_backward, {"x": bf16, "y": bf16, "dy": bf16, "dx": bf16,
+        "exponents": "*fp32"},
         dict(ADAPTIVE=True, CHANNELS_LAST=True, P_KIND=2, ACC=tl.float32, BLOCK=256), "i32"),
     "max_tie_count": (K.max_tie_count, {"x": f32, "y": f32, "ties": f32},
         dict(ADAPTIVE=False, CHANNELS_LAST=False, ACC=tl.float32, BLOCK=256), "i32"),
@@ -390,6 +404,15 @@ def test_gradients_through_the_public_functions_on_the_triton_kernels():
     assert all(all(checks) for checks in result["checks"].values()), result["checks"]
     used = set(result["calls"])
     assert used == set(_cuda.IMPLEMENTATIONS) - {"max_pool_values"}, used
+
+
+def test_tensors_on_two_devices_are_refused():
+    x = torch.zeros(1, 1, 4, 4)
+    window = sliding(2, 2, 2, 0, 0, 1, False)
+    _, winners = triton_impl("max_pool")(on_device(x), window, "first")
+    with pytest.raises(ValueError, match="all tensors must be on one device, got"):
+        triton_impl("max_pool_backward")(torch.zeros(1, 1, 2, 2, device="meta"), winners,
+                                         window, [1, 1, 4, 4])
 
 
 def test_inputs_are_not_modified():

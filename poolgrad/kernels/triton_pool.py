@@ -313,14 +313,15 @@ def _power(a, b):
 
 
 @triton.jit
-def lp_forward(x, y, total, C, p,
+def lp_forward(x, y, total, C, exponents,
                LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, LW, OW, KW, SW, PW, DW,
                xn, xc, xd, xh, xw, yn, yc, yd, yh, yw,
                ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, P_KIND: tl.constexpr,
                ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``y = (sum over the real taps of |x|^p) ^ (1/p)``, as ``m * (sum (|x|/m)^p)^(1/p)``
     with ``m`` the window's largest ``|x|`` (no overflow or underflow for large ``p``).
-    ``P_KIND``: 1 or 2 for those ``p``, 0 for any other."""
+    ``P_KIND``: 1 or 2 for those ``p``, 0 for any other. ``exponents``: ``[p, 1/p, p-1]``
+    in ``ACC`` (a float argument would reach the kernel as float32)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     live = offs < total
     n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
@@ -348,20 +349,20 @@ def lp_forward(x, y, total, C, p,
         elif P_KIND == 1:
             term = v
         else:
-            term = _power(v, p)
+            term = _power(v, tl.load(exponents))
         acc = tl.where(real, acc + term, acc)
     if P_KIND == 2:
         result = scale * tl.sqrt(acc)
     elif P_KIND == 1:
         result = acc
     else:
-        result = scale * _power(acc, 1.0 / p)
+        result = scale * _power(acc, tl.load(exponents + 1))
     tl.store(y + n * yn + c * yc + od * yd + oh * yh + ow * yw,
              _narrow(result, y.dtype.element_ty), mask=live)
 
 
 @triton.jit
-def lp_backward(x, y, dy, dx, total, C, p,
+def lp_backward(x, y, dy, dx, total, C, exponents,
                 LD, OD, KD, SD, PD, DD, ND, LH, OH, KH, SH, PH, DH, NH,
                 LW, OW, KW, SW, PW, DW, NW,
                 xn, xc, xd, xh, xw, yn, yc, yd, yh, yw, gn, gc, gd, gh, gw,
@@ -391,7 +392,7 @@ def lp_backward(x, y, dy, dx, total, C, p,
         elif P_KIND == 1:
             share = tl.full([BLOCK], 1.0, dtype=ACC)
         else:
-            share = _power(magnitude / norm, p - 1.0)
+            share = _power(magnitude / norm, tl.load(exponents + 2))
         acc = tl.where(valid & (norm != 0), acc + g * share, acc)
     acc = tl.where(value < 0, -acc, acc)
     tl.store(dx + n * rn + c * rc + i_d * rd + ih * rh + iw * rw,

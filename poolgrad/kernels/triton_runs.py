@@ -138,10 +138,25 @@ def _p_kind(p: float) -> int:
     return int(p) if p in (1.0, 2.0) else 0
 
 
+@functools.lru_cache(maxsize=64)
+def _exponents(p: float, dtype, device):
+    """``[p, 1/p, p-1]`` on the device in ``dtype``, computed in double: Triton passes a
+    Python float as float32, too coarse for float64 data. Kept per arguments, so that a
+    call under CUDA graph capture copies nothing (after a first call outside it)."""
+    import torch
+    return torch.tensor([p, 1.0 / p, p - 1.0], dtype=dtype, device=device)
+
+
+def _exponents_for(p, t):
+    import torch
+    return _exponents(float(p), torch.float64 if t.dtype == torch.float64 else torch.float32,
+                      t.device)
+
+
 def lp_forward_run(plan):
     def run(x, y, p):
         kernels.lp_forward[_grid(y)](
-            x, y, y.numel(), y.shape[1], float(p), *_window_args(plan), *x.stride(),
+            x, y, y.numel(), y.shape[1], _exponents_for(p, y), *_window_args(plan), *x.stride(),
             *y.stride(), ADAPTIVE=_adaptive(plan), CHANNELS_LAST=_channels_last(y),
             P_KIND=_p_kind(p), ACC=_accumulator(y), BLOCK=BLOCK)
     return run
@@ -150,7 +165,7 @@ def lp_forward_run(plan):
 def lp_backward_run(plan):
     def run(x, y, dy, p, dx):
         kernels.lp_backward[_grid(dx)](
-            x, y, dy, dx, dx.numel(), dx.shape[1], float(p),
+            x, y, dy, dx, dx.numel(), dx.shape[1], _exponents_for(p, dx),
             *_window_args(plan, with_covers=True), *x.stride(), *y.stride(), *dy.stride(),
             *dx.stride(), ADAPTIVE=_adaptive(plan), CHANNELS_LAST=_channels_last(dx),
             P_KIND=_p_kind(p), ACC=_accumulator(dx), BLOCK=BLOCK)

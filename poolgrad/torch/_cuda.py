@@ -13,6 +13,7 @@ tensors, which is how the tests check them without a GPU.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -196,6 +197,24 @@ def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Ten
     return dy
 
 
+def _on_their_device(implementation):
+    """``implementation`` run with its tensors' device current (Triton launches on the
+    current device's stream: a tensor on cuda:1 while cuda:0 is current would otherwise
+    get the wrong one), after checking that they share one device."""
+    @functools.wraps(implementation)
+    def run(*args):
+        devices = {a.device for a in args if isinstance(a, Tensor)}
+        if len(devices) > 1:
+            raise ValueError(f"{implementation.__name__}: all tensors must be on one device, "
+                             f"got {sorted(map(str, devices))}")
+        device = next(iter(devices))
+        if device.type != "cuda":  # CPU tensors: the interpreter's tests
+            return implementation(*args)
+        with torch.cuda.device(device):
+            return implementation(*args)
+    return run
+
+
 # operator name -> its CUDA implementation
 IMPLEMENTATIONS = {
     "max_pool": max_pool,
@@ -211,3 +230,5 @@ IMPLEMENTATIONS = {
     "max_unpool": max_unpool,
     "max_unpool_backward": max_unpool_backward,
 }
+IMPLEMENTATIONS = {name: _on_their_device(implementation)
+                   for name, implementation in IMPLEMENTATIONS.items()}
