@@ -345,17 +345,19 @@ def _time_layer(layer: Layer, base: np.ndarray, torch, repeats: int, compile_lay
     return rows
 
 
-def _best_pytorch(rows: list[dict]) -> None:
-    """Adds to each row the best PyTorch time for its layer and pass, the fastest of
-    eager and compiled in either layout, and poolgrad's speed relative to it."""
+def _best_pytorch(rows: list[dict], same=("layer", "pass"),
+                  columns=("torch_ms", "compiled_ms")) -> None:
+    """Adds to each row the best PyTorch time for its layer and pass (the row fields
+    ``same``), the fastest of eager and compiled (``columns``) in either layout, and
+    poolgrad's speed relative to it."""
     best = {}
     for row in rows:
-        for column in ("torch_ms", "compiled_ms"):
+        key = tuple(row[field] for field in same)
+        for column in columns:
             if row.get(column) is not None:
-                key = (row["layer"], row["pass"])
                 best[key] = min(best.get(key, math.inf), row[column])
     for row in rows:
-        key = (row["layer"], row["pass"])
+        key = tuple(row[field] for field in same)
         if key in best:
             row["best_torch_ms"] = best[key]
             row["speedup_vs_best"] = best[key] / row["poolgrad_ms"]

@@ -186,20 +186,6 @@ def _time_layer(layer, front_end, torch, device, repeats, compile_variants, band
     return rows
 
 
-def _best_pytorch(rows: list[dict]) -> None:
-    """Each row's best PyTorch time: eager or compiled, either layout, same layer, dtype
-    and pass; and poolgrad's speedup over it."""
-    best = {}
-    for row in rows:
-        key = (row["layer"], row["dtype"], row["pass"])
-        for column in ("eager_ms", "compiled_ms"):
-            if row[column] is not None:
-                best[key] = min(best.get(key, float("inf")), row[column])
-    for row in rows:
-        row["best_torch_ms"] = best[(row["layer"], row["dtype"], row["pass"])]
-        row["speedup_vs_best"] = row["best_torch_ms"] / row["poolgrad_ms"]
-
-
 def summarize(rows: list[dict]) -> dict:
     """The figures issue 19 sets targets for."""
     def geomean(pass_name, column, max_only=False):
@@ -269,7 +255,8 @@ def run(quick: bool = False, repeats: int | None = None, threads: int | None = N
             {("NCHW", "float32")} if index == 0 else set())
         rows += _time_layer(layer, front_end, torch, device, repeats, variants, bandwidth,
                             seconds, progress)
-    _best_pytorch(rows)
+    # the best PyTorch time of each layer, dtype and pass: eager or compiled, either layout
+    bench._best_pytorch(rows, ("layer", "dtype", "pass"), ("eager_ms", "compiled_ms"))
     return {"machine": machine_info(torch, device, bandwidth), "mode": "cuda", "quick": quick,
             "repeats": repeats, "layers": [asdict(layer) for layer in layers], "rows": rows,
             "summary": summarize(rows)}

@@ -7,7 +7,10 @@ winners, indices and gathers, and the average's sums, must give the CPU's bits; 
 pooling (``pow`` as ``exp2(b * log2(a))``) must agree within a few ulps.
 """
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -262,6 +265,22 @@ def test_the_dispatch_chooses_one_triton_kernel_per_pass():
         assert kernel.channels_last
 
 
+def run_script(script: str, interpreter: bool) -> subprocess.CompletedProcess:
+    """``script`` in a Python process of its own, with or without Triton's interpreter
+    (which is fixed when Triton is first imported, so it cannot change in this one)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpreter:
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def printed_json(done: subprocess.CompletedProcess):
+    """The JSON a script printed last, once it has exited cleanly."""
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 # Compiles each kernel for an H100 (sm_90) with Triton's own compiler, which needs no
 # GPU, in a process without the interpreter; prints per variant what the PTX holds.
 COMPILE_SCRIPT = r"""
@@ -333,16 +352,10 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
     interpreter does not check the types a GPU build checks (a loop-carried int64 tap
     number and float64's IEEE division failed here before). The backwards hold no
     atomics, and the float32 divisions are the correctly rounded ones."""
-    import json
-    import subprocess
-    import sys
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = run_script(COMPILE_SCRIPT, interpreter=False)
     if "No module named" in done.stderr or "GPUTarget" in done.stderr:
         pytest.skip(f"this Triton cannot compile for CUDA here: {done.stderr[-300:]}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = printed_json(done)
     failed = {name: r["error"] for name, r in report.items() if not r["ok"]}
     assert not failed, failed
     for name in ("max_backward bf16 u16", "avg_backward bf16", "lp_backward 2",
@@ -356,8 +369,7 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
 # Registers the CUDA implementations as the CPU kernels of the ops, in a process of its
 # own under the interpreter, and checks gradients through poolgrad.torch's functions.
 GRADCHECK_SCRIPT = r"""
-import json, os
-os.environ["TRITON_INTERPRET"] = "1"
+import json
 import torch
 from poolgrad.torch import _cuda, _ops
 import poolgrad.torch as pgt
@@ -394,13 +406,7 @@ def test_gradients_through_the_public_functions_on_the_triton_kernels():
     """gradcheck (and gradgradcheck for max and Lp) through poolgrad.torch's functions
     and autograd formulas with every op running its CUDA implementation, on CPU tensors
     under the interpreter: float64, 1x1x4x5."""
-    import json
-    import subprocess
-    import sys
-    done = subprocess.run([sys.executable, "-c", GRADCHECK_SCRIPT], capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = printed_json(run_script(GRADCHECK_SCRIPT, interpreter=True))
     assert all(all(checks) for checks in result["checks"].values()), result["checks"]
     used = set(result["calls"])
     assert used == set(_cuda.IMPLEMENTATIONS) - {"max_pool_values"}, used

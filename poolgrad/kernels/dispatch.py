@@ -29,8 +29,8 @@ Run signatures (one per op and direction)::
     ("unpool", "backward") run(dout, indices, written, dy)
 
 Backends: ``"numba"`` (NumPy arrays on the CPU) and ``"triton"`` (torch tensors on CUDA,
-used by :mod:`poolgrad.torch`; the same 5-d views and signatures, with two differences:
-an average's ``divisor`` is ``(mode, override)``, ``mode`` ``"padded"`` or ``"real"``,
+used by :mod:`poolgrad.torch`; the same 5-d views and signatures, except that an
+average's ``divisor`` is ``(mode, override)``, ``mode`` ``"padded"`` or ``"real"``,
 max has a ``"gather"`` pass, ``run(src, pos, out)``: ``src`` read at each window's
 winner, and an unpool forward with ``y`` None finds ``written`` alone). Triton is
 imported only when a Triton kernel is first chosen.

@@ -6,20 +6,22 @@ tests check them on machines without a GPU.
 Contract: the one of :mod:`poolgrad.kernels` (first maximum or first NaN wins, padding
 never wins; sums in a fixed order), with these specifics:
 
-* **Arguments.** 5-d tensors ``(N, C, D, H, W)`` of any strides (passed as element
-  strides) and, per spatial axis, the integers of its
+* **Arguments**, in this order: the tensors; the count of elements written and C; a
+  kernel's own scalars; per spatial axis the integers of its
   :attr:`~poolgrad.geometry.AxisWindows.rule`: input length ``L``, window count ``O``,
   tap extent ``K`` (the kernel, or an adaptive axis's largest bin), stride ``S``, front
-  padding ``P``, end padding ``A`` and dilation ``DIL``. Windows are recomputed from
-  these per element, never read from tables, so a launch needs no device memory but
-  its tensors (CUDA graph capture) and nothing is copied to the device per call.
+  padding ``P``, end padding ``A`` and dilation ``DIL`` (backwards: and ``N``, the
+  candidate windows per coordinate); then each 5-d ``(N, C, D, H, W)`` tensor's element
+  strides, in the tensors' order. Windows are recomputed from these per element, never
+  read from tables, so a launch needs no device memory but its tensors (CUDA graph
+  capture) and nothing is copied to the device per call.
 * **Parallelism.** A program owns ``BLOCK`` consecutive elements of what it writes, in
   that tensor's memory order (``CHANNELS_LAST``: C fastest), and writes each once.
   Backwards gather: each ``dx`` element visits the windows that read it, in increasing
   window order, so there are no atomics and the bits never depend on the schedule.
 * **Arithmetic.** float16 and bfloat16 are loaded and computed in float32 (``ACC``),
-  float64 in float64; results are stored in the output's dtype. Max values and winners
-  are compared in the input's own dtype and stored unchanged: the CPU kernels' bits.
+  float64 in float64; results are stored in the output's dtype. Max values are
+  compared widened (exactly) and stored as loaded: the CPU kernels' values and winners.
   Sums start from +0 and add in the CPU's order (window taps row-major; gathers by
   increasing window), and no product feeds a sum in the average and max passes, so
   they give the CPU's bits too. Lp pooling takes ``pow`` as ``exp2(b * log2(a))`` and
@@ -30,6 +32,13 @@ never wins; sums in a fixed order), with these specifics:
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _lanes(total, BLOCK: tl.constexpr):
+    """This program's ``BLOCK`` flat positions, and which of them are below ``total``."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    return offs, offs < total
 
 
 @triton.jit
@@ -138,8 +147,7 @@ def max_forward(x, y, pos, total, C,
                 ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``y`` = each window's maximum over its real taps; with ``RECORD``, ``pos`` = its
     tap number (``pos`` has ``y``'s strides)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
     sd, fd, ed, _ = _window(od, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
     sh, fh, eh, _ = _window(oh, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
@@ -179,8 +187,7 @@ def max_backward(dy, pos, dx, total, C,
     """``dx[i]`` = the sum of ``dy[o]`` over the windows ``o`` whose winning tap reads
     ``i``, in increasing window order from +0. ``ND, NH, NW``: the candidates per
     axis (see :func:`_cover`)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
     grad_base = n * gn + c * gc
     pos_base = n * pn + c * pc
@@ -207,8 +214,7 @@ def max_gather(src, pos, out, total, C,
     """Per window, from its winning tap: ``src`` read at the winner (``out`` has the
     windows' shape), or with ``INDICES`` the winner's flat position in its ``(n, c)``
     input plane (PyTorch's max-pool indices; ``src`` unused)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     n, c, o_d, o_h, o_w = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
     tap = tl.load(pos + n * pn + c * pc + o_d * pd + o_h * ph + o_w * pw, mask=live,
                   other=0).to(tl.int64)
@@ -252,16 +258,15 @@ def _divisor(fd, ed, pdd, fh, eh, pdh, fw, ew, pdw, override, MODE: tl.constexpr
 
 
 @triton.jit
-def avg_forward(x, y, total, C,
+def avg_forward(x, y, total, C, override,
                 LD, OD, KD, SD, PD, AD, DD, LH, OH, KH, SH, PH, AH, DH,
-                LW, OW, KW, SW, PW, AW, DW, override,
+                LW, OW, KW, SW, PW, AW, DW,
                 xn, xc, xd, xh, xw, yn, yc, yd, yh, yw,
                 ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, MODE: tl.constexpr,
                 ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``y`` = the sum of each window's real taps, row-major from +0, over its divisor
     (:func:`_divisor`)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
     sd, fd, ed, pdd = _window(od, LD, OD, KD, SD, PD, AD, DD, ADAPTIVE)
     sh, fh, eh, pdh = _window(oh, LH, OH, KH, SH, PH, AH, DH, ADAPTIVE)
@@ -279,16 +284,15 @@ def avg_forward(x, y, total, C,
 
 
 @triton.jit
-def avg_backward(dy, dx, total, C,
+def avg_backward(dy, dx, total, C, override,
                  LD, OD, KD, SD, PD, AD, DD, ND, LH, OH, KH, SH, PH, AH, DH, NH,
-                 LW, OW, KW, SW, PW, AW, DW, NW, override,
+                 LW, OW, KW, SW, PW, AW, DW, NW,
                  gn, gc, gd, gh, gw, xn, xc, xd, xh, xw,
                  ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, MODE: tl.constexpr,
                  ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``dx[i]`` = the sum of ``dy[o] / divisor[o]`` over the windows that read ``i``,
     in increasing window order from +0."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
     grad_base = n * gn + c * gc
     acc = tl.zeros([BLOCK], dtype=ACC)
@@ -322,8 +326,7 @@ def lp_forward(x, y, total, C, exponents,
     with ``m`` the window's largest ``|x|`` (no overflow or underflow for large ``p``).
     ``P_KIND``: 1 or 2 for those ``p``, 0 for any other. ``exponents``: ``[p, 1/p, p-1]``
     in ``ACC`` (a float argument would reach the kernel as float32)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
     sd, fd, ed, _ = _window(od, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
     sh, fh, eh, _ = _window(oh, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
@@ -372,8 +375,7 @@ def lp_backward(x, y, dy, dx, total, C, exponents,
     """``dx[i]`` = the sum over the windows ``o`` that read ``i`` of
     ``dy[o] * sign(x[i]) * (|x[i]| / y[o])^(p-1)``; a window with ``y = 0`` sends 0 (the
     subgradient at 0). ``dy`` has the strides ``g*``, ``dx`` the strides ``r*``."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
     value = tl.load(x + n * xn + c * xc + i_d * xd + ih * xh + iw * xw, mask=live,
                     other=0.0).to(ACC)
@@ -407,8 +409,7 @@ def max_tie_count(x, y, ties, total, C,
                   BLOCK: tl.constexpr):
     """``ties`` = how many real taps of each window equal its maximum ``y`` (1 for a
     NaN window), in ``ACC`` (``ties`` has ``y``'s strides)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
     sd, fd, ed, _ = _window(od, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
     sh, fh, eh, _ = _window(oh, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
@@ -436,8 +437,7 @@ def max_split_backward(x, y, dy, ties, pos, dx, total, C,
     that read ``i`` where ``x[i]`` equals their maximum or is their winner (a NaN
     window routes to its winner alone). ``ties`` and ``pos`` have ``y``'s strides,
     ``dy`` the strides ``g*``, ``dx`` the strides ``r*``."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
     value = tl.load(x + n * xn + c * xc + i_d * xd + ih * xh + iw * xw, mask=live,
                     other=0.0).to(ACC)
@@ -465,8 +465,7 @@ def unpool_claim(indices, owner, total, count, plane, BLOCK: tl.constexpr):
     (``(planes, plane)`` int32, -1 before) with an atomic maximum: the last entry that
     names a place owns it whatever the order of the claims, so the result is
     deterministic. Out-of-range indices claim nothing."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     k, p = _split(offs, count)
     target = tl.load(indices + offs, mask=live, other=-1)
     ok = live & (target >= 0) & (target < plane)
@@ -478,8 +477,7 @@ def unpool_place(values, indices, owner, out, written, total, count, plane,
                  WRITE_VALUES: tl.constexpr, BLOCK: tl.constexpr):
     """``written[k]`` = whether entry ``k`` owns its place; with ``WRITE_VALUES`` the
     owners also write ``out[p, indices[k]] = values[k]`` (``out`` zeroed before)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     k, p = _split(offs, count)
     target = tl.load(indices + offs, mask=live, other=-1)
     ok = live & (target >= 0) & (target < plane)
@@ -493,8 +491,7 @@ def unpool_place(values, indices, owner, out, written, total, count, plane,
 @triton.jit
 def unpool_gather(dout, indices, written, dy, total, count, plane, BLOCK: tl.constexpr):
     """``dy[k] = dout[p, indices[k]]`` for the entries written, else 0."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = offs < total
+    offs, live = _lanes(total, BLOCK)
     _, p = _split(offs, count)
     won = live & (tl.load(written + offs, mask=live, other=0) != 0)
     target = tl.load(indices + offs, mask=won, other=0)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import torch
 import triton
+import triton.language as tl
 
 from . import triton_pool as kernels
 
@@ -42,7 +44,7 @@ def _axes(plan) -> tuple[tuple[int, ...], ...]:
     return tuple(axes)
 
 
-def _window_args(plan, with_after: bool = False, with_covers: bool = False) -> list[int]:
+def _window_args(plan, with_after: bool, with_covers: bool) -> list[int]:
     args = []
     for length, count, extent, stride, before, after, dilation, covers in _axes(plan):
         args += [length, count, extent, stride, before]
@@ -60,51 +62,48 @@ def _channels_last(t) -> bool:
     return t.shape[1] > 1 and t.stride(1) == 1
 
 
-def _grid(t):
-    return (triton.cdiv(t.numel(), BLOCK),)
+def _compute(t) -> torch.dtype:
+    """The dtype ``t``'s values are computed in: float64 for float64, else float32."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def _accumulator(t):
-    import torch
-    import triton.language as tl
-    return tl.float64 if t.dtype == torch.float64 else tl.float32
+def _launch(kernel, plan, out, tensors, strided, scalars=(), *, after=False, covers=False,
+            accumulate=True, **constants):
+    """Launch ``kernel`` with one lane per element of ``out``, the tensor it writes, in
+    the argument order of :mod:`.triton_pool`: ``tensors``, ``out``'s size and C, the
+    kernel's own ``scalars``, each axis's integers (with the end padding if ``after``,
+    the candidate count if ``covers``), then the strides of the ``strided`` tensors;
+    the compile-time constants every kernel takes (and ``ACC`` if ``accumulate``)
+    besides ``constants``."""
+    if accumulate:
+        constants["ACC"] = tl.float64 if _compute(out) == torch.float64 else tl.float32
+    kernel[(triton.cdiv(out.numel(), BLOCK),)](
+        *tensors, out.numel(), out.shape[1], *scalars, *_window_args(plan, after, covers),
+        *(stride for t in strided for stride in t.stride()), ADAPTIVE=_adaptive(plan),
+        CHANNELS_LAST=_channels_last(out), BLOCK=BLOCK, **constants)
 
 
 def max_forward_run(plan, record: bool):
-    def run(x, y, pos):
-        kernels.max_forward[_grid(y)](
-            x, y, pos if record else y, y.numel(), y.shape[1], *_window_args(plan),
-            *x.stride(), *y.stride(), ADAPTIVE=_adaptive(plan),
-            CHANNELS_LAST=_channels_last(y), RECORD=record, ACC=_accumulator(y), BLOCK=BLOCK)
-    return run
+    # without winners the kernel is given y for pos and stores nothing there
+    return lambda x, y, pos: _launch(kernels.max_forward, plan, y,
+                                     (x, y, pos if record else y), (x, y), RECORD=record)
 
 
 def max_backward_run(plan):
-    def run(dy, pos, dx):
-        kernels.max_backward[_grid(dx)](
-            dy, pos, dx, dx.numel(), dx.shape[1], *_window_args(plan, with_covers=True),
-            *dy.stride(), *pos.stride(), *dx.stride(), ADAPTIVE=_adaptive(plan),
-            CHANNELS_LAST=_channels_last(dx), ACC=_accumulator(dx), BLOCK=BLOCK)
-    return run
+    return lambda dy, pos, dx: _launch(kernels.max_backward, plan, dx, (dy, pos, dx),
+                                       (dy, pos, dx), covers=True)
 
 
 def max_gather_run(plan):
     """``run(src, pos, out)``: ``src`` (input-shaped) read at each window's winner."""
-    def run(src, pos, out):
-        kernels.max_gather[_grid(out)](
-            src, pos, out, out.numel(), out.shape[1], *_window_args(plan), *src.stride(),
-            *pos.stride(), *out.stride(), ADAPTIVE=_adaptive(plan),
-            CHANNELS_LAST=_channels_last(out), INDICES=False, BLOCK=BLOCK)
-    return run
+    return lambda src, pos, out: _launch(kernels.max_gather, plan, out, (src, pos, out),
+                                         (src, pos, out), accumulate=False, INDICES=False)
 
 
 def max_indices_run(plan):
-    def run(pos, indices):
-        kernels.max_gather[_grid(indices)](
-            pos, pos, indices, indices.numel(), indices.shape[1], *_window_args(plan),
-            *pos.stride(), *pos.stride(), *indices.stride(), ADAPTIVE=_adaptive(plan),
-            CHANNELS_LAST=_channels_last(indices), INDICES=True, BLOCK=BLOCK)
-    return run
+    return lambda pos, indices: _launch(kernels.max_gather, plan, indices,
+                                        (pos, pos, indices), (pos, pos, indices),
+                                        accumulate=False, INDICES=True)
 
 
 def _mode(divisor) -> tuple[int, int]:
@@ -116,21 +115,16 @@ def _mode(divisor) -> tuple[int, int]:
 def avg_forward_run(plan):
     def run(x, y, divisor):
         mode, override = _mode(divisor)
-        kernels.avg_forward[_grid(y)](
-            x, y, y.numel(), y.shape[1], *_window_args(plan, with_after=True), override,
-            *x.stride(), *y.stride(), ADAPTIVE=_adaptive(plan),
-            CHANNELS_LAST=_channels_last(y), MODE=mode, ACC=_accumulator(y), BLOCK=BLOCK)
+        _launch(kernels.avg_forward, plan, y, (x, y), (x, y), (override,), after=True,
+                MODE=mode)
     return run
 
 
 def avg_backward_run(plan):
     def run(dy, divisor, dx):
         mode, override = _mode(divisor)
-        kernels.avg_backward[_grid(dx)](
-            dy, dx, dx.numel(), dx.shape[1],
-            *_window_args(plan, with_after=True, with_covers=True), override,
-            *dy.stride(), *dx.stride(), ADAPTIVE=_adaptive(plan),
-            CHANNELS_LAST=_channels_last(dx), MODE=mode, ACC=_accumulator(dx), BLOCK=BLOCK)
+        _launch(kernels.avg_backward, plan, dx, (dy, dx), (dy, dx), (override,), after=True,
+                covers=True, MODE=mode)
     return run
 
 
@@ -143,53 +137,33 @@ def _exponents(p: float, dtype, device):
     """``[p, 1/p, p-1]`` on the device in ``dtype``, computed in double: Triton passes a
     Python float as float32, too coarse for float64 data. Kept per arguments, so that a
     call under CUDA graph capture copies nothing (after a first call outside it)."""
-    import torch
     return torch.tensor([p, 1.0 / p, p - 1.0], dtype=dtype, device=device)
 
 
 def _exponents_for(p, t):
-    import torch
-    return _exponents(float(p), torch.float64 if t.dtype == torch.float64 else torch.float32,
-                      t.device)
+    return _exponents(float(p), _compute(t), t.device)
 
 
 def lp_forward_run(plan):
-    def run(x, y, p):
-        kernels.lp_forward[_grid(y)](
-            x, y, y.numel(), y.shape[1], _exponents_for(p, y), *_window_args(plan), *x.stride(),
-            *y.stride(), ADAPTIVE=_adaptive(plan), CHANNELS_LAST=_channels_last(y),
-            P_KIND=_p_kind(p), ACC=_accumulator(y), BLOCK=BLOCK)
-    return run
+    return lambda x, y, p: _launch(kernels.lp_forward, plan, y, (x, y), (x, y),
+                                   (_exponents_for(p, y),), P_KIND=_p_kind(p))
 
 
 def lp_backward_run(plan):
-    def run(x, y, dy, p, dx):
-        kernels.lp_backward[_grid(dx)](
-            x, y, dy, dx, dx.numel(), dx.shape[1], _exponents_for(p, dx),
-            *_window_args(plan, with_covers=True), *x.stride(), *y.stride(), *dy.stride(),
-            *dx.stride(), ADAPTIVE=_adaptive(plan), CHANNELS_LAST=_channels_last(dx),
-            P_KIND=_p_kind(p), ACC=_accumulator(dx), BLOCK=BLOCK)
-    return run
+    return lambda x, y, dy, p, dx: _launch(kernels.lp_backward, plan, dx, (x, y, dy, dx),
+                                           (x, y, dy, dx), (_exponents_for(p, dx),),
+                                           covers=True, P_KIND=_p_kind(p))
 
 
 def tie_count_run(plan):
-    def run(x, y, ties):
-        kernels.max_tie_count[_grid(y)](
-            x, y, ties, y.numel(), y.shape[1], *_window_args(plan), *x.stride(),
-            *y.stride(), ADAPTIVE=_adaptive(plan), CHANNELS_LAST=_channels_last(y),
-            ACC=_accumulator(y), BLOCK=BLOCK)
-    return run
+    return lambda x, y, ties: _launch(kernels.max_tie_count, plan, y, (x, y, ties), (x, y))
 
 
 def split_backward_run(plan):
     """``run(x, y, dy, ties, pos, dx)``; ``ties`` and ``pos`` stored as ``y``."""
-    def run(x, y, dy, ties, pos, dx):
-        kernels.max_split_backward[_grid(dx)](
-            x, y, dy, ties, pos, dx, dx.numel(), dx.shape[1],
-            *_window_args(plan, with_covers=True), *x.stride(), *y.stride(), *dy.stride(),
-            *dx.stride(), ADAPTIVE=_adaptive(plan), CHANNELS_LAST=_channels_last(dx),
-            ACC=_accumulator(dx), BLOCK=BLOCK)
-    return run
+    return lambda x, y, dy, ties, pos, dx: _launch(
+        kernels.max_split_backward, plan, dx, (x, y, dy, ties, pos, dx), (x, y, dy, dx),
+        covers=True)
 
 
 def unpool_forward_run(plan):
@@ -197,7 +171,6 @@ def unpool_forward_run(plan):
     zeroed. With ``y`` None only ``written`` is found (the backward's need) and ``out``
     gives the plane size alone: nothing is written to it."""
     def run(y, indices, out, written):
-        import torch
         planes, count, plane = out.shape[0] * out.shape[1], written.shape[2], out.shape[2]
         owner = torch.full((planes, plane), -1, dtype=torch.int32, device=written.device)
         grid = (triton.cdiv(written.numel(), BLOCK),)
@@ -210,6 +183,6 @@ def unpool_forward_run(plan):
 
 def unpool_backward_run(plan):
     def run(dout, indices, written, dy):
-        kernels.unpool_gather[_grid(dy)](dout, indices, written, dy, dy.numel(), dy.shape[2],
-                                         dout.shape[2], BLOCK=BLOCK)
+        kernels.unpool_gather[(triton.cdiv(dy.numel(), BLOCK),)](
+            dout, indices, written, dy, dy.numel(), dy.shape[2], dout.shape[2], BLOCK=BLOCK)
     return run

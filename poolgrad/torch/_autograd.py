@@ -62,8 +62,10 @@ def _implementation(op, args):
     """The implementation the dispatcher would pick for ``args``' device: the CPU's or
     CUDA's, or None for any other device (the op then says what is wrong)."""
     device = next(a.device.type for a in args if isinstance(a, Tensor))
-    table = {"cpu": CPU_IMPLEMENTATIONS, "cuda": CUDA_IMPLEMENTATIONS}.get(device, {})
-    return table.get(op)
+    return _IMPLEMENTATIONS.get(device, {}).get(op)
+
+
+_IMPLEMENTATIONS = {"cpu": CPU_IMPLEMENTATIONS, "cuda": CUDA_IMPLEMENTATIONS}
 
 
 class _EagerAutograd(torch.autograd.Function):

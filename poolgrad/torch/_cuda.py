@@ -20,13 +20,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .. import geometry
 from ..kernels import dispatch
 from . import _ops
-
-_TORCH_POSITIONS = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16,
-                    np.dtype(np.uint32): torch.uint32, np.dtype(np.uint64): torch.uint64}
-
+from ._ops import _empty
 
 def _five(t: Tensor) -> Tensor:
     """The ``(N, C, D, H, W)`` view of an ``(N, C, *spatial)`` tensor (no copy)."""
@@ -41,21 +37,17 @@ def _operand(t: Tensor) -> dispatch.Operand:
         layout = "channels_last"
     else:
         layout = "nchw" if t.is_contiguous() else "strided"
-    compute = np.float64 if t.dtype == torch.float64 else np.float32
+    compute = np.float64 if _compute(t) == torch.float64 else np.float32
     return dispatch.Operand(np.dtype(compute), layout, True, "triton")
+
+
+def _compute(t: Tensor) -> torch.dtype:
+    """The dtype ``t``'s values are computed in (the CPU's rule: float64, or float32)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
 def _choose(op, direction, plan, t, record=False):
     return dispatch.choose(op, direction, plan, _operand(t), record=record)
-
-
-def _positions_dtype(plan) -> torch.dtype:
-    return _TORCH_POSITIONS[geometry.position_dtype(plan.window_size)]
-
-
-def _empty(shape, like: Tensor, fmt, dtype=None) -> Tensor:
-    return torch.empty(tuple(shape), dtype=dtype or like.dtype, device=like.device,
-                       memory_format=fmt)
 
 
 def _out_shape(x: Tensor, plan) -> list[int]:
@@ -69,7 +61,7 @@ def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
     plan = _ops.plan_of(window, x.shape[2:])
     fmt = _ops.memory_format(x)
     y = _empty(_out_shape(x, plan), x, fmt)
-    winners = _empty(y.shape, x, fmt, _positions_dtype(plan))
+    winners = _empty(y.shape, x, fmt, _ops._winner_dtype(x, window))
     _choose("max", "forward", plan, x, record=True)(_five(x), _five(y), _five(winners))
     return y, winners
 
@@ -107,8 +99,7 @@ def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
     plan = _ops.plan_of(window, x.shape[2:])
     fmt = _ops.memory_format(x)
     y, winners = max_pool(x, window, "first")
-    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-    ties = _empty(y.shape, x, fmt, compute)
+    ties = _empty(y.shape, x, fmt, _compute(x))
     _choose("max", "tie_count", plan, x)(_five(x), _five(y), _five(ties))
     dx = _empty(x.shape, dy, fmt)
     _choose("max", "split", plan, dx)(_five(x), _five(y), _five(dy), _five(ties),
