@@ -472,3 +472,106 @@ def unpool_output_spatial(
     if any(v < 1 for v in sizes):
         raise ValueError(f"the unpooled size {sizes} must be >= 1 in every spatial dim")
     return sizes
+
+
+# ----------------------------------------------------------------------------------
+# Anti-aliased pooling: a stride-1 pre-reduction, then a blur subsampled by the stride
+
+BLUR_PADDING_MODES = ("zeros", "reflect", "replicate", "circular")  # kernel codes 0-3
+BLUR_PRE = ("none", "max", "avg")
+MAX_FILTER_SIZE = 7
+
+
+def binomial_filter(size: int) -> tuple[float, ...]:
+    """Row ``size - 1`` of Pascal's triangle, normalised to sum 1 (``[1, 2, 1] / 4``).
+    The N-d filter is its outer product over the axes (Zhang 2019, kornia, timm)."""
+    row = [math.comb(size - 1, t) for t in range(size)]
+    return tuple(v / 2 ** (size - 1) for v in row)
+
+
+@dataclass(frozen=True, eq=False)
+class BlurPlan:
+    """One anti-aliased pooling's chain of separable line passes on a ``(D, H, W)``
+    plane (the table :mod:`poolgrad.kernels.blur` runs; its docstring gives the
+    rows). ``pre_kernel`` is the stride-1 max window over the kernel axes (all ones
+    when there is no max); an average's box filter is a pass of its own."""
+
+    in_spatial: tuple[int, ...]
+    out_spatial: tuple[int, ...]
+    map_spatial: tuple[int, ...]  # after the stride-1 max or average
+    pre: str
+    pre_kernel: np.ndarray
+    passes: np.ndarray
+    shapes: np.ndarray
+    filters: np.ndarray  # float64; weights(dtype) gives the kernels' copy
+
+    def weights(self, dtype) -> np.ndarray:
+        kept = self.__dict__.setdefault("_weights", {})  # frozen: no setattr
+        key = np.dtype(dtype)
+        if key not in kept:
+            kept[key] = self.filters.astype(key)
+        return kept[key]
+
+
+@functools.lru_cache(maxsize=512)
+def blur_plan(
+    in_spatial: tuple[int, ...],
+    pre: str,
+    kernel: tuple[int, ...],
+    filter_size: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[tuple[int, int], ...],
+    mode: str,
+) -> BlurPlan:
+    """The chain of an anti-aliased pooling (canonical arguments; ``kernel`` all ones
+    for a plain blur). Per axis: the stride-1 pre-reduction shortens length ``L`` to
+    ``M = L - kernel + 1``; the blur pads ``M`` by ``padding`` (``mode``) and keeps
+    every ``stride``-th of its ``filter_size``-tap sums: ``(M + before + after -
+    filter_size) // stride + 1`` outputs."""
+    ndim = len(in_spatial)
+    lead = KERNEL_AXES - ndim
+    mapped = []
+    for i, (length, k) in enumerate(zip(in_spatial, kernel, strict=True)):
+        if length - k + 1 < 1:
+            raise ValueError(f"kernel_size {tuple(kernel)} is larger than the input "
+                             f"{tuple(in_spatial)} in spatial dim {i}")
+        mapped.append(length - k + 1)
+    # the max map is the chain's start; an average's box is a pass of its own
+    shape = [1] * lead + list(mapped if pre == "max" else in_spatial)
+    shapes, passes, filters, out = [], [], [], []
+
+    def add(axis, taps, step, before, code, length, weights):
+        shapes.append(tuple(shape))
+        passes.append((axis, taps, step, before, code))
+        filters.append(weights)
+        shape[axis] = length
+
+    for i, (m, k, f, s, (before, after)) in enumerate(
+            zip(mapped, kernel, filter_size, stride, padding, strict=True)):
+        if mode == "reflect" and (before >= m or after >= m):
+            raise ValueError(
+                f"reflect padding needs padding smaller than the length it reflects, as in "
+                f"PyTorch: spatial dim {i} has length {m}"
+                f"{' after the stride-1 pooling' if k > 1 else ''} and padding "
+                f"({before}, {after}); use padding_mode 'replicate', 'zeros' or 'circular'")
+        count = (m + before + after - f) // s + 1
+        if count < 1:
+            raise ValueError(
+                f"filter_size {f} does not fit spatial dim {i}: length {m} with padding "
+                f"({before}, {after}) is shorter than the filter")
+        axis = lead + i
+        if pre == "avg" and k > 1:
+            add(axis, k, 1, 0, 0, m, (1.0 / k,) * k)
+        if not (f == 1 and s == 1 and before == 0 and after == 0):
+            add(axis, f, s, before, BLUR_PADDING_MODES.index(mode), count, binomial_filter(f))
+        out.append(count)
+    shapes.append(tuple(shape))
+    pre_kernel = [1] * lead + list(kernel) if pre == "max" else [1] * KERNEL_AXES
+    width = max((len(w) for w in filters), default=1)
+    table = np.zeros((len(filters), width))
+    for row, weights in enumerate(filters):
+        table[row, : len(weights)] = weights
+    table.flags.writeable = False
+    return BlurPlan(tuple(in_spatial), tuple(out), tuple(mapped), pre, _frozen(pre_kernel),
+                    _frozen(np.array(passes, dtype=np.int64).reshape(-1, 5)),
+                    _frozen(np.array(shapes, dtype=np.int64).reshape(-1, 3)), table)

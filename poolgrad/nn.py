@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from . import ops
+from . import kinds, ops
 from .geometry import output_length, per_dim
 
 
@@ -293,6 +293,34 @@ class LpPool(Pool):
     def __init__(self, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
         super().__init__(p=p, kernel_size=kernel_size, stride=stride, padding=padding,
                          dilation=dilation, ceil_mode=ceil_mode)
+
+
+class BlurPool(Pool):
+    """:func:`poolgrad.blur_pool` as a layer (anti-aliased subsampling)."""
+    op = staticmethod(kinds.blur_pool)
+
+    def __init__(self, stride=2, filter_size=3, padding_mode="reflect", padding=None):
+        super().__init__(stride=stride, filter_size=filter_size, padding_mode=padding_mode,
+                         padding=padding)
+
+
+class _StrideOneBlurPool(Pool):
+    """A stride-1 pooling, then a blur subsampled by the stride."""
+
+    def __init__(self, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
+                 padding=None):
+        super().__init__(kernel_size=kernel_size, stride=stride, filter_size=filter_size,
+                         padding_mode=padding_mode, padding=padding)
+
+
+class MaxBlurPool(_StrideOneBlurPool):
+    """:func:`poolgrad.max_blur_pool` as a layer (anti-aliased max pooling)."""
+    op = staticmethod(kinds.max_blur_pool)
+
+
+class AvgBlurPool(_StrideOneBlurPool):
+    """:func:`poolgrad.avg_blur_pool` as a layer (anti-aliased average pooling)."""
+    op = staticmethod(kinds.avg_blur_pool)
 
 
 # The pooling layers by name (poolgrad train's --pool, poolgrad explain's --kind), and

@@ -360,6 +360,9 @@ def vjp(op, x, *args, **kwargs):
     shape and dtype, for ``dy`` with the output's shape, and may be called more than
     once. With ``return_indices=True``, ``y`` is ``(values, indices)`` and ``dy`` is the
     gradient of the values. For :func:`max_unpool`, ``x`` is the pooled values ``y``.
+    ``op`` may also be one of the kinds of :mod:`poolgrad.kinds`; for one with
+    learnable parameters (``gem_pool``'s ``p``, ``mixed_pool``'s ``alpha``), the
+    pullback returns ``(dx, dparam, ...)``.
 
     Example:
         >>> y, pullback = vjp(max_pool, np.array([[[[1.0, 3.0], [2.0, 0.5]]]]), 2)
@@ -367,8 +370,11 @@ def vjp(op, x, *args, **kwargs):
         array([[[[0. , 2.5],
                  [0. , 0. ]]]])
     """
-    rule = _VJP_RULES.get(op) if callable(op) else None
+    from . import kinds  # the other pooling kinds build on this module
+
+    rules = {**_VJP_RULES, **kinds.VJP_RULES}
+    rule = rules.get(op) if callable(op) else None
     if rule is None:
-        names = ", ".join(f.__name__ for f in _VJP_RULES)
+        names = ", ".join(f.__name__ for f in rules)
         raise TypeError(f"vjp needs one of poolgrad's operators ({names}), got {op!r}")
     return rule(x, *args, want_pullback=True, **kwargs)

@@ -131,6 +131,10 @@ POOL_LAYERS = [
     (nn.GlobalMaxPool(), pg.global_max_pool, {}),
     (nn.AdaptiveAvgPool((2, 3)), pg.adaptive_avg_pool, {"output_size": (2, 3)}),
     (nn.AdaptiveMaxPool(3), pg.adaptive_max_pool, {"output_size": 3}),
+    (nn.BlurPool(filter_size=4, padding_mode="zeros"), pg.blur_pool,
+     {"filter_size": 4, "padding_mode": "zeros"}),
+    (nn.MaxBlurPool(3, 2), pg.max_blur_pool, {"kernel_size": 3, "stride": 2}),
+    (nn.AvgBlurPool(), pg.avg_blur_pool, {}),
 ]
 
 

@@ -27,11 +27,16 @@ class Pullback:
     window, in the smallest unsigned type that numbers the window's taps). ``kernels``
     names the kernels that ran the forward and that run the backward (``{"forward":
     "tiled.max_pool_forward_tiled", "backward": ...}``; see ``docs/kernels.md``).
+
+    An operator with learnable parameters names them in ``params`` (gem_pool's
+    ``("p",)``): its pullback returns ``(dx, dparam, ...)``, each parameter's gradient
+    a float64 array shaped like the parameter (the sum over the batch).
     """
 
     def __init__(self, op: str, backward, y_shape, x_shape, x_dtype, saved: dict,
-                 kernels: tuple[str, str]):
+                 kernels: tuple[str, str], params: tuple[str, ...] = ()):
         self.op = op
+        self.params = tuple(params)
         self.kernels = dict(zip(("forward", "backward"), kernels, strict=True))
         self._backward = backward
         self.y_shape = tuple(y_shape)
@@ -56,7 +61,13 @@ class Pullback:
                 f"{self.y_shape}"
             )
         compute = inputs.COMPUTE_DTYPE[self.x_dtype]
-        dx = self._backward(np.asarray(dy, dtype=compute))
+        result = self._backward(np.asarray(dy, dtype=compute))
+        if not self.params:
+            return self._as_input(result)
+        dx, *grads = result
+        return (self._as_input(dx), *grads)
+
+    def _as_input(self, dx):
         return dx.astype(self.x_dtype, copy=False).reshape(self.x_shape)
 
     def __repr__(self):

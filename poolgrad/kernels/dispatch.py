@@ -27,6 +27,9 @@ Run signatures (one per op and direction)::
     ("lp", "backward")     run(x, y, dy, p, dx)
     ("unpool", "forward")  run(y, indices, out, written)   flat (N, C, L) arrays
     ("unpool", "backward") run(dout, indices, written, dy)
+    ("blur", "forward")    run(x, y, winners)  planes (N*C, D, H, W), C-contiguous;
+    ("blur", "backward")   run(dy, winners, dx)  plan: a BlurPlan; winners: the
+                                               stride-1 max's (unused without one)
 
 Backends: ``"numba"`` (NumPy arrays on the CPU) and ``"triton"`` (torch tensors on CUDA,
 used by :mod:`poolgrad.torch`; the same 5-d views and signatures, except that an
@@ -44,7 +47,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import blocks, gather_rows, row_passes, sum_pool, tiled
+from . import blocks, blur, gather_rows, row_passes, sum_pool, tiled
 from . import channels_last as cl
 from . import max_pool as general_max
 from . import unpool as unpool_kernels
@@ -400,6 +403,20 @@ def _unpool_back(plan):
     return unpool_kernels.max_unpool_backward
 
 
+def _blur(plan):
+    def run(x, y, winners):
+        blur.blur_pool_forward(x, plan.pre_kernel, plan.passes, plan.shapes,
+                               plan.weights(x.dtype), y, winners)
+    return run
+
+
+def _blur_back(plan):
+    def run(dy, winners, dx):
+        blur.blur_pool_backward(dy, plan.pre_kernel, plan.passes, plan.shapes,
+                                plan.weights(dy.dtype), winners, dx)
+    return run
+
+
 # ---------------------------------------------------------------------------- rules
 
 
@@ -480,6 +497,8 @@ _RULES = {
     ("lp", "backward"): [_Rule("sum_pool.lp_pool_backward", _always, _lp_back)],
     ("unpool", "forward"): [_Rule("unpool.max_unpool_forward", _always, _unpool)],
     ("unpool", "backward"): [_Rule("unpool.max_unpool_backward", _always, _unpool_back)],
+    ("blur", "forward"): [_Rule("blur.blur_pool_forward", _always, _blur, records=True)],
+    ("blur", "backward"): [_Rule("blur.blur_pool_backward", _always, _blur_back)],
 }
 
 
@@ -557,7 +576,8 @@ def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = Fa
     """The kernel for one pass of one call.
 
     Args:
-        op: ``"max"``, ``"avg"``, ``"global_avg"``, ``"lp"`` or ``"unpool"``.
+        op: ``"max"``, ``"avg"``, ``"global_avg"``, ``"lp"``, ``"unpool"`` or
+            ``"blur"``.
         direction: ``"forward"`` or ``"backward"`` (max also ``"indices"``,
             ``"tie_count"`` and ``"split"``).
         plan: the call's :class:`~poolgrad.geometry.WindowPlan` (None for unpool).
