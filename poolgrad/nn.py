@@ -323,6 +323,99 @@ class AvgBlurPool(_StrideOneBlurPool):
     op = staticmethod(kinds.avg_blur_pool)
 
 
+class SoftPool(Pool):
+    """:func:`poolgrad.soft_pool` as a layer."""
+    op = staticmethod(kinds.soft_pool)
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+
+
+class StochasticPool(Pool):
+    """:func:`poolgrad.stochastic_pool` as a layer: a draw per window in training (from
+    the layer's own generator, seeded by ``rng``), the weighted average in evaluation."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, *, rng=None):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+        self.rng = np.random.default_rng(rng)
+
+    def forward(self, x):
+        options = dict(self.options, training=self.training)
+        if self.training:
+            options["rng"] = self.rng
+            y, self._pullback = ops.vjp(kinds.stochastic_pool, x, **options)
+            return y
+        return kinds.stochastic_pool(x, **options)
+
+
+class _LearnedPool(Layer):
+    """A pooling whose pullback also returns its parameter's gradient: ``params[name]``
+    (float64, stepped by the optimizers like any weight) and, after ``backward``,
+    ``grads[name]``. With ``learn=False`` the parameter is fixed (no ``params``)."""
+
+    name = None  # the parameter, as the operator's keyword
+
+    def __init__(self, value, learn: bool, **options):
+        super().__init__()
+        self.options = options
+        self.value = np.array(value, dtype=np.float64)
+        if learn:
+            self.params = {self.name: self.value}
+
+    def _argument(self):
+        value = self.params.get(self.name, self.value)  # the optimizer's, once loaded
+        return float(value[()]) if value.ndim == 0 else value
+
+    def forward(self, x):
+        options = {**self.options, self.name: self._argument()}
+        if not self.training:
+            return self.op(x, **options)
+        y, self._pullback = ops.vjp(self.op, x, **options)
+        return y
+
+    def backward(self, dy):
+        dx, grad = self._saved("_pullback")(dy)
+        if self.params:
+            self.grads = {self.name: np.asarray(grad, dtype=np.float64).reshape(
+                self.value.shape)}
+        return dx
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{type(self).__name__}({self.name}={self._argument()!r}, {args})"
+
+
+class GeMPool(_LearnedPool):
+    """:func:`poolgrad.gem_pool` as a layer, its ``p`` learned (a 0-d parameter)."""
+    name = "p"
+    op = staticmethod(kinds.gem_pool)
+
+    def __init__(self, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, learn=True):
+        super().__init__(p, learn, kernel_size=kernel_size, stride=stride, eps=eps)
+
+
+class MixedPool(_LearnedPool):
+    """:func:`poolgrad.mixed_pool` as a layer, its ``alpha`` learned (0-d)."""
+    name = "alpha"
+    op = staticmethod(kinds.mixed_pool)
+
+    def __init__(self, kernel_size, stride=None, padding=0, alpha=0.5, *, learn=True):
+        super().__init__(alpha, learn, kernel_size=kernel_size, stride=stride,
+                         padding=padding)
+
+
+class GatedPool(_LearnedPool):
+    """:func:`poolgrad.gated_pool` as a layer, its gate (the window's shape, zeros at
+    the start: an even blend) learned."""
+    name = "gate"
+    op = staticmethod(kinds.gated_pool)
+
+    def __init__(self, kernel_size, stride=None, padding=0, *, ndim=2, learn=True):
+        window = per_dim(kernel_size, ndim, "kernel_size")
+        super().__init__(np.zeros(window), learn, kernel_size=window, stride=stride,
+                         padding=padding)
+
+
 # The pooling layers by name (poolgrad train's --pool, poolgrad explain's --kind), and
 # train's downsampling choices: one of them or a learned strided convolution.
 POOLING = {"max": MaxPool, "avg": AvgPool, "lp": LpPool}

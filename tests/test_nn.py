@@ -135,6 +135,7 @@ POOL_LAYERS = [
      {"filter_size": 4, "padding_mode": "zeros"}),
     (nn.MaxBlurPool(3, 2), pg.max_blur_pool, {"kernel_size": 3, "stride": 2}),
     (nn.AvgBlurPool(), pg.avg_blur_pool, {}),
+    (nn.SoftPool(3, 2, 1), pg.soft_pool, {"kernel_size": 3, "stride": 2, "padding": 1}),
 ]
 
 
@@ -154,6 +155,58 @@ def test_pool_layers_are_the_core_vjp_and_release_their_state(index):
     np.testing.assert_array_equal(layer.forward(x), y)
     assert "_pullback" not in layer.__dict__  # evaluation keeps nothing
     layer.training = True
+
+
+LEARNED_LAYERS = [
+    (nn.GeMPool(2.5), pg.gem_pool, {"p": 2.5}, "p"),
+    (nn.GeMPool(3.0, kernel_size=2, eps=0.01), pg.gem_pool,
+     {"p": 3.0, "kernel_size": 2, "eps": 0.01}, "p"),
+    (nn.MixedPool(3, 2, 1, alpha=0.7), pg.mixed_pool,
+     {"kernel_size": 3, "stride": 2, "padding": 1, "alpha": 0.7}, "alpha"),
+    (nn.GatedPool(2), pg.gated_pool, {"gate": np.zeros((2, 2)), "kernel_size": (2, 2)},
+     "gate"),
+]
+
+
+@pytest.mark.parametrize("index", range(len(LEARNED_LAYERS)))
+def test_learned_pool_layers_give_the_parameter_gradient_and_learn(index):
+    layer, op, kwargs, name = LEARNED_LAYERS[index]
+    rng = np.random.default_rng(index)
+    x = rng.random((2, 3, 7, 8))
+    y, pullback = pg.vjp(op, x, **kwargs)
+    np.testing.assert_array_equal(layer.forward(x), y)
+    dy = rng.standard_normal(y.shape)
+    dx, grad = pullback(dy)
+    np.testing.assert_array_equal(layer.backward(dy), dx)
+    np.testing.assert_array_equal(layer.grads[name], grad)
+    before = layer.params[name].copy()
+    optim.SGD([(layer, name)], lr=0.1).step()
+    np.testing.assert_allclose(layer.params[name], before - 0.1 * np.asarray(grad))
+    moved = layer.forward(x)  # the layer now pools with the stepped parameter
+    assert not np.array_equal(moved, y)
+    layer.backward(dy)
+
+
+def test_fixed_parameters_and_stochastic_layers():
+    fixed = nn.MixedPool(2, alpha=0.25, learn=False)
+    assert fixed.params == {}
+    x = np.random.default_rng(0).random((2, 3, 6, 6))
+    np.testing.assert_array_equal(fixed.forward(x), pg.mixed_pool(x, 2, alpha=0.25))
+    fixed.backward(np.ones((2, 3, 3, 3)))
+    assert fixed.grads == {}
+    first, second = nn.StochasticPool(2, rng=3), nn.StochasticPool(2, rng=3)
+    np.testing.assert_array_equal(first.forward(x), second.forward(x))
+    # the second draw comes from the layer's generator, advanced by the first
+    np.testing.assert_array_equal(first.forward(x), pg.stochastic_pool(x, 2, rng=_advanced(3)))
+    first.training = False
+    np.testing.assert_array_equal(first.forward(x), pg.stochastic_pool(x, 2, training=False))
+
+
+def _advanced(seed):
+    """A generator seeded ``seed`` after one draw of a (2, 3, 3, 3) output."""
+    generator = np.random.default_rng(seed)
+    generator.random((2, 3, 3, 3))
+    return generator
 
 
 def test_dropout_scales_in_training_and_is_identity_in_evaluation():

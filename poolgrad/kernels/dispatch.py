@@ -30,6 +30,9 @@ Run signatures (one per op and direction)::
     ("blur", "forward")    run(x, y, winners)  planes (N*C, D, H, W), C-contiguous;
     ("blur", "backward")   run(dy, winners, dx)  plan: a BlurPlan; winners: the
                                                stride-1 max's (unused without one)
+    ("weighted", "forward")  run(x, y, norm, kind)  kind: weighted.SOFT or SELF
+    ("weighted", "backward") run(x, y, norm, dy, kind, dx)
+    ("stochastic", "sample") run(x, draws, y, pos)  pos: winners, as a max forward's
 
 Backends: ``"numba"`` (NumPy arrays on the CPU) and ``"triton"`` (torch tensors on CUDA,
 used by :mod:`poolgrad.torch`; the same 5-d views and signatures, except that an
@@ -47,7 +50,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import blocks, blur, gather_rows, row_passes, sum_pool, tiled
+from . import blocks, blur, gather_rows, row_passes, sum_pool, tiled, weighted
 from . import channels_last as cl
 from . import max_pool as general_max
 from . import unpool as unpool_kernels
@@ -417,6 +420,21 @@ def _blur_back(plan):
     return run
 
 
+def _weighted(plan):
+    return lambda x, y, norm, kind: weighted.weighted_pool_forward(x, plan.table, kind, y, norm)
+
+
+def _weighted_back(plan):
+    ptr, outs, _ = plan.cover
+    return lambda x, y, norm, dy, kind, dx: weighted.weighted_pool_backward(
+        x, y, norm, dy, kind, ptr, outs, dx)
+
+
+def _sample(plan):
+    return lambda x, draws, y, pos: weighted.stochastic_pool_sample(
+        x, plan.table, plan.extent, draws, y, pos)
+
+
 # ---------------------------------------------------------------------------- rules
 
 
@@ -499,6 +517,12 @@ _RULES = {
     ("unpool", "backward"): [_Rule("unpool.max_unpool_backward", _always, _unpool_back)],
     ("blur", "forward"): [_Rule("blur.blur_pool_forward", _always, _blur, records=True)],
     ("blur", "backward"): [_Rule("blur.blur_pool_backward", _always, _blur_back)],
+    ("weighted", "forward"): [
+        _Rule("weighted.weighted_pool_forward", _always, _weighted)],
+    ("weighted", "backward"): [
+        _Rule("weighted.weighted_pool_backward", _always, _weighted_back)],
+    ("stochastic", "sample"): [
+        _Rule("weighted.stochastic_pool_sample", _always, _sample, records=True)],
 }
 
 
@@ -576,8 +600,8 @@ def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = Fa
     """The kernel for one pass of one call.
 
     Args:
-        op: ``"max"``, ``"avg"``, ``"global_avg"``, ``"lp"``, ``"unpool"`` or
-            ``"blur"``.
+        op: ``"max"``, ``"avg"``, ``"global_avg"``, ``"lp"``, ``"unpool"``,
+            ``"blur"``, ``"weighted"`` or ``"stochastic"``.
         direction: ``"forward"`` or ``"backward"`` (max also ``"indices"``,
             ``"tie_count"`` and ``"split"``).
         plan: the call's :class:`~poolgrad.geometry.WindowPlan` (None for unpool).

@@ -6,11 +6,19 @@ Each module holds one family and its ``VJP_RULES`` (public operator -> the priva
 
 * :mod:`.blur`: anti-aliased pooling, ``blur_pool``, ``max_blur_pool`` and
   ``avg_blur_pool`` (Zhang 2019).
+* :mod:`.weighted`: weighted window averages, ``soft_pool`` (Stergiou et al. 2021) and
+  ``stochastic_pool`` (Zeiler & Fergus 2013).
+* :mod:`.learned`: kinds with learnable parameters, built from the core's operators:
+  ``gem_pool`` (Radenovic et al. 2019), ``mixed_pool`` and ``gated_pool`` (Lee et al.
+  2016).
 """
 
-from . import blur
+from . import blur, learned, weighted
 from .blur import avg_blur_pool, blur_pool, max_blur_pool
+from .learned import gated_pool, gem_pool, mixed_pool
+from .weighted import soft_pool, stochastic_pool
 
-__all__ = ["avg_blur_pool", "blur_pool", "max_blur_pool"]
+__all__ = ["avg_blur_pool", "blur_pool", "gated_pool", "gem_pool", "max_blur_pool",
+           "mixed_pool", "soft_pool", "stochastic_pool"]
 
-VJP_RULES = {**blur.VJP_RULES}
+VJP_RULES = {**blur.VJP_RULES, **weighted.VJP_RULES, **learned.VJP_RULES}

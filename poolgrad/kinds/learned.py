@@ -1,0 +1,234 @@
+"""Pooling kinds with learnable parameters, built from the core's operators: GeM
+(a learnable power mean), mixed pooling (a learnable blend of max and average) and
+gated pooling (a blend set per window by a learned gate).
+
+Their pullbacks return ``(dx, dparam)``: the parameter's gradient summed over the
+batch, as float64, shaped like the parameter (a float for ``p`` and ``alpha``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import _inputs as inputs
+from .. import geometry, ops
+from ..engines import Pullback
+
+
+def _real(value, name, *, positive=False):
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise ValueError(f"{name} must be a finite number{' > 0' if positive else ''}, "
+                         f"got {value!r}")
+    return value
+
+
+# ------------------------------------------------------------------------------- GeM
+
+
+def _gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=None,
+              want_pullback=False):
+    x = inputs.check_array(x, "x", floating=True)
+    p = inputs.check_p(p)
+    eps = _real(eps, "eps", positive=True)
+    compute = inputs.COMPUTE_DTYPE[x.dtype]
+    z = np.maximum(x.astype(compute, copy=False), compute.type(eps))
+    if kernel_size is None:
+        if stride is not None:
+            raise ValueError("gem_pool: stride needs a kernel_size (kernel_size=None pools "
+                             "globally)")
+        ndim = inputs.global_dims(x, spatial_dims)
+        norm, lp_pullback = ops.vjp(ops.global_lp_pool, z, p, spatial_dims=ndim)
+        count = math.prod(x.shape[-ndim:])
+    else:
+        if spatial_dims is not None:
+            raise ValueError("gem_pool: spatial_dims is for the global form "
+                             "(kernel_size=None)")
+        ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride)
+        norm, lp_pullback = ops.vjp(ops.lp_pool, z, p, kernel_size, stride)
+        count = math.prod(geometry.per_dim(kernel_size, ndim, "kernel_size"))
+    # mean = sum / count: y = (sum z^p)^(1/p) * count^(-1/p)
+    scale = compute.type(count ** (-1.0 / p))
+    y = (norm * scale).astype(x.dtype, copy=False)
+    if not want_pullback:
+        return y, None
+    y64 = (norm * scale).astype(np.float64)
+    passes = x >= eps  # where the clamp lets the gradient through (PyTorch's clamp)
+
+    def backward(dy):
+        dz = lp_pullback(dy * scale)
+        dx = np.where(passes, dz, 0).astype(dz.dtype, copy=False)
+        # dy/dp = (y / p) * (sum z^p log z / sum z^p - log y), in float64
+        z64 = z.astype(np.float64)
+        power = z64 ** p
+        if kernel_size is None:
+            axes = tuple(range(x.ndim - ndim, x.ndim))
+            ratio = (np.sum(power * np.log(z64), axis=axes, keepdims=True)
+                     / np.sum(power, axis=axes, keepdims=True))
+        else:
+            ratio = (ops.avg_pool(power * np.log(z64), kernel_size, stride)
+                     / ops.avg_pool(power, kernel_size, stride))
+        dp = np.sum(dy.astype(np.float64) * (y64 / p) * (ratio - np.log(y64)))
+        return dx, float(dp)
+    return y, Pullback("gem_pool", backward, y.shape, x.shape, x.dtype, {"z": z},
+                       tuple(lp_pullback.kernels.values()), params=("p",))
+
+
+def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=None):
+    r"""Generalized-mean (GeM) pooling (Radenovic, Tolias & Chum, TPAMI 2019).
+
+    .. math:: y = \Big(\frac{1}{|W|} \sum_{j \in W} \max(x_j, \epsilon)^p\Big)^{1/p}
+
+    over each window ``W`` (``kernel_size`` and ``stride``, no padding), or over all
+    spatial positions with ``kernel_size=None`` (the retrieval head). ``p = 1`` is
+    average pooling and ``p -> inf`` tends to max pooling. Computed through
+    :func:`poolgrad.lp_pool`, which scales by the window's maximum, so large ``p``
+    neither overflows nor underflows.
+
+    The pullback returns ``(dx, dp)``: ``dx_j = dy (z_j / y)^(p-1) / |W|`` where
+    ``x_j >= eps`` (0 where the clamp holds), and ``dp`` summed over every output of
+    ``dy (y / p) (sum z^p log z / sum z^p - log y)``, ``z = max(x, eps)``.
+
+    Args:
+        x: ``(N, C, *spatial)`` (or ``(C, *spatial)`` with a per-dim kernel_size or
+            ``spatial_dims``); float16/32/64.
+        p: the power, a finite number > 0 (3 is the usual start when learned).
+        kernel_size: None (global, the default) or an int / per-dim ints.
+        stride: per window; defaults to kernel_size.
+        eps: the clamp, a number > 0.
+        spatial_dims: for the global form, as in :func:`poolgrad.global_avg_pool`.
+
+    Example:
+        >>> gem_pool(np.array([[[1.0, 2.0]]]), p=1.0)
+        array([[[1.5]]])
+    """
+    return _gem_pool(x, p, kernel_size, stride, eps, spatial_dims=spatial_dims)[0]
+
+
+# ---------------------------------------------------------------- mixed and gated
+
+
+def _max_and_avg(x, kernel_size, stride, padding):
+    """The two branches and their pullbacks (the average counts padding, PyTorch's
+    default, so that both are what torch.nn's MaxPool and AvgPool give)."""
+    x = inputs.check_array(x, "x", floating=True)
+    top, top_pullback = ops.vjp(ops.max_pool, x, kernel_size, stride, padding)
+    mean, mean_pullback = ops.vjp(ops.avg_pool, x, kernel_size, stride, padding)
+    return x, top, top_pullback, mean, mean_pullback
+
+
+def _mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, want_pullback=False):
+    alpha = _real(alpha, "alpha")
+    x, top, top_pullback, mean, mean_pullback = _max_and_avg(x, kernel_size, stride, padding)
+    compute = inputs.COMPUTE_DTYPE[x.dtype]
+    a = compute.type(alpha)
+    y = (a * top.astype(compute) + (1 - a) * mean.astype(compute)).astype(x.dtype, copy=False)
+    if not want_pullback:
+        return y, None
+    spread = top.astype(np.float64) - mean.astype(np.float64)
+
+    def backward(dy):
+        dx = top_pullback(a * dy).astype(compute) + mean_pullback((1 - a) * dy).astype(compute)
+        return dx, float(np.sum(dy.astype(np.float64) * spread))
+    return y, Pullback("mixed_pool", backward, y.shape, x.shape, x.dtype,
+                       {**top_pullback.saved}, (top_pullback.kernels["forward"],
+                                                 mean_pullback.kernels["backward"]),
+                       params=("alpha",))
+
+
+def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5):
+    r"""Mixed pooling (Lee, Gallagher & Tu, AISTATS 2016):
+    ``y = alpha * max_pool(x) + (1 - alpha) * avg_pool(x)``.
+
+    ``alpha`` is a fixed or learnable scalar. The pullback returns
+    ``(dx, dalpha)``: ``dx`` is ``alpha`` times max pooling's routing plus
+    ``1 - alpha`` times average pooling's spreading, and ``dalpha = sum(dy * (max -
+    avg))``. The average counts padding in its divisor (PyTorch's default).
+
+    Args:
+        x: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16/32/64.
+        kernel_size, stride, padding: as in :func:`poolgrad.max_pool`.
+        alpha: the max branch's weight, a finite number (0 to 1 blends).
+
+    Example:
+        >>> mixed_pool(np.array([[[1.0, 3.0]]]), 2, alpha=0.25)
+        array([[[2.25]]])
+    """
+    return _mixed_pool(x, kernel_size, stride, padding, alpha)[0]
+
+
+def _windows(padded, kernel, stride, out_spatial):
+    """Tap ``t`` of every window: the strided slice of ``padded`` it reads."""
+    return tuple(slice(t, t + s * (o - 1) + 1, s)
+                 for t, s, o in zip(kernel, stride, out_spatial, strict=True))
+
+
+def _gated_pool(x, gate, kernel_size, stride=None, padding=0, *, want_pullback=False):
+    x, top, top_pullback, mean, mean_pullback = _max_and_avg(x, kernel_size, stride, padding)
+    ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
+                                     padding=padding)
+    kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
+    gate = inputs.check_array(gate, "gate", floating=True)
+    if gate.shape != kernel:
+        raise ValueError(f"gate must have the window's shape {kernel}, got {gate.shape}")
+    stride = kernel if stride is None else geometry.per_dim(stride, ndim, "stride")
+    pads = geometry.resolve_padding(padding, x.shape[-ndim:], kernel, stride, (1,) * ndim)
+    compute = inputs.COMPUTE_DTYPE[x.dtype]
+    lead = (slice(None),) * (x.ndim - ndim)
+    padded = np.pad(x.astype(compute), [(0, 0)] * (x.ndim - ndim) + list(pads))
+    out_spatial = top.shape[-ndim:]
+    weights = gate.astype(compute)
+    # the gate's logit: the window's values weighted by the gate (padding adds 0)
+    logit = np.zeros(top.shape, compute)
+    for tap in np.ndindex(*kernel):
+        logit += weights[tap] * padded[lead + _windows(padded, tap, stride, out_spatial)]
+    share = 1 / (1 + np.exp(-logit))
+    y = (share * top + (1 - share) * mean).astype(x.dtype, copy=False)
+    if not want_pullback:
+        return y, None
+    spread = top.astype(compute) - mean.astype(compute)
+
+    def backward(dy):
+        dx = top_pullback(share * dy).astype(compute) + mean_pullback((1 - share) * dy)
+        dlogit = dy * spread * share * (1 - share)
+        dgate = np.zeros(kernel, np.float64)
+        dpadded = np.zeros(padded.shape, compute)
+        for tap in np.ndindex(*kernel):  # overlapping windows add up, tap by tap
+            where = lead + _windows(padded, tap, stride, out_spatial)
+            dgate[tap] = np.sum(dlogit.astype(np.float64) * padded[where])
+            dpadded[where] += weights[tap] * dlogit
+        inside = lead + tuple(slice(lo, lo + n) for (lo, _), n in
+                              zip(pads, x.shape[-ndim:], strict=True))
+        return dx + dpadded[inside], dgate
+    return y, Pullback("gated_pool", backward, y.shape, x.shape, x.dtype,
+                       {"padded": padded, **top_pullback.saved},
+                       (top_pullback.kernels["forward"], mean_pullback.kernels["backward"]),
+                       params=("gate",))
+
+
+def gated_pool(x, gate, kernel_size, stride=None, padding=0):
+    r"""Gated max-average pooling (Lee, Gallagher & Tu, AISTATS 2016): mixed pooling
+    whose blend is set per window by a learned gate.
+
+    .. math:: y[o] = \sigma(g \cdot x_{W(o)}) \max_{W(o)} x
+              + \big(1 - \sigma(g \cdot x_{W(o)})\big) \operatorname{avg}_{W(o)} x
+
+    ``g`` (``gate``) has the window's shape and is shared by every channel; padding
+    adds 0 to the gate's dot product. The pullback returns ``(dx, dgate)``: ``dx``
+    gets both branches' routing and the gate's path, ``dgate`` (float64, shaped like
+    ``gate``) sums ``dy (max - avg) s (1 - s) x`` over every window.
+
+    Args:
+        x: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16/32/64.
+        gate: the gate's weights, shaped like the window (``kernel_size`` per dim).
+        kernel_size, stride, padding: as in :func:`mixed_pool` (numeric padding).
+    """
+    return _gated_pool(x, gate, kernel_size, stride, padding)[0]
+
+
+VJP_RULES = {gem_pool: _gem_pool, mixed_pool: _mixed_pool, gated_pool: _gated_pool}

@@ -1,0 +1,134 @@
+"""Pooling by weighted window averages: SoftPool, and stochastic pooling (a sample in
+training, the probability-weighted average in evaluation). The kernels and their
+formulas: :mod:`poolgrad.kernels.weighted`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _inputs as inputs
+from .. import geometry
+from ..engines import Pullback, max_pullback
+from ..engines.pullback import owned
+from ..kernels import dispatch, weighted
+
+
+def _plan(x, kernel_size, stride, padding, op):
+    x = inputs.check_array(x, "x", floating=True)
+    ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
+                                     padding=padding)
+    if isinstance(padding, str) and padding.lower() == "same":
+        raise ValueError(f"{op} takes numeric padding or 'valid', got {padding!r}")
+    plan = inputs.sliding_plan(x, kernel_size, stride, padding, 1, False, ndim)
+    return x, inputs.Layout(x.shape, ndim), plan
+
+
+def _weighted(x, layout, plan, kind, want_pullback, op):
+    xk = inputs.compute_view(x, layout)
+    operand = dispatch.operand(xk)
+    forward = dispatch.choose("weighted", "forward", plan, operand)
+    shape = layout.kernel_shape(plan.out_spatial)
+    yk, norm = np.empty(shape, xk.dtype), np.empty(shape, xk.dtype)
+    forward(xk, yk, norm, kind)
+    y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
+    if not want_pullback:
+        return y, None
+    xk, yk = owned(xk, x), owned(yk, y)
+    kernel = dispatch.choose("weighted", "backward", plan, dispatch.Operand(xk.dtype, "nchw"))
+    dx_shape = layout.kernel_shape(plan.in_spatial)
+
+    def backward(dy):
+        dx = np.empty(dx_shape, dtype=dy.dtype)
+        kernel(xk, yk, norm, layout.to_kernel(dy), kind, dx)
+        return dx
+    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {"x": xk, "y": yk, "norm": norm},
+                       (forward.name, kernel.name))
+
+
+def _soft_pool(x, kernel_size, stride=None, padding=0, *, want_pullback=False):
+    x, layout, plan = _plan(x, kernel_size, stride, padding, "soft_pool")
+    return _weighted(x, layout, plan, weighted.SOFT, want_pullback, "soft_pool")
+
+
+def soft_pool(x, kernel_size, stride=None, padding=0):
+    r"""SoftPool (Stergiou, Poppe & Kalliatakis, ICCV 2021): each window's average
+    weighted by the softmax of its values.
+
+    .. math:: y[o] = \frac{\sum_j e^{x_j} x_j}{\sum_j e^{x_j}}
+              = \sum_j w_j x_j, \quad w = \operatorname{softmax}(x_{\text{window}})
+
+    computed with the window's maximum subtracted from every exponent, so it never
+    overflows (the reference code does not subtract it). It lies between the window's
+    mean and its maximum. The gradient reaches every element:
+    ``dy/dx_j = w_j (1 + x_j - y)``. Padding is never part of a window (as max
+    pooling's). Infinite inputs give NaN; NaN propagates.
+
+    Args:
+        x: ``(N, C, *spatial)`` or ``(C, *spatial)``, 1-3 spatial dims; float16/32/64.
+        kernel_size, stride: as in :func:`poolgrad.max_pool` (stride defaults to the
+            kernel).
+        padding: an int, per-dim ints or ``(before, after)`` pairs, or ``"valid"``.
+
+    Example:
+        >>> soft_pool(np.array([[[0.0, np.log(3.0)]]]), 2)
+        array([[[0.82395922]]])
+    """
+    return _soft_pool(x, kernel_size, stride, padding)[0]
+
+
+def _check_non_negative(xk):
+    smallest = np.min(xk) if xk.size else 0
+    if np.isnan(smallest) or smallest < 0:
+        raise ValueError(
+            f"stochastic_pool samples with probabilities x / sum(x), so x must be >= 0 "
+            f"(as after a ReLU) and not NaN; got a minimum of {smallest}")
+
+
+def _stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rng=None,
+                     want_pullback=False):
+    x, layout, plan = _plan(x, kernel_size, stride, padding, "stochastic_pool")
+    xk = inputs.compute_view(x, layout)
+    _check_non_negative(xk)
+    if not training:
+        return _weighted(x, layout, plan, weighted.SELF, want_pullback, "stochastic_pool")
+    if rng is not None and not isinstance(rng, (int, np.integer, np.random.Generator)):
+        raise TypeError(f"rng must be None, an int seed or a numpy.random.Generator, got "
+                        f"{type(rng).__name__}")
+    draws = np.random.default_rng(rng).random(x.shape[:len(layout.lead)] + plan.out_spatial)
+    shape = layout.kernel_shape(plan.out_spatial)
+    sample = dispatch.choose("stochastic", "sample", plan, dispatch.operand(xk))
+    yk = np.empty(shape, xk.dtype)
+    pos = np.empty(shape, geometry.position_dtype(plan.window_size))
+    sample(xk, layout.to_kernel(draws), yk, pos)
+    y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
+    if not want_pullback:
+        return y, None
+    return y, max_pullback(pos, plan, layout, x.dtype, "stochastic_pool", sample.name)
+
+
+def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rng=None):
+    r"""Stochastic pooling (Zeiler & Fergus, ICLR 2013).
+
+    In training (``training=True``) each window outputs one of its elements, drawn
+    with probability ``x_j / sum(x)`` over the window, and the gradient goes to the
+    element drawn (as max pooling's goes to its winner; a window of zeros draws its
+    first element). In evaluation it outputs the probability-weighted average
+    ``sum(x_j^2) / sum(x_j)`` (0 for a window of zeros), whose gradient is
+    ``(2 x_j - y) / sum(x)``.
+
+    Draws are ``rng.random(y.shape)`` (float64, C order), one per window: element
+    ``j`` is drawn when the running sum of the window's values (row-major) first
+    exceeds ``u * sum(x)``. The same ``rng`` seed gives the same bits.
+
+    Args:
+        x: ``(N, C, *spatial)`` or ``(C, *spatial)``, non-negative (as after a ReLU);
+            float16/32/64.
+        kernel_size, stride, padding: as in :func:`soft_pool`.
+        training: sample (True) or average (False).
+        rng: an int seed or a ``numpy.random.Generator`` (advanced by the call); None
+            draws fresh entropy.
+    """
+    return _stochastic_pool(x, kernel_size, stride, padding, training=training, rng=rng)[0]
+
+
+VJP_RULES = {soft_pool: _soft_pool, stochastic_pool: _stochastic_pool}

@@ -1,0 +1,243 @@
+"""SoftPool, stochastic, GeM, mixed and gated pooling: against their papers' formulas
+written window by window, finite differences (inputs and learnable parameters), seeded
+determinism and bad input."""
+
+import numpy as np
+import pytest
+
+import poolgrad as pg
+from tests.test_gradcheck import numerical_vjp, tie_free
+
+STEP = 1e-6
+
+
+def windows(x, kernel, stride):
+    """``(N, C, *out, *kernel)`` windows of an unpadded pooling."""
+    ndim = len(kernel)
+    view = np.lib.stride_tricks.sliding_window_view(x, kernel, axis=tuple(range(2, 2 + ndim)))
+    return view[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)]
+
+
+def flat_windows(x, kernel, stride):
+    w = windows(x, kernel, stride)
+    return w.reshape(w.shape[: x.ndim] + (-1,))
+
+
+def soft_reference(x, kernel, stride):
+    w = flat_windows(x, kernel, stride)
+    e = np.exp(w)  # small inputs: the formula without the max subtracted
+    return np.sum(e * w, axis=-1) / np.sum(e, axis=-1)
+
+
+def stochastic_eval_reference(x, kernel, stride):
+    w = flat_windows(x, kernel, stride)
+    total = np.sum(w, axis=-1)
+    return np.divide(np.sum(w * w, axis=-1), total, out=np.zeros_like(total), where=total != 0)
+
+
+def gem_reference(x, p, kernel, stride, eps):
+    w = flat_windows(np.maximum(x, eps), kernel, stride)
+    return np.mean(w ** p, axis=-1) ** (1 / p)
+
+
+def param_derivative(fn, value, dy):
+    """d/dparam of sum(dy * fn(param)), central differences (arrays element by element)."""
+    value = np.asarray(value, dtype=np.float64)
+    grad = np.zeros_like(value)
+    for index in np.ndindex(*value.shape):
+        up, down = value.copy(), value.copy()
+        up[index] += STEP
+        down[index] -= STEP
+        grad[index] = (np.sum(dy * fn(up)) - np.sum(dy * fn(down))) / (2 * STEP)
+    return grad
+
+
+# ------------------------------------------------------------------------- SoftPool
+
+@pytest.mark.parametrize("shape, kernel, stride", [
+    ((2, 3, 9), (3,), (2,)), ((1, 2, 6, 7), (2, 3), (2, 1)),
+    ((1, 2, 4, 5, 4), (2, 2, 2), (1, 2, 2)),
+])
+def test_soft_pool_is_the_formula_and_its_gradient(shape, kernel, stride):
+    x = tie_free(shape, seed=1)
+    y, pullback = pg.vjp(pg.soft_pool, x, kernel, stride)
+    np.testing.assert_allclose(y, soft_reference(x, kernel, stride), rtol=1e-13)
+    dy = np.random.default_rng(2).standard_normal(y.shape)
+    expected = numerical_vjp(lambda v: pg.soft_pool(v, kernel, stride), x.copy(), dy)
+    # inputs up to +-8: the differences carry ~1e-9 of rounding
+    np.testing.assert_allclose(pullback(dy), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_soft_pool_padding_is_never_part_of_a_window():
+    x = tie_free((1, 2, 7, 6), seed=3)
+    y, pullback = pg.vjp(pg.soft_pool, x, 3, 2, padding=1)
+    padded = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)], constant_values=-np.inf)
+    w = flat_windows(padded, (3, 3), (2, 2))
+    e = np.exp(w - np.max(w, axis=-1, keepdims=True))
+    np.testing.assert_allclose(y, np.sum(e * np.where(e > 0, w, 0), axis=-1)
+                               / np.sum(e, axis=-1), rtol=1e-13)
+    dy = np.random.default_rng(4).standard_normal(y.shape)
+    expected = numerical_vjp(lambda v: pg.soft_pool(v, 3, 2, padding=1), x.copy(), dy)
+    np.testing.assert_allclose(pullback(dy), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_soft_pool_never_overflows_and_lies_between_mean_and_max():
+    x = np.array([[[1000.0, 1000.0, -1000.0, 999.0]]], dtype=np.float32)
+    y = pg.soft_pool(x, 2)
+    assert y[0, 0, 0] == 1000.0
+    assert y[0, 0, 1] == pytest.approx(999.0, abs=1e-3)
+    x = np.random.default_rng(5).standard_normal((4, 5, 8, 8))
+    y = pg.soft_pool(x, 2)
+    assert np.all(y <= pg.max_pool(x, 2) + 1e-12) and np.all(y >= pg.avg_pool(x, 2) - 1e-12)
+
+
+# ------------------------------------------------------------------------ stochastic
+
+def test_stochastic_pool_draws_by_value_and_routes_to_the_draw():
+    x = np.tile(np.array([1.0, 3.0, 0.0, 0.0]), (4000, 1, 1)).reshape(4000, 1, 4)
+    y, pullback = pg.vjp(pg.stochastic_pool, x, 2, rng=0)
+    assert set(np.unique(y[:, 0, 0])) == {1.0, 3.0}
+    assert np.mean(y[:, 0, 0] == 3.0) == pytest.approx(0.75, abs=0.03)  # 3 / (1 + 3)
+    assert np.all(y[:, 0, 1] == 0)  # a window of zeros draws its first element
+    dy = np.random.default_rng(1).standard_normal(y.shape)
+    dx = pullback(dy)
+    drawn = np.where(y[:, 0, 0] == 3.0, 1, 0)
+    np.testing.assert_array_equal(dx[np.arange(4000), 0, drawn], dy[:, 0, 0])
+    np.testing.assert_array_equal(dx[np.arange(4000), 0, 1 - drawn], 0)
+    np.testing.assert_array_equal(dx[:, 0, 2], dy[:, 0, 1])
+
+
+def test_stochastic_pool_same_seed_same_bits():
+    x = np.abs(np.random.default_rng(2).standard_normal((3, 4, 10, 10))).astype(np.float32)
+    first, second = pg.stochastic_pool(x, 2, rng=7), pg.stochastic_pool(x, 2, rng=7)
+    assert first.tobytes() == second.tobytes()
+    assert first.tobytes() != pg.stochastic_pool(x, 2, rng=8).tobytes()
+    generator = np.random.default_rng(7)
+    assert pg.stochastic_pool(x, 2, rng=generator).tobytes() == first.tobytes()
+    assert pg.stochastic_pool(x, 2, rng=generator).tobytes() != first.tobytes()  # advanced
+
+
+def test_stochastic_pool_evaluation_is_the_weighted_average():
+    x = np.abs(tie_free((2, 3, 6, 8), seed=6))
+    x[0, 0, :2, :2] = 0  # a window of zeros
+    y, pullback = pg.vjp(pg.stochastic_pool, x, 2, training=False)
+    np.testing.assert_allclose(y, stochastic_eval_reference(x, (2, 2), (2, 2)), rtol=1e-13)
+    assert y[0, 0, 0, 0] == 0
+    x = x + 0.05  # no zeros, so the finite differences stay >= 0
+    y, pullback = pg.vjp(pg.stochastic_pool, x, 2, training=False)
+    dy = np.random.default_rng(7).standard_normal(y.shape)
+    expected = numerical_vjp(lambda v: pg.stochastic_pool(v, 2, training=False), x.copy(), dy)
+    np.testing.assert_allclose(pullback(dy), expected, rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------------------ GeM
+
+@pytest.mark.parametrize("kernel, stride", [(None, None), (2, None), ((3, 2), (2, 2))])
+@pytest.mark.parametrize("p", [1.0, 3.0, 4.5])
+def test_gem_pool_is_the_formula_with_gradients_for_x_and_p(kernel, stride, p):
+    x = tie_free((2, 3, 7, 6), seed=8)  # negatives included: the clamp
+    eps = 0.03  # between the inputs (multiples of 0.1 plus 0.05): no kink under the step
+    y, pullback = pg.vjp(pg.gem_pool, x, p, kernel, stride, eps)
+    if kernel is None:
+        expected = np.mean(np.maximum(x, eps) ** p, axis=(2, 3), keepdims=True) ** (1 / p)
+    else:
+        k = (kernel,) * 2 if isinstance(kernel, int) else kernel
+        expected = gem_reference(x, p, k, stride or k, eps)
+    np.testing.assert_allclose(y, expected, rtol=1e-12)
+    dy = np.random.default_rng(9).standard_normal(y.shape)
+    dx, dp = pullback(dy)
+    fn = lambda v: pg.gem_pool(v, p, kernel, stride, eps)  # noqa: E731
+    np.testing.assert_allclose(dx, numerical_vjp(fn, x.copy(), dy), rtol=1e-6, atol=1e-7)
+    assert dp == pytest.approx(float(param_derivative(
+        lambda q: pg.gem_pool(x, float(q), kernel, stride, eps), p, dy)), rel=1e-6)
+
+
+def test_gem_pool_large_p_tends_to_max_without_overflow():
+    x = np.random.default_rng(10).random((2, 4, 6, 6)).astype(np.float32) * 100
+    y = pg.gem_pool(x, p=400.0)
+    assert np.all(np.isfinite(y))
+    np.testing.assert_allclose(y, pg.global_max_pool(x), rtol=0.02)
+
+
+# --------------------------------------------------------------------- mixed, gated
+
+def test_mixed_pool_blends_and_its_alpha_gradient():
+    x = tie_free((2, 3, 7, 7), seed=11)
+    alpha = 0.3
+    y, pullback = pg.vjp(pg.mixed_pool, x, 3, 2, 1, alpha)
+    expected = alpha * pg.max_pool(x, 3, 2, 1) + (1 - alpha) * pg.avg_pool(x, 3, 2, 1)
+    np.testing.assert_allclose(y, expected, rtol=1e-14)
+    dy = np.random.default_rng(12).standard_normal(y.shape)
+    dx, dalpha = pullback(dy)
+    fn = lambda v: pg.mixed_pool(v, 3, 2, 1, alpha)  # noqa: E731
+    np.testing.assert_allclose(dx, numerical_vjp(fn, x.copy(), dy), rtol=1e-6, atol=1e-7)
+    assert dalpha == pytest.approx(float(param_derivative(
+        lambda a: pg.mixed_pool(x, 3, 2, 1, float(a)), alpha, dy)), rel=1e-6)
+
+
+@pytest.mark.parametrize("shape, kernel, stride, padding", [
+    ((2, 3, 9), (3,), (2,), (1,)), ((1, 2, 6, 7), (2, 2), (2, 2), 0),
+    ((1, 2, 7, 6), (3, 3), (2, 1), 1),
+])
+def test_gated_pool_gradients_for_x_and_gate(shape, kernel, stride, padding):
+    x = tie_free(shape, seed=13)
+    gate = np.random.default_rng(14).standard_normal(kernel)
+    y, pullback = pg.vjp(pg.gated_pool, x, gate, kernel, stride, padding)
+    top, mean = pg.max_pool(x, kernel, stride, padding), pg.avg_pool(x, kernel, stride, padding)
+    assert np.all((y - np.minimum(top, mean) >= -1e-12) & (np.maximum(top, mean) - y >= -1e-12))
+    dy = np.random.default_rng(15).standard_normal(y.shape)
+    dx, dgate = pullback(dy)
+    fn = lambda v: pg.gated_pool(v, gate, kernel, stride, padding)  # noqa: E731
+    np.testing.assert_allclose(dx, numerical_vjp(fn, x.copy(), dy), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dgate, param_derivative(
+        lambda g: pg.gated_pool(x, g, kernel, stride, padding), gate, dy), rtol=1e-6,
+        atol=1e-7)
+
+
+def test_gated_pool_with_a_zero_gate_is_an_even_blend():
+    x = tie_free((1, 2, 6, 6), seed=16)
+    y = pg.gated_pool(x, np.zeros((2, 2)), 2)
+    np.testing.assert_allclose(y, pg.mixed_pool(x, 2, alpha=0.5), rtol=1e-14)
+
+
+# ------------------------------------------------------------- shared properties
+
+KINDS = [
+    (pg.soft_pool, (2,), {}),
+    (pg.stochastic_pool, (2,), {"rng": 0}),
+    (pg.stochastic_pool, (2,), {"training": False}),
+    (pg.gem_pool, (), {}),
+    (pg.mixed_pool, (2,), {}),
+    (pg.gated_pool, (np.ones((2, 2)), 2), {}),
+]
+
+
+@pytest.mark.parametrize("op, args, kwargs", KINDS)
+def test_inputs_unmodified_and_dtypes_kept(op, args, kwargs):
+    x = np.abs(np.random.default_rng(17).standard_normal((2, 3, 6, 6)))
+    for dtype in (np.float16, np.float32, np.float64):
+        xd = x.astype(dtype)
+        before = xd.copy()
+        y, pullback = pg.vjp(op, xd, *args, **kwargs)
+        result = pullback(np.ones_like(y))
+        dx = result[0] if isinstance(result, tuple) else result
+        assert y.dtype == dtype and dx.dtype == dtype and dx.shape == xd.shape
+        np.testing.assert_array_equal(xd, before)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda x: pg.stochastic_pool(x - 2, 2), ValueError, "x must be >= 0"),
+    (lambda x: pg.stochastic_pool(x * np.nan, 2), ValueError, "not NaN"),
+    (lambda x: pg.stochastic_pool(x, 2, rng="seed"), TypeError, "rng must be None"),
+    (lambda x: pg.soft_pool(x, 2, padding="same"), ValueError, "numeric padding"),
+    (lambda x: pg.gem_pool(x, p=0), ValueError, "p must be a finite number > 0"),
+    (lambda x: pg.gem_pool(x, eps=0), ValueError, "eps must be a finite number > 0"),
+    (lambda x: pg.gem_pool(x, stride=2), ValueError, "stride needs a kernel_size"),
+    (lambda x: pg.mixed_pool(x, 2, alpha=float("nan")), ValueError, "alpha must be a finite"),
+    (lambda x: pg.mixed_pool(x, 2, alpha="half"), TypeError, "alpha must be a real number"),
+    (lambda x: pg.gated_pool(x, np.ones(3), 2), ValueError, "gate must have the window's"),
+    (lambda x: pg.soft_pool(x.astype(np.int64), 2), TypeError, "x must have dtype"),
+])
+def test_bad_input(call, error, message):
+    with pytest.raises(error, match=message):
+        call(np.ones((1, 2, 4, 4)))
