@@ -81,6 +81,14 @@ def test_soft_pool_padding_is_never_part_of_a_window():
     np.testing.assert_allclose(pullback(dy), expected, rtol=1e-6, atol=1e-7)
 
 
+def test_soft_pool_same_padding_keeps_ceil_of_the_length():
+    x = tie_free((1, 2, 7, 5), seed=4)
+    y = pg.soft_pool(x, 3, 2, padding="same")
+    assert y.shape == (1, 2, 4, 3)
+    # "same" pads (1, 1) along both axes here: (ceil(L / 2) - 1) * 2 + 3 - L = 2
+    np.testing.assert_array_equal(y, pg.soft_pool(x, 3, 2, padding=1))
+
+
 def test_soft_pool_never_overflows_and_lies_between_mean_and_max():
     x = np.array([[[1000.0, 1000.0, -1000.0, 999.0]]], dtype=np.float32)
     y = pg.soft_pool(x, 2)
@@ -229,7 +237,7 @@ def test_inputs_unmodified_and_dtypes_kept(op, args, kwargs):
     (lambda x: pg.stochastic_pool(x - 2, 2), ValueError, "x must be >= 0"),
     (lambda x: pg.stochastic_pool(x * np.nan, 2), ValueError, "not NaN"),
     (lambda x: pg.stochastic_pool(x, 2, rng="seed"), TypeError, "rng must be None"),
-    (lambda x: pg.soft_pool(x, 2, padding="same"), ValueError, "numeric padding"),
+    (lambda x: pg.soft_pool(x, 2, padding="full"), ValueError, 'padding must be "valid"'),
     (lambda x: pg.gem_pool(x, p=0), ValueError, "p must be a finite number > 0"),
     (lambda x: pg.gem_pool(x, eps=0), ValueError, "eps must be a finite number > 0"),
     (lambda x: pg.gem_pool(x, stride=2), ValueError, "stride needs a kernel_size"),

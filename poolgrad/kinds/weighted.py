@@ -13,12 +13,10 @@ from ..engines.pullback import owned
 from ..kernels import dispatch, weighted
 
 
-def _plan(x, kernel_size, stride, padding, op):
+def _plan(x, kernel_size, stride, padding):
     x = inputs.check_array(x, "x", floating=True)
     ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
                                      padding=padding)
-    if isinstance(padding, str) and padding.lower() == "same":
-        raise ValueError(f"{op} takes numeric padding or 'valid', got {padding!r}")
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, 1, False, ndim)
     return x, inputs.Layout(x.shape, ndim), plan
 
@@ -46,7 +44,7 @@ def _weighted(x, layout, plan, kind, want_pullback, op):
 
 
 def _soft_pool(x, kernel_size, stride=None, padding=0, *, want_pullback=False):
-    x, layout, plan = _plan(x, kernel_size, stride, padding, "soft_pool")
+    x, layout, plan = _plan(x, kernel_size, stride, padding)
     return _weighted(x, layout, plan, weighted.SOFT, want_pullback, "soft_pool")
 
 
@@ -67,7 +65,8 @@ def soft_pool(x, kernel_size, stride=None, padding=0):
         x: ``(N, C, *spatial)`` or ``(C, *spatial)``, 1-3 spatial dims; float16/32/64.
         kernel_size, stride: as in :func:`poolgrad.max_pool` (stride defaults to the
             kernel).
-        padding: an int, per-dim ints or ``(before, after)`` pairs, or ``"valid"``.
+        padding: as in :func:`poolgrad.max_pool` (``"same"`` included); padding is
+            never part of a window.
 
     Example:
         >>> soft_pool(np.array([[[0.0, np.log(3.0)]]]), 2)
@@ -86,7 +85,7 @@ def _check_non_negative(xk):
 
 def _stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rng=None,
                      want_pullback=False):
-    x, layout, plan = _plan(x, kernel_size, stride, padding, "stochastic_pool")
+    x, layout, plan = _plan(x, kernel_size, stride, padding)
     xk = inputs.compute_view(x, layout)
     _check_non_negative(xk)
     if not training:
