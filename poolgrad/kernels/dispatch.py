@@ -50,10 +50,13 @@ from typing import Callable
 
 import numpy as np
 
-from . import blocks, blur, gather_rows, row_passes, sum_pool, tiled, weighted
+from . import blocks, gather_rows, kind_rules, row_passes, sum_pool, tiled, triton_rules
 from . import channels_last as cl
 from . import max_pool as general_max
 from . import unpool as unpool_kernels
+from .rule import Rule as _Rule
+from .rule import always as _always
+from .rule import values_only as _values
 from .simd import BLOCK
 
 BACKENDS = ("numba", "triton")
@@ -123,14 +126,6 @@ class Kernel:
         """The :class:`Operand` of a fresh array stored as this kernel stores its
         outputs: what a backward writes ``dx`` as."""
         return Operand(np.dtype(dtype), "channels_last" if self.channels_last else "nchw")
-
-
-@dataclass(frozen=True)
-class _Rule:
-    name: str
-    serves: Callable  # (plan, operand, record) -> bool
-    bind: Callable  # plan -> run
-    records: bool = False
 
 
 # -------------------------------------------------------------------------- geometry
@@ -406,49 +401,11 @@ def _unpool_back(plan):
     return unpool_kernels.max_unpool_backward
 
 
-def _blur(plan):
-    def run(x, y, winners):
-        blur.blur_pool_forward(x, plan.pre_kernel, plan.passes, plan.shapes,
-                               plan.weights(x.dtype), y, winners)
-    return run
-
-
-def _blur_back(plan):
-    def run(dy, winners, dx):
-        blur.blur_pool_backward(dy, plan.pre_kernel, plan.passes, plan.shapes,
-                                plan.weights(dy.dtype), winners, dx)
-    return run
-
-
-def _weighted(plan):
-    return lambda x, y, norm, kind: weighted.weighted_pool_forward(x, plan.table, kind, y, norm)
-
-
-def _weighted_back(plan):
-    ptr, outs, _ = plan.cover
-    return lambda x, y, norm, dy, kind, dx: weighted.weighted_pool_backward(
-        x, y, norm, dy, kind, ptr, outs, dx)
-
-
-def _sample(plan):
-    return lambda x, draws, y, pos: weighted.stochastic_pool_sample(
-        x, plan.table, plan.extent, draws, y, pos)
-
-
 # ---------------------------------------------------------------------------- rules
 
 
 def _is_cl(plan, operand, record):
     return operand.layout == "channels_last"
-
-
-def _always(plan, operand, record):
-    return True
-
-
-def _values(serves):
-    """``serves``, for a forward that need not record the winners."""
-    return lambda plan, operand, record: not record and serves(plan, operand, record)
 
 
 def _fast(geometry):
@@ -515,68 +472,11 @@ _RULES = {
     ("lp", "backward"): [_Rule("sum_pool.lp_pool_backward", _always, _lp_back)],
     ("unpool", "forward"): [_Rule("unpool.max_unpool_forward", _always, _unpool)],
     ("unpool", "backward"): [_Rule("unpool.max_unpool_backward", _always, _unpool_back)],
-    ("blur", "forward"): [_Rule("blur.blur_pool_forward", _always, _blur, records=True)],
-    ("blur", "backward"): [_Rule("blur.blur_pool_backward", _always, _blur_back)],
-    ("weighted", "forward"): [
-        _Rule("weighted.weighted_pool_forward", _always, _weighted)],
-    ("weighted", "backward"): [
-        _Rule("weighted.weighted_pool_backward", _always, _weighted_back)],
-    ("stochastic", "sample"): [
-        _Rule("weighted.stochastic_pool_sample", _always, _sample, records=True)],
 }
 
 
-# --------------------------------------------------------------------- triton (CUDA)
-
-
-def _triton(name: str, *args):
-    """A ``bind`` that imports the Triton runs on first use: ``plan -> run``."""
-    def bind(plan):
-        try:
-            from . import triton_runs
-        except ImportError as error:
-            raise ImportError(f"poolgrad's CUDA kernels need Triton ({error}); install it "
-                              f"with: pip install triton") from error
-        return getattr(triton_runs, name)(plan, *args)
-    return bind
-
-
-_TRITON_AVG = {
-    "forward": [_Rule("triton_pool.avg_forward", _always, _triton("avg_forward_run"))],
-    "backward": [_Rule("triton_pool.avg_backward", _always, _triton("avg_backward_run"))],
-}
-
-# One kernel per pass: the windows are recomputed per element, so every geometry and
-# layout takes the same kernel (layout and adaptivity are its compile-time constants).
-_TRITON_RULES = {
-    ("max", "forward"): [
-        _Rule("triton_pool.max_values_forward", _values(_always),
-              _triton("max_forward_run", False)),
-        _Rule("triton_pool.max_forward", _always, _triton("max_forward_run", True),
-              records=True),
-    ],
-    ("max", "backward"): [
-        _Rule("triton_pool.max_backward", _always, _triton("max_backward_run"))],
-    ("max", "gather"): [_Rule("triton_pool.max_gather", _always, _triton("max_gather_run"))],
-    ("max", "indices"): [
-        _Rule("triton_pool.max_indices", _always, _triton("max_indices_run"))],
-    ("avg", "forward"): _TRITON_AVG["forward"],
-    ("avg", "backward"): _TRITON_AVG["backward"],
-    ("global_avg", "forward"): _TRITON_AVG["forward"],
-    ("global_avg", "backward"): _TRITON_AVG["backward"],
-    ("lp", "forward"): [_Rule("triton_pool.lp_forward", _always, _triton("lp_forward_run"))],
-    ("lp", "backward"): [_Rule("triton_pool.lp_backward", _always, _triton("lp_backward_run"))],
-    ("max", "tie_count"): [
-        _Rule("triton_pool.max_tie_count", _always, _triton("tie_count_run"))],
-    ("max", "split"): [
-        _Rule("triton_pool.max_split_backward", _always, _triton("split_backward_run"))],
-    ("unpool", "forward"): [
-        _Rule("triton_pool.unpool_place", _always, _triton("unpool_forward_run"))],
-    ("unpool", "backward"): [
-        _Rule("triton_pool.unpool_gather", _always, _triton("unpool_backward_run"))],
-}
-
-_RULES_BY_BACKEND = {"numba": _RULES, "triton": _TRITON_RULES}
+_RULES.update(kind_rules.RULES)
+_RULES_BY_BACKEND = {"numba": _RULES, "triton": triton_rules.RULES}
 
 
 def _rules(op: str, direction: str, operand: Operand):

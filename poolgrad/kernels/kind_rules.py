@@ -1,0 +1,49 @@
+"""The dispatch's rules for the pooling kinds of :mod:`poolgrad.kinds`: anti-aliased
+pooling (:mod:`.blur`) and the weighted window averages (:mod:`.weighted`). Each has
+one kernel per pass; the run signatures are in :mod:`.dispatch`."""
+
+from __future__ import annotations
+
+from . import blur, weighted
+from .rule import Rule, always
+
+
+def _blur(plan):
+    def run(x, y, winners):
+        blur.blur_pool_forward(x, plan.pre_kernel, plan.passes, plan.shapes,
+                               plan.weights(x.dtype), y, winners)
+    return run
+
+
+def _blur_back(plan):
+    def run(dy, winners, dx):
+        blur.blur_pool_backward(dy, plan.pre_kernel, plan.passes, plan.shapes,
+                                plan.weights(dy.dtype), winners, dx)
+    return run
+
+
+def _weighted(plan):
+    return lambda x, y, norm, kind: weighted.weighted_pool_forward(x, plan.table, kind, y, norm)
+
+
+def _weighted_back(plan):
+    ptr, outs, _ = plan.cover
+    return lambda x, y, norm, dy, kind, dx: weighted.weighted_pool_backward(
+        x, y, norm, dy, kind, ptr, outs, dx)
+
+
+def _sample(plan):
+    return lambda x, draws, y, pos: weighted.stochastic_pool_sample(
+        x, plan.table, plan.extent, draws, y, pos)
+
+
+RULES = {
+    ("blur", "forward"): [Rule("blur.blur_pool_forward", always, _blur, records=True)],
+    ("blur", "backward"): [Rule("blur.blur_pool_backward", always, _blur_back)],
+    ("weighted", "forward"): [
+        Rule("weighted.weighted_pool_forward", always, _weighted)],
+    ("weighted", "backward"): [
+        Rule("weighted.weighted_pool_backward", always, _weighted_back)],
+    ("stochastic", "sample"): [
+        Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],
+}
