@@ -127,6 +127,16 @@ def check_p(p) -> float:
     return value
 
 
+def generator(rng) -> np.random.Generator:
+    """``rng`` (None, an int seed or a Generator) as a ``numpy.random.Generator``."""
+    if rng is not None and not isinstance(rng, (numbers.Integral, np.random.Generator)):
+        raise TypeError(f"rng must be None, an int seed or a numpy.random.Generator, got "
+                        f"{type(rng).__name__}")
+    if isinstance(rng, (bool, np.bool_)):
+        raise TypeError("rng must be None, an int seed or a numpy.random.Generator, got bool")
+    return np.random.default_rng(rng)
+
+
 def sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim):
     kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
     stride = kernel if stride is None else geometry.per_dim(stride, ndim, "stride")

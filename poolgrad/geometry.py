@@ -575,3 +575,12 @@ def blur_plan(
     return BlurPlan(tuple(in_spatial), tuple(out), tuple(mapped), pre, _frozen(pre_kernel),
                     _frozen(np.array(passes, dtype=np.int64).reshape(-1, 5)),
                     _frozen(np.array(shapes, dtype=np.int64).reshape(-1, 3)), table)
+
+
+@dataclass(frozen=True)
+class FractionalPlan:
+    """A fractional max pooling's sizes, for the dispatch (its windows differ from
+    plane to plane and come with each call)."""
+
+    in_spatial: tuple[int, ...]
+    out_spatial: tuple[int, ...]

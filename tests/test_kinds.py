@@ -210,6 +210,60 @@ def test_gated_pool_with_a_zero_gate_is_an_even_blend():
 
 # ------------------------------------------------------------- shared properties
 
+# --------------------------------------------------------------- attention pooling
+
+def attention_reference(x, queries, key_weight, heads):
+    """Position by position, head by head: the docstring's formula."""
+    n, channels = x.shape[:2]
+    flat = x.reshape(n, channels, -1)
+    d = channels // heads
+    y = np.zeros((n, len(queries), channels))
+    for b in range(n):
+        keys = key_weight @ flat[b]
+        for m, query in enumerate(queries):
+            for h in range(heads):
+                block = slice(h * d, (h + 1) * d)
+                scores = query[block] @ keys[block] / np.sqrt(d)
+                weights = np.exp(scores) / np.exp(scores).sum()
+                y[b, m, block] = flat[b, block] @ weights
+    return y
+
+
+@pytest.mark.parametrize("shape, heads, queries", [
+    ((2, 4, 6), 1, 1), ((2, 4, 3, 5), 2, 3), ((1, 6, 2, 3, 2), 3, 2),
+])
+def test_attention_pool_is_the_formula_with_all_three_gradients(shape, heads, queries):
+    rng = np.random.default_rng(len(shape) + heads)
+    x = rng.standard_normal(shape)
+    q = rng.standard_normal((queries, shape[1]))
+    w = rng.standard_normal((shape[1], shape[1]))
+    y, pullback = pg.vjp(pg.attention_pool, x, q, w, heads)
+    np.testing.assert_allclose(y, attention_reference(x, q, w, heads), rtol=1e-12)
+    dy = rng.standard_normal(y.shape)
+    dx, dq, dw = pullback(dy)
+    np.testing.assert_allclose(dx, numerical_vjp(
+        lambda t: pg.attention_pool(t, q, w, heads), x.copy(), dy), atol=1e-7)
+    np.testing.assert_allclose(dq, param_derivative(
+        lambda t: pg.attention_pool(x, t, w, heads), q, dy), atol=1e-7)
+    np.testing.assert_allclose(dw, param_derivative(
+        lambda t: pg.attention_pool(x, q, t, heads), w, dy), atol=1e-7)
+
+
+def test_attention_pool_zero_queries_is_global_average_and_unbatched_works():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 5, 6))
+    w = rng.standard_normal((4, 4))
+    y = pg.attention_pool(x, np.zeros((2, 4)), w, 2, spatial_dims=2)
+    assert y.shape == (2, 4)
+    np.testing.assert_allclose(y, np.broadcast_to(x.mean(axis=(1, 2)), (2, 4)), atol=1e-15)
+    # a large query on channel 0, whose position 7 stands out, reads out position 7
+    x = rng.uniform(-1, 1, (4, 5, 6))
+    x.reshape(4, -1)[0, 7] = 5.0
+    q = np.array([[100.0, 0, 0, 0]])
+    np.testing.assert_allclose(pg.attention_pool(x, q, np.eye(4), spatial_dims=2)[0],
+                               x.reshape(4, -1)[:, 7], atol=1e-12)
+
+
 KINDS = [
     (pg.soft_pool, (2,), {}),
     (pg.stochastic_pool, (2,), {"rng": 0}),
@@ -217,6 +271,8 @@ KINDS = [
     (pg.gem_pool, (), {}),
     (pg.mixed_pool, (2,), {}),
     (pg.gated_pool, (np.ones((2, 2)), 2), {}),
+    (pg.fractional_max_pool, (2, 4), {"rng": 0}),
+    (pg.attention_pool, (np.ones((2, 3)), np.eye(3), 3), {}),
 ]
 
 
@@ -245,6 +301,12 @@ def test_inputs_unmodified_and_dtypes_kept(op, args, kwargs):
     (lambda x: pg.mixed_pool(x, 2, alpha="half"), TypeError, "alpha must be a real number"),
     (lambda x: pg.gated_pool(x, np.ones(3), 2), ValueError, "gate must have the window's"),
     (lambda x: pg.soft_pool(x.astype(np.int64), 2), TypeError, "x must have dtype"),
+    (lambda x: pg.attention_pool(x, np.ones((1, 3)), np.eye(2)), ValueError,
+     r"queries must be \(queries, C\) = \(M, 2\)"),
+    (lambda x: pg.attention_pool(x, np.ones((1, 2)), np.eye(3)), ValueError,
+     r"key_weight must be \(C, C\) = \(2, 2\)"),
+    (lambda x: pg.attention_pool(x, np.ones((1, 2)), np.eye(2), heads=3), ValueError,
+     "heads must be a positive int dividing the 2 channels"),
 ])
 def test_bad_input(call, error, message):
     with pytest.raises(error, match=message):

@@ -387,3 +387,39 @@ def test_loss_backward_releases_its_state_like_the_layers():
         loss.backward()  # a second call, as for every layer (see the pool layers' test)
     loss.forward(logits, np.array([1, 2]))  # a new forward makes backward usable again
     np.testing.assert_allclose(loss.backward(), expected, rtol=1e-12)
+
+
+def test_fractional_layer_draws_fresh_windows_from_its_generator():
+    x = np.random.default_rng(1).random((2, 3, 9, 9))
+    layer = nn.FractionalMaxPool(2, output_size=5, rng=4)
+    generator = np.random.default_rng(4)
+    y = layer.forward(x)
+    expected, pullback = pg.vjp(pg.fractional_max_pool, x, 2, 5, rng=generator)
+    np.testing.assert_array_equal(y, expected)
+    dy = np.ones_like(y)
+    np.testing.assert_array_equal(layer.backward(dy), pullback(dy))
+    # the next call's windows come from the advanced generator
+    np.testing.assert_array_equal(layer.forward(x),
+                                  pg.fractional_max_pool(x, 2, 5, rng=generator))
+
+
+def test_attention_pool_layer_starts_as_global_average_and_learns():
+    rng = np.random.default_rng(2)
+    x = rng.random((3, 4, 5, 6))
+    layer = nn.AttentionPool(4, heads=2, queries=2, rng=0)
+    y = layer.forward(x)
+    assert y.shape == (3, 8)  # queries * channels, flattened for the classifier
+    np.testing.assert_allclose(y.reshape(3, 2, 4), np.repeat(x.mean(axis=(2, 3))[:, None], 2, 1),
+                               atol=1e-15)
+    dy = rng.standard_normal(y.shape)
+    _, pullback = pg.vjp(pg.attention_pool, x, layer.params["queries"],
+                         layer.params["key_weight"], 2)
+    dx, d_queries, d_weight = pullback(dy.reshape(3, 2, 4))
+    np.testing.assert_array_equal(layer.backward(dy), dx)
+    np.testing.assert_array_equal(layer.grads["queries"], d_queries)
+    assert np.abs(d_queries).max() > 0  # the queries move first: the keys' gradient is
+    np.testing.assert_array_equal(layer.grads["key_weight"], d_weight)  # 0 at q = 0
+    optim.SGD([(layer, "queries"), (layer, "key_weight")], lr=0.5).step()
+    assert not np.allclose(layer.forward(x), y)
+    with pytest.raises(ValueError, match="must divide channels"):
+        nn.AttentionPool(6, heads=4)

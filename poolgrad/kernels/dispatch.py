@@ -33,6 +33,10 @@ Run signatures (one per op and direction)::
     ("weighted", "forward")  run(x, y, norm, kind)  kind: weighted.SOFT or SELF
     ("weighted", "backward") run(x, y, norm, dy, kind, dx)
     ("stochastic", "sample") run(x, draws, y, pos)  pos: winners, as a max forward's
+    ("fractional", "forward")  run(x, starts, lengths, extent, y, pos)  planes
+    ("fractional", "backward") run(dy, starts, extent, pos, dx)  (N*C, 1, D, H, W); the
+    ("fractional", "indices")  run(starts, extent, pos, in_h, in_w, indices)  windows
+                                               per plane; plan: a FractionalPlan
 
 Backends: ``"numba"`` (NumPy arrays on the CPU) and ``"triton"`` (torch tensors on CUDA,
 used by :mod:`poolgrad.torch`; the same 5-d views and signatures, except that an
@@ -501,7 +505,7 @@ def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = Fa
 
     Args:
         op: ``"max"``, ``"avg"``, ``"global_avg"``, ``"lp"``, ``"unpool"``,
-            ``"blur"``, ``"weighted"`` or ``"stochastic"``.
+            ``"blur"``, ``"weighted"``, ``"stochastic"`` or ``"fractional"``.
         direction: ``"forward"`` or ``"backward"`` (max also ``"indices"``,
             ``"tie_count"`` and ``"split"``).
         plan: the call's :class:`~poolgrad.geometry.WindowPlan` (None for unpool).

@@ -1,10 +1,11 @@
 """The dispatch's rules for the pooling kinds of :mod:`poolgrad.kinds`: anti-aliased
-pooling (:mod:`.blur`) and the weighted window averages (:mod:`.weighted`). Each has
+pooling (:mod:`.blur`), the weighted window averages (:mod:`.weighted`) and fractional
+max pooling (:mod:`.fractional`, whose windows come with each call). Each has
 one kernel per pass; the run signatures are in :mod:`.dispatch`."""
 
 from __future__ import annotations
 
-from . import blur, weighted
+from . import blur, fractional, weighted
 from .rule import Rule, always
 
 
@@ -37,6 +38,10 @@ def _sample(plan):
         x, plan.table, plan.extent, draws, y, pos)
 
 
+def _fractional(kernel):
+    return lambda plan: kernel
+
+
 RULES = {
     ("blur", "forward"): [Rule("blur.blur_pool_forward", always, _blur, records=True)],
     ("blur", "backward"): [Rule("blur.blur_pool_backward", always, _blur_back)],
@@ -46,4 +51,11 @@ RULES = {
         Rule("weighted.weighted_pool_backward", always, _weighted_back)],
     ("stochastic", "sample"): [
         Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],
+    ("fractional", "forward"): [Rule("fractional.fractional_max_forward", always,
+                                     _fractional(fractional.fractional_max_forward),
+                                     records=True)],
+    ("fractional", "backward"): [Rule("fractional.fractional_max_backward", always,
+                                      _fractional(fractional.fractional_max_backward))],
+    ("fractional", "indices"): [Rule("fractional.fractional_max_indices", always,
+                                     _fractional(fractional.fractional_max_indices))],
 }

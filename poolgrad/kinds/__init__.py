@@ -4,21 +4,28 @@ gradients through :func:`poolgrad.vjp`.
 Each module holds one family and its ``VJP_RULES`` (public operator -> the private
 ``_op(..., want_pullback)`` that :func:`poolgrad.vjp` calls):
 
+* :mod:`.attention`: ``attention_pool``, a readout head (learned queries over all
+  positions).
 * :mod:`.blur`: anti-aliased pooling, ``blur_pool``, ``max_blur_pool`` and
   ``avg_blur_pool`` (Zhang 2019).
 * :mod:`.weighted`: weighted window averages, ``soft_pool`` (Stergiou et al. 2021) and
   ``stochastic_pool`` (Zeiler & Fergus 2013).
+* :mod:`.fractional`: ``fractional_max_pool`` (Graham 2014).
 * :mod:`.learned`: kinds with learnable parameters, built from the core's operators:
   ``gem_pool`` (Radenovic et al. 2019), ``mixed_pool`` and ``gated_pool`` (Lee et al.
   2016).
 """
 
-from . import blur, learned, weighted
+from . import attention, blur, fractional, learned, weighted
+from .attention import attention_pool
 from .blur import avg_blur_pool, blur_pool, max_blur_pool
+from .fractional import fractional_max_pool
 from .learned import gated_pool, gem_pool, mixed_pool
 from .weighted import soft_pool, stochastic_pool
 
-__all__ = ["avg_blur_pool", "blur_pool", "gated_pool", "gem_pool", "max_blur_pool",
-           "mixed_pool", "soft_pool", "stochastic_pool"]
+__all__ = ["attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool",
+           "gated_pool", "gem_pool", "max_blur_pool", "mixed_pool", "soft_pool",
+           "stochastic_pool"]
 
-VJP_RULES = {**blur.VJP_RULES, **weighted.VJP_RULES, **learned.VJP_RULES}
+VJP_RULES = {**attention.VJP_RULES, **blur.VJP_RULES, **fractional.VJP_RULES,
+             **weighted.VJP_RULES, **learned.VJP_RULES}

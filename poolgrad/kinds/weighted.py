@@ -90,10 +90,7 @@ def _stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, r
     _check_non_negative(xk)
     if not training:
         return _weighted(x, layout, plan, weighted.SELF, want_pullback, "stochastic_pool")
-    if rng is not None and not isinstance(rng, (int, np.integer, np.random.Generator)):
-        raise TypeError(f"rng must be None, an int seed or a numpy.random.Generator, got "
-                        f"{type(rng).__name__}")
-    draws = np.random.default_rng(rng).random(x.shape[:len(layout.lead)] + plan.out_spatial)
+    draws = inputs.generator(rng).random(x.shape[:len(layout.lead)] + plan.out_spatial)
     shape = layout.kernel_shape(plan.out_spatial)
     sample = dispatch.choose("stochastic", "sample", plan, dispatch.operand(xk))
     yk = np.empty(shape, xk.dtype)

@@ -1,22 +1,5 @@
-"""A small NumPy layer stack for training CNNs, in the style of Caffe layers.
-
-Every layer has ``forward(x)`` and ``backward(dy) -> dx``. A layer with weights keeps
-them in ``params`` and, after ``backward``, their gradients in ``grads`` (same keys).
-``forward`` saves what ``backward`` needs and ``backward`` releases it, so a layer holds
-a batch's state only between the two calls.
-
-The pooling layers call the core's :func:`poolgrad.vjp`: each example of a batch is
-routed through its own argmax (or its own windows); only the weight gradients of the
-other layers sum over the batch.
-
-Example:
-    >>> rng = np.random.default_rng(0)
-    >>> model = Sequential(Conv(1, 4, 3, padding=1, rng=rng), ReLU(), MaxPool(2),
-    ...                    Flatten(), Linear(4 * 4 * 4, 10, rng=rng))
-    >>> logits = model.forward(rng.standard_normal((2, 1, 8, 8)).astype(np.float32))
-    >>> logits.shape
-    (2, 10)
-"""
+"""The layers of :mod:`poolgrad.nn`: weights, activations, the core's pooling
+operators as layers, and the sequence that runs them."""
 
 from __future__ import annotations
 
@@ -24,8 +7,8 @@ import math
 
 import numpy as np
 
-from . import kinds, ops
-from .geometry import output_length, per_dim
+from .. import ops
+from ..geometry import output_length, per_dim
 
 
 def _take_saved(owner, name: str, forward: str):
@@ -293,143 +276,6 @@ class LpPool(Pool):
     def __init__(self, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
         super().__init__(p=p, kernel_size=kernel_size, stride=stride, padding=padding,
                          dilation=dilation, ceil_mode=ceil_mode)
-
-
-class BlurPool(Pool):
-    """:func:`poolgrad.blur_pool` as a layer (anti-aliased subsampling)."""
-    op = staticmethod(kinds.blur_pool)
-
-    def __init__(self, stride=2, filter_size=3, padding_mode="reflect", padding=None):
-        super().__init__(stride=stride, filter_size=filter_size, padding_mode=padding_mode,
-                         padding=padding)
-
-
-class _StrideOneBlurPool(Pool):
-    """A stride-1 pooling, then a blur subsampled by the stride."""
-
-    def __init__(self, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
-                 padding=None):
-        super().__init__(kernel_size=kernel_size, stride=stride, filter_size=filter_size,
-                         padding_mode=padding_mode, padding=padding)
-
-
-class MaxBlurPool(_StrideOneBlurPool):
-    """:func:`poolgrad.max_blur_pool` as a layer (anti-aliased max pooling)."""
-    op = staticmethod(kinds.max_blur_pool)
-
-
-class AvgBlurPool(_StrideOneBlurPool):
-    """:func:`poolgrad.avg_blur_pool` as a layer (anti-aliased average pooling)."""
-    op = staticmethod(kinds.avg_blur_pool)
-
-
-class SoftPool(Pool):
-    """:func:`poolgrad.soft_pool` as a layer."""
-    op = staticmethod(kinds.soft_pool)
-
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
-
-
-class StochasticPool(Pool):
-    """:func:`poolgrad.stochastic_pool` as a layer: a draw per window in training (from
-    the layer's own generator, seeded by ``rng``), the weighted average in evaluation."""
-
-    def __init__(self, kernel_size, stride=None, padding=0, *, rng=None):
-        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
-        self.rng = np.random.default_rng(rng)
-
-    def forward(self, x):
-        options = dict(self.options, training=self.training)
-        if self.training:
-            options["rng"] = self.rng
-            y, self._pullback = ops.vjp(kinds.stochastic_pool, x, **options)
-            return y
-        return kinds.stochastic_pool(x, **options)
-
-
-class _LearnedPool(Layer):
-    """A pooling whose pullback also returns its parameter's gradient: ``params[name]``
-    (float64, stepped by the optimizers like any weight) and, after ``backward``,
-    ``grads[name]``. With ``learn=False`` the parameter is fixed (no ``params``)."""
-
-    name = None  # the parameter, as the operator's keyword
-
-    def __init__(self, value, learn: bool, **options):
-        super().__init__()
-        self.options = options
-        self.value = np.array(value, dtype=np.float64)
-        if learn:
-            self.params = {self.name: self.value}
-
-    def _argument(self):
-        value = self.params.get(self.name, self.value)  # the optimizer's, once loaded
-        return float(value[()]) if value.ndim == 0 else value
-
-    def forward(self, x):
-        options = {**self.options, self.name: self._argument()}
-        if not self.training:
-            return self.op(x, **options)
-        y, self._pullback = ops.vjp(self.op, x, **options)
-        return y
-
-    def backward(self, dy):
-        dx, grad = self._saved("_pullback")(dy)
-        if self.params:
-            self.grads = {self.name: np.asarray(grad, dtype=np.float64).reshape(
-                self.value.shape)}
-        return dx
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
-        return f"{type(self).__name__}({self.name}={self._argument()!r}, {args})"
-
-
-class GeMPool(_LearnedPool):
-    """:func:`poolgrad.gem_pool` as a layer, its ``p`` learned (a 0-d parameter)."""
-    name = "p"
-    op = staticmethod(kinds.gem_pool)
-
-    def __init__(self, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, learn=True):
-        super().__init__(p, learn, kernel_size=kernel_size, stride=stride, eps=eps)
-
-
-class MixedPool(_LearnedPool):
-    """:func:`poolgrad.mixed_pool` as a layer, its ``alpha`` learned (0-d)."""
-    name = "alpha"
-    op = staticmethod(kinds.mixed_pool)
-
-    def __init__(self, kernel_size, stride=None, padding=0, alpha=0.5, *, learn=True):
-        super().__init__(alpha, learn, kernel_size=kernel_size, stride=stride,
-                         padding=padding)
-
-
-class GatedPool(_LearnedPool):
-    """:func:`poolgrad.gated_pool` as a layer, its gate (the window's shape, zeros at
-    the start: an even blend) learned."""
-    name = "gate"
-    op = staticmethod(kinds.gated_pool)
-
-    def __init__(self, kernel_size, stride=None, padding=0, *, ndim=2, learn=True):
-        window = per_dim(kernel_size, ndim, "kernel_size")
-        super().__init__(np.zeros(window), learn, kernel_size=window, stride=stride,
-                         padding=padding)
-
-
-# The pooling layers by name (poolgrad train's --pool, poolgrad explain's --kind), and
-# train's downsampling choices: one of them or a learned strided convolution.
-POOLING = {"max": MaxPool, "avg": AvgPool, "lp": LpPool}
-POOLS = (*POOLING, "strided-conv")
-
-
-def check_pool(name, choices=POOLS, what: str = "pool",
-               error: type[ValueError] = ValueError) -> str:
-    """``name`` if it is one of ``choices`` (names from :data:`POOLS`); otherwise
-    ``error`` saying ``unknown {what} ...`` and what is allowed. The one check of pool
-    names."""
-    if name not in choices:
-        raise error(f"unknown {what} {name!r}: choose one of {', '.join(choices)}")
-    return name
 
 
 class GlobalAvgPool(Pool):

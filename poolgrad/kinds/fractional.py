@@ -1,0 +1,225 @@
+"""Fractional max pooling (Graham, "Fractional Max-Pooling", 2014): max pooling that
+shrinks each spatial dim by a factor between 1 and 2 (or any factor), with windows
+placed by a random or pseudo-random sequence drawn afresh for every ``(n, c)`` plane.
+The kernels: :mod:`poolgrad.kernels.fractional`.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import _inputs as inputs
+from .. import geometry
+from ..engines import Pullback
+from ..kernels import dispatch
+
+SEQUENCES = ("pseudo_random", "random")
+REGIONS = ("disjoint", "overlapping")
+
+
+def _sample_axis(ndim: int, axis: int) -> int:
+    """Which entry of a plane's samples places spatial axis ``axis``: PyTorch's order,
+    ``(W, H)`` for 2 dims and ``(D, H, W)`` for 3."""
+    return 1 - axis if ndim == 2 else axis
+
+
+def boundaries(u: np.ndarray, span: int, steps: int, sequence: str, rng) -> np.ndarray:
+    """``(P, steps + 1)`` increasing integers from 0 to ``span``, one row per plane.
+
+    ``"pseudo_random"``: ``b[i] = int((i + u) * a) - int(u * a)`` with ``a = span /
+    steps``, computed in ``u``'s dtype (PyTorch's ``generate_intervals``: Graham's
+    ``ceil(a (i + u))`` with floor for ceil, which moves a boundary only where ``a (i +
+    u)`` is an integer), and ``b[steps] = span``. ``"random"``: the
+    steps are ``span // steps`` or one more, in an order shuffled per plane by ``rng``.
+    """
+    planes = u.shape[0]
+    b = np.empty((planes, steps + 1), np.int64)
+    b[:, steps] = span
+    if steps == 0:
+        return b
+    if sequence == "pseudo_random":
+        dtype = u.dtype.type
+        alpha = dtype(span) / dtype(steps)
+        index = np.arange(steps).astype(u.dtype)
+        b[:, :steps] = (((index + u[:, None]) * alpha).astype(np.int64)
+                        - (u * alpha).astype(np.int64)[:, None])
+    else:
+        short, longer = divmod(span, steps)
+        rank = np.argsort(rng.random((planes, steps)), axis=1)
+        b[:, 0] = 0
+        b[:, 1:] = np.cumsum(short + (rank < longer), axis=1)
+    return b
+
+
+def _output_sizes(spatial, ndim, output_size, output_ratio):
+    if (output_size is None) == (output_ratio is None):
+        raise ValueError("fractional_max_pool needs exactly one of output_size and "
+                         "output_ratio")
+    if output_size is not None:
+        return geometry.per_dim(output_size, ndim, "output_size")
+    ratios = output_ratio if geometry.sequence_length(output_ratio) else (output_ratio,) * ndim
+    if len(ratios) != ndim or not all(isinstance(r, numbers.Real) and 0 < r < 1
+                                      for r in ratios):
+        raise ValueError(f"output_ratio must be a number in (0, 1) or {ndim} of them, got "
+                         f"{output_ratio!r}")
+    sizes = tuple(int(length * r) for length, r in zip(spatial, ratios))
+    if min(sizes) < 1:
+        raise ValueError(f"output_ratio {output_ratio!r} of spatial size {tuple(spatial)} "
+                         f"leaves an empty output {sizes}")
+    return sizes
+
+
+def _check_fit(spatial, kernel, out):
+    for axis, (length, k, o) in enumerate(zip(spatial, kernel, out)):
+        if k is None:
+            if o > length:
+                raise ValueError(f"fractional_max_pool: output size {o} exceeds input size "
+                                 f"{length} along spatial dim {axis}")
+        elif k > length or o + k - 1 > length:
+            raise ValueError(f"fractional_max_pool: output size {o} with kernel {k} needs at "
+                             f"least {o + k - 1} inputs along spatial dim {axis}, got {length}")
+
+
+def _samples(samples, generator, rng, lead, ndim, sequence, compute):
+    if samples is None:
+        return generator.random(lead + (ndim,)).astype(compute)
+    if rng is not None:
+        raise ValueError("fractional_max_pool takes samples or rng, not both")
+    if sequence != "pseudo_random":
+        raise ValueError('samples place the "pseudo_random" sequence; the "random" one is '
+                         'drawn from rng')
+    s = inputs.check_array(samples, "samples", floating=True)
+    if s.shape != lead + (ndim,):
+        raise ValueError(f"samples must have shape {lead + (ndim,)} (the batch and channel "
+                         f"dims, then one per spatial dim), got {s.shape}")
+    if not np.all((s >= 0) & (s < 1)):
+        raise ValueError("samples must lie in [0, 1)")
+    return s.astype(np.float64 if s.dtype == np.float64 else np.float32)
+
+
+def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
+                         return_indices=False, *, samples=None, rng=None,
+                         sequence="pseudo_random", want_pullback=False):
+    x = inputs.check_array(x, "x", floating=True)
+    regions = kernel_size if isinstance(kernel_size, str) else None
+    if regions is not None and regions not in REGIONS:
+        raise ValueError(f"kernel_size must be an int, one per spatial dim, or one of "
+                         f"{', '.join(map(repr, REGIONS))}; got {kernel_size!r}")
+    if sequence not in SEQUENCES:
+        raise ValueError(f"sequence must be one of {', '.join(map(repr, SEQUENCES))}, got "
+                         f"{sequence!r}")
+    per_dim_args = {"output_size": output_size}
+    if regions is None:
+        per_dim_args["kernel_size"] = kernel_size
+    if geometry.sequence_length(output_ratio) is not None:
+        per_dim_args["output_ratio"] = output_ratio
+    ndim = inputs.count_spatial_dims(x, "x", **per_dim_args)
+    layout = inputs.Layout(x.shape, ndim)
+    kernel = ((None,) * ndim if regions else geometry.per_dim(kernel_size, ndim, "kernel_size"))
+    out = _output_sizes(layout.spatial, ndim, output_size, output_ratio)
+    _check_fit(layout.spatial, kernel, out)
+    compute = inputs.COMPUTE_DTYPE[x.dtype]
+    generator = inputs.generator(rng) if samples is None else None
+    u = _samples(samples, generator, rng, layout.lead, ndim, sequence, compute)
+
+    planes = int(np.prod(layout.lead))
+    u = u.reshape(planes, ndim)
+    longest = max(out)
+    starts = np.zeros((planes, geometry.KERNEL_AXES, longest), np.int64)
+    lengths = np.ones((planes, geometry.KERNEL_AXES, longest), np.int64)
+    extent = [1] * geometry.KERNEL_AXES
+    for axis, (length, k, o) in enumerate(zip(layout.spatial, kernel, out)):
+        row = geometry.KERNEL_AXES - ndim + axis
+        draws = u[:, _sample_axis(ndim, axis)]
+        if k is not None:  # PyTorch's: windows of k from o starts spanning length - k
+            starts[:, row, :o] = boundaries(draws, length - k, o - 1, sequence, generator)
+            lengths[:, row, :o] = k
+        else:  # Graham's: from each boundary to the next (and the next's first, if
+            # overlapping)
+            b = boundaries(draws, length, o, sequence, generator)
+            ends = np.minimum(b[:, 1:] + 1, length) if regions == "overlapping" else b[:, 1:]
+            starts[:, row, :o] = b[:, :o]
+            lengths[:, row, :o] = ends - b[:, :o]
+        extent[row] = int(lengths[:, row, :o].max())
+
+    grid = layout.kernel_shape(())[2:]
+    xk = inputs.compute_view(x, layout).reshape((planes, 1) + grid + layout.spatial)
+    shape = (planes, 1) + grid + out
+    y = np.empty(shape, compute)
+    pos = np.empty(shape, geometry.position_dtype(int(np.prod(extent))))
+    extent = np.array(extent, np.int64)
+    operand = dispatch.Operand(compute, "nchw")
+    plan = geometry.FractionalPlan(tuple(layout.spatial), out)
+    dispatch.choose("fractional", "forward", plan, operand)(xk, starts, lengths, extent, y, pos)
+    values = y.astype(x.dtype, copy=False).reshape(layout.user_shape(out))
+    result = values
+    if return_indices:
+        indices = np.empty(shape, np.int64)
+        dispatch.choose("fractional", "indices", plan, operand)(
+            starts, extent, pos, xk.shape[3], xk.shape[4], indices)
+        result = (values, indices.reshape(values.shape))
+    if not want_pullback:
+        return result, None
+    backward = dispatch.choose("fractional", "backward", plan, operand)
+
+    def pullback(dy):
+        dx = np.empty(xk.shape, dy.dtype)
+        backward(dy.reshape(shape), starts, extent, pos, dx)
+        return dx
+    return result, Pullback("fractional_max_pool", pullback, values.shape, x.shape, x.dtype,
+                            {"window_positions": pos, "starts": starts},
+                            ("fractional.fractional_max_forward", backward.name))
+
+
+def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
+                        return_indices=False, *, samples=None, rng=None,
+                        sequence="pseudo_random"):
+    r"""Fractional max pooling (Graham 2014): max pooling to any output size, over
+    windows placed afresh, at random, in every ``(n, c)`` plane.
+
+    Along a spatial dim of length ``n`` pooled to ``o`` outputs, the windows start at
+    integers ``b[0] = 0 < b[1] < ... `` placed by one of two sequences:
+
+    * ``"pseudo_random"`` (PyTorch's and Graham's): ``b[i] = int((i + u) a) - int(u a)``
+      with one uniform draw ``u`` per plane and dim and ``a`` the mean step;
+    * ``"random"``: steps of ``floor(a)`` and ``ceil(a)`` in a random order.
+
+    The windows are either ``kernel_size`` long (PyTorch's form: ``o`` windows whose
+    starts span ``n - kernel_size``, so the last ends at ``n``), or Graham's regions,
+    ``kernel_size="disjoint"`` (from one start to the next, ``a = n / o``) or
+    ``"overlapping"`` (one element further). Each window's maximum is taken as by
+    :func:`poolgrad.max_pool` (the first maximum, or the first NaN), and the gradient
+    goes to it; where windows overlap, the contributions add up.
+
+    With the same ``samples`` it equals ``torch.nn.functional.fractional_max_pool2d``
+    / ``3d`` (given as ``_random_samples``): the same values, indices and gradients,
+    the sequences computed in the samples' precision as PyTorch computes them in the
+    input's. (PyTorch's index of a window holding NaN is its last NaN; here the first.)
+
+    Args:
+        x: ``(N, C, *spatial)`` or ``(C, *spatial)``, 1-3 spatial dims; float16/32/64.
+        kernel_size: an int or one per spatial dim, or ``"disjoint"`` or
+            ``"overlapping"``.
+        output_size: an int or one per dim; or instead
+        output_ratio: a number in (0, 1) or one per dim, giving ``int(n * ratio)``
+            outputs.
+        return_indices: also return each winner's flat index in its input plane
+            (int64, as PyTorch's).
+        samples: the ``u`` of the pseudo-random sequence, shaped ``x.shape[:-ndim] +
+            (ndim,)`` in ``[0, 1)``, the last axis in PyTorch's order: ``(W, H)`` for 2
+            spatial dims, ``(D, H, W)`` for 3. Not with ``rng``.
+        rng: an int seed or a ``numpy.random.Generator`` for the draws (``samples`` as
+            ``rng.random(...)`` in x's precision, then the ``"random"`` orders); None
+            draws fresh entropy. The same seed gives the same bits.
+        sequence: ``"pseudo_random"`` or ``"random"``.
+
+    Returns:
+        ``y`` shaped ``x.shape[:-ndim] + output``, or ``(y, indices)``.
+    """
+    return _fractional_max_pool(x, kernel_size, output_size, output_ratio, return_indices,
+                                samples=samples, rng=rng, sequence=sequence)[0]
+
+
+VJP_RULES = {fractional_max_pool: _fractional_max_pool}

@@ -1,0 +1,150 @@
+"""Fractional max pooling: against PyTorch given the same samples, against window-by-window
+maxima over the sequences Graham defines, finite differences, seeded determinism and bad
+input."""
+
+import numpy as np
+import pytest
+
+import poolgrad as pg
+from poolgrad.kinds.fractional import boundaries
+from tests.test_gradcheck import numerical_vjp, tie_free
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape, out, kernel", [
+    ((2, 3, 11, 17), (5, 7), 2),       # disjoint-ish windows
+    ((2, 2, 30, 31), (17, 20), 3),     # overlapping windows
+    ((1, 2, 9, 10, 11), (4, 5, 6), (2, 3, 2)),
+    ((1, 1, 6, 6), (1, 1), 2),         # one window: flush with the end
+])
+def test_equals_pytorch_given_the_same_samples(dtype, shape, out, kernel):
+    torch.manual_seed(0)
+    x = torch.randn(*shape, dtype=dtype, requires_grad=True)
+    samples = torch.rand(shape[0], shape[1], len(out), dtype=dtype)
+    pool = F.fractional_max_pool2d if len(out) == 2 else F.fractional_max_pool3d
+    y, indices = pool(x, kernel, output_size=out, return_indices=True,
+                      _random_samples=samples)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    (ours, our_indices), pullback = pg.vjp(pg.fractional_max_pool, x.detach().numpy(), kernel,
+                                           out, return_indices=True, samples=samples.numpy())
+    np.testing.assert_array_equal(ours, y.detach().numpy())
+    np.testing.assert_array_equal(our_indices, indices.numpy())
+    np.testing.assert_array_equal(pullback(dy.numpy()), x.grad.numpy())
+
+
+def test_output_ratio_truncates_as_pytorch():
+    x = np.zeros((1, 1, 10, 10))
+    assert pg.fractional_max_pool(x, 3, output_ratio=(0.55, 0.77), rng=0).shape == (1, 1, 5, 7)
+    assert pg.fractional_max_pool(x, 3, output_ratio=0.55, rng=0).shape == (1, 1, 5, 5)
+
+
+def reference(x, starts, ends):
+    """Window-by-window maxima of a (C, L) input over per-plane [start, end) windows."""
+    return np.array([[x[c, a:b].max() for a, b in zip(starts[c], ends[c])]
+                     for c in range(x.shape[0])])
+
+
+@pytest.mark.parametrize("regions", ["disjoint", "overlapping"])
+@pytest.mark.parametrize("sequence", ["pseudo_random", "random"])
+def test_graham_regions_cover_the_input(regions, sequence):
+    length, out = 29, 13
+    x = tie_free((1, 4, length), 1)
+    y, indices = pg.fractional_max_pool(x, regions, out, return_indices=True, rng=3,
+                                        sequence=sequence)
+    x, y, indices = x[0], y[0], indices[0]
+    # the same draws, replayed: samples first, then the random orders
+    rng = np.random.default_rng(3)
+    u = rng.random((1, 4, 1))[0, :, 0]
+    b = boundaries(u, length, out, sequence, rng)
+    assert np.all(b[:, 0] == 0) and np.all(b[:, -1] == length)
+    steps = np.diff(b, axis=1)
+    assert set(np.unique(steps)) == {2, 3}  # 29 / 13 = 2.2: floor and ceil
+    assert np.all(steps.sum(axis=1) == length)
+    ends = np.minimum(b[:, 1:] + 1, length) if regions == "overlapping" else b[:, 1:]
+    np.testing.assert_array_equal(y, reference(x, b[:, :-1], ends))
+    if sequence == "random":  # the orders differ between planes
+        assert len({tuple(row) for row in steps}) > 1
+    assert np.all(np.take_along_axis(x, indices, axis=1) == y)
+
+
+@pytest.mark.parametrize("kernel, kwargs", [
+    (2, {"output_size": 4}), ("disjoint", {"output_size": 5}),
+    ("overlapping", {"output_ratio": 0.6, "sequence": "random"}),
+    ((2, 3), {"output_size": (3, 2)}),
+])
+def test_gradient_is_finite_differences(kernel, kwargs):
+    shape = (1, 2, 8) if kernel != (2, 3) else (1, 2, 6, 7)
+    x = tie_free(shape, 2)
+    y, pullback = pg.vjp(pg.fractional_max_pool, x, kernel, rng=4, **kwargs)
+    dy = np.random.default_rng(5).standard_normal(y.shape)
+    expected = numerical_vjp(lambda t: pg.fractional_max_pool(t, kernel, rng=4, **kwargs),
+                             x.copy(), dy)
+    np.testing.assert_allclose(pullback(dy), expected, atol=1e-8)
+
+
+def test_overlapping_windows_add_their_gradients():
+    x = np.array([[[0.0, 5.0, 0.0, 0.0, 0.0]]])
+    y, pullback = pg.vjp(pg.fractional_max_pool, x, 3, 3, samples=np.array([[[0.0]]]))
+    np.testing.assert_array_equal(y, [[[5.0, 5.0, 0.0]]])  # starts 0, 1, 2
+    np.testing.assert_array_equal(pullback(np.ones_like(y)), [[[0.0, 2.0, 1.0, 0.0, 0.0]]])
+
+
+def test_same_seed_same_bits_and_the_generator_advances():
+    x = np.random.default_rng(0).standard_normal((2, 3, 15, 15)).astype(np.float32)
+    for sequence in ("pseudo_random", "random"):
+        a = pg.fractional_max_pool(x, 2, output_ratio=0.7, rng=9, sequence=sequence)
+        b = pg.fractional_max_pool(x, 2, output_ratio=0.7, rng=9, sequence=sequence)
+        assert a.tobytes() == b.tobytes()
+    generator = np.random.default_rng(9)
+    first = pg.fractional_max_pool(x, 2, output_ratio=0.7, rng=generator)
+    second = pg.fractional_max_pool(x, 2, output_ratio=0.7, rng=generator)
+    assert not np.array_equal(first, second)
+
+
+def test_nan_wins_its_window_first_nan_and_input_unmodified():
+    x = np.array([[[1.0, np.nan, np.nan, 1.0]]])
+    before = x.copy()
+    y, indices = pg.fractional_max_pool(x, 4, 1, return_indices=True, rng=0)
+    assert np.isnan(y).all() and indices.item() == 1
+    np.testing.assert_array_equal(x, before)
+
+
+def test_float16_is_pooled_in_float32_and_kept():
+    x = tie_free((1, 2, 12), 3).astype(np.float16)
+    y = pg.fractional_max_pool(x, 2, 7, samples=np.full((1, 2, 1), 0.5, np.float32))
+    expected = pg.fractional_max_pool(x.astype(np.float32), 2, 7,
+                                      samples=np.full((1, 2, 1), 0.5, np.float32))
+    assert y.dtype == np.float16
+    np.testing.assert_array_equal(y, expected.astype(np.float16))
+
+
+X = np.zeros((1, 2, 8, 8))
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: pg.fractional_max_pool(X, 2), ValueError, "exactly one of output_size"),
+    (lambda: pg.fractional_max_pool(X, 2, 4, 0.5), ValueError, "exactly one of output_size"),
+    (lambda: pg.fractional_max_pool(X, 2, output_ratio=1.5), ValueError, r"in \(0, 1\)"),
+    (lambda: pg.fractional_max_pool(X, 2, output_ratio=0.05), ValueError, "empty output"),
+    (lambda: pg.fractional_max_pool(X, 3, 7), ValueError, "needs at least 9 inputs"),
+    (lambda: pg.fractional_max_pool(X, "disjoint", 9), ValueError, "exceeds input size"),
+    (lambda: pg.fractional_max_pool(X, "strided", 4), ValueError, "'disjoint', 'overlapping'"),
+    (lambda: pg.fractional_max_pool(X, 2, 4, sequence="halton"), ValueError, "sequence must"),
+    (lambda: pg.fractional_max_pool(X, 2, 4, samples=np.zeros((1, 2))), ValueError,
+     r"shape \(1, 2, 2\)"),
+    (lambda: pg.fractional_max_pool(X, 2, 4, samples=np.ones((1, 2, 2))), ValueError,
+     r"\[0, 1\)"),
+    (lambda: pg.fractional_max_pool(X, 2, 4, samples=np.zeros((1, 2, 2)), rng=0), ValueError,
+     "not both"),
+    (lambda: pg.fractional_max_pool(X, 2, 4, samples=np.zeros((1, 2, 2)), sequence="random"),
+     ValueError, "drawn from rng"),
+    (lambda: pg.fractional_max_pool(X, 2, 4, rng="seed"), TypeError, "rng must be"),
+    (lambda: pg.fractional_max_pool(X.astype(int), 2, 4), TypeError, "dtype"),
+])
+def test_bad_input(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
