@@ -53,6 +53,40 @@ def boundaries(u: np.ndarray, span: int, steps: int, sequence: str, rng) -> np.n
     return b
 
 
+def region_tables(spatial, kernel, out, u, sequence, generator):
+    """Every plane's windows: ``(starts, lengths, extent)``, ``starts`` and ``lengths``
+    ``(P, 3, max(out))`` int64 over the kernels' (D, H, W) axes (an unused axis: one
+    window, start 0, length 1), ``extent`` the longest window per axis.
+
+    Args:
+        spatial, out: the input's and output's spatial sizes.
+        kernel: per dim, the window's length, or Graham's regions, ``"disjoint"`` or
+            ``"overlapping"``.
+        u: ``(P, ndim)`` draws in PyTorch's order (:func:`_sample_axis`).
+        sequence: ``"pseudo_random"`` or ``"random"``; generator: what ``"random"``
+            draws its orders from (``.random(shape)``).
+    """
+    ndim = len(spatial)
+    planes = u.shape[0]
+    axes = geometry.KERNEL_AXES
+    starts = np.zeros((planes, axes, max(out)), np.int64)
+    lengths = np.ones((planes, axes, max(out)), np.int64)
+    extent = [1] * axes
+    for axis, (length, k, o) in enumerate(zip(spatial, kernel, out)):
+        row = axes - ndim + axis
+        draws = u[:, _sample_axis(ndim, axis)]
+        if not isinstance(k, str):  # PyTorch's: windows of k from o starts spanning n - k
+            starts[:, row, :o] = boundaries(draws, length - k, o - 1, sequence, generator)
+            lengths[:, row, :o] = k
+        else:  # Graham's: from each boundary to the next (and its first, if overlapping)
+            b = boundaries(draws, length, o, sequence, generator)
+            ends = np.minimum(b[:, 1:] + 1, length) if k == "overlapping" else b[:, 1:]
+            starts[:, row, :o] = b[:, :o]
+            lengths[:, row, :o] = ends - b[:, :o]
+        extent[row] = int(lengths[:, row, :o].max())
+    return starts, lengths, np.array(extent, np.int64)
+
+
 def _output_sizes(spatial, ndim, output_size, output_ratio):
     if (output_size is None) == (output_ratio is None):
         raise ValueError("fractional_max_pool needs exactly one of output_size and "
@@ -73,7 +107,7 @@ def _output_sizes(spatial, ndim, output_size, output_ratio):
 
 def _check_fit(spatial, kernel, out):
     for axis, (length, k, o) in enumerate(zip(spatial, kernel, out)):
-        if k is None:
+        if isinstance(k, str):
             if o > length:
                 raise ValueError(f"fractional_max_pool: output size {o} exceeds input size "
                                  f"{length} along spatial dim {axis}")
@@ -99,10 +133,10 @@ def _samples(samples, generator, rng, lead, ndim, sequence, compute):
     return s.astype(np.float64 if s.dtype == np.float64 else np.float32)
 
 
-def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
-                         return_indices=False, *, samples=None, rng=None,
-                         sequence="pseudo_random", want_pullback=False):
-    x = inputs.check_array(x, "x", floating=True)
+def fractional_arguments(x, kernel_size, output_size, output_ratio, sequence):
+    """``(ndim, kernel, output sizes)`` of a fractional max pooling of ``x`` (anything
+    with ``shape`` and ``ndim``), checked; ``kernel`` holds a length or the region kind
+    per dim."""
     regions = kernel_size if isinstance(kernel_size, str) else None
     if regions is not None and regions not in REGIONS:
         raise ValueError(f"kernel_size must be an int, one per spatial dim, or one of "
@@ -116,40 +150,32 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     if geometry.sequence_length(output_ratio) is not None:
         per_dim_args["output_ratio"] = output_ratio
     ndim = inputs.count_spatial_dims(x, "x", **per_dim_args)
+    spatial = tuple(x.shape[-ndim:])
+    kernel = (regions,) * ndim if regions else geometry.per_dim(kernel_size, ndim, "kernel_size")
+    out = _output_sizes(spatial, ndim, output_size, output_ratio)
+    _check_fit(spatial, kernel, out)
+    return ndim, kernel, out
+
+
+def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
+                         return_indices=False, *, samples=None, rng=None,
+                         sequence="pseudo_random", want_pullback=False):
+    x = inputs.check_array(x, "x", floating=True)
+    ndim, kernel, out = fractional_arguments(x, kernel_size, output_size, output_ratio,
+                                             sequence)
     layout = inputs.Layout(x.shape, ndim)
-    kernel = ((None,) * ndim if regions else geometry.per_dim(kernel_size, ndim, "kernel_size"))
-    out = _output_sizes(layout.spatial, ndim, output_size, output_ratio)
-    _check_fit(layout.spatial, kernel, out)
     compute = inputs.COMPUTE_DTYPE[x.dtype]
     generator = inputs.generator(rng) if samples is None else None
     u = _samples(samples, generator, rng, layout.lead, ndim, sequence, compute)
 
     planes = int(np.prod(layout.lead))
-    u = u.reshape(planes, ndim)
-    longest = max(out)
-    starts = np.zeros((planes, geometry.KERNEL_AXES, longest), np.int64)
-    lengths = np.ones((planes, geometry.KERNEL_AXES, longest), np.int64)
-    extent = [1] * geometry.KERNEL_AXES
-    for axis, (length, k, o) in enumerate(zip(layout.spatial, kernel, out)):
-        row = geometry.KERNEL_AXES - ndim + axis
-        draws = u[:, _sample_axis(ndim, axis)]
-        if k is not None:  # PyTorch's: windows of k from o starts spanning length - k
-            starts[:, row, :o] = boundaries(draws, length - k, o - 1, sequence, generator)
-            lengths[:, row, :o] = k
-        else:  # Graham's: from each boundary to the next (and the next's first, if
-            # overlapping)
-            b = boundaries(draws, length, o, sequence, generator)
-            ends = np.minimum(b[:, 1:] + 1, length) if regions == "overlapping" else b[:, 1:]
-            starts[:, row, :o] = b[:, :o]
-            lengths[:, row, :o] = ends - b[:, :o]
-        extent[row] = int(lengths[:, row, :o].max())
-
+    starts, lengths, extent = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim),
+                                            sequence, generator)
     grid = layout.kernel_shape(())[2:]
     xk = inputs.compute_view(x, layout).reshape((planes, 1) + grid + layout.spatial)
     shape = (planes, 1) + grid + out
     y = np.empty(shape, compute)
     pos = np.empty(shape, geometry.position_dtype(int(np.prod(extent))))
-    extent = np.array(extent, np.int64)
     operand = dispatch.Operand(compute, "nchw")
     plan = geometry.FractionalPlan(tuple(layout.spatial), out)
     dispatch.choose("fractional", "forward", plan, operand)(xk, starts, lengths, extent, y, pos)

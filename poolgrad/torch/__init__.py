@@ -5,8 +5,11 @@ replacements for ``torch.nn.functional.max_pool2d`` and ``torch.nn.MaxPool2d`` (
 for average, Lp, adaptive pooling and unpooling, in 1-3 dims), and
 :func:`replace_pooling` swaps them into an existing model. Every operation is a
 ``torch.library.custom_op`` in the ``poolgrad`` namespace (``torch.ops.poolgrad.*``), so
-autograd, gradients of gradients, ``torch.compile`` and deterministic mode work. CPU
-tensors only for now. Needs PyTorch: ``pip install -e ".[torch]"``.
+autograd, gradients of gradients, ``torch.compile`` and deterministic mode work, on
+CPU tensors (poolgrad's Numba kernels) and CUDA tensors (its Triton kernels). The
+other pooling kinds (``blur_pool``, ``soft_pool``, ``GeMPool``, ``AttentionPool`` and
+the rest, :mod:`poolgrad.torch.kinds`) are compositions of these operators and torch's
+own. Needs PyTorch: ``pip install -e ".[torch]"``.
 """
 
 try:
@@ -20,7 +23,9 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 from . import _autograd, _ops  # noqa: F401  (register torch.ops.poolgrad.* and their autograd)
 from .functional import *  # noqa: F401,F403
 from .functional import __all__ as _functional_all
+from .kinds import *  # noqa: F401,F403
+from .kinds import __all__ as _kinds_all
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 
-__all__ = [*_functional_all, *_modules_all]
+__all__ = [*_functional_all, *_modules_all, *_kinds_all]

@@ -18,7 +18,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from ._ops import (CPU_IMPLEMENTATIONS, CUDA_IMPLEMENTATIONS, avg_pool, avg_pool_backward, lp_pool,
                    lp_pool_backward, max_pool, max_pool_backward, max_pool_gather,
                    max_pool_split_backward, max_pool_values, max_unpool,
-                   max_unpool_backward, memory_format, plan_of, sliding_args, window_ndim)
+                   max_unpool_backward, memory_format, sliding_args, window_ndim,
+                   _out_shape)
 
 
 AUTOGRAD: dict = {}  # op -> (backward, setup_context)
@@ -90,13 +91,13 @@ class _EagerAutograd(torch.autograd.Function):
 
 def _windows(t: Tensor, window, fill: float) -> Tensor:
     """``t``'s sliding windows as a ``(N, C, *out, *taps)`` view of a padded copy: the
-    composite form the double backwards of Lp and of split max are written in."""
+    composite form the double backwards of Lp and of split max, and the kinds of
+    :mod:`.kinds`, are written in (sizes by arithmetic alone, so it compiles)."""
     kernel, stride, pads, dilation, _ = sliding_args(window)
     ndim = len(kernel)
-    plan = plan_of(window, t.shape[2:])
     ends = []
     for (lo, hi), k, s, d, length, out in zip(pads, kernel, stride, dilation, t.shape[2:],
-                                              plan.out_spatial, strict=True):
+                                              _out_shape(t, window)[2:], strict=True):
         # ceil_mode's last window may reach past the end padding
         reach = (out - 1) * s + d * (k - 1) + 1 - (length + lo + hi)
         ends.append((lo, hi + max(reach, 0)))

@@ -1,0 +1,507 @@
+"""The pooling kinds of :mod:`poolgrad.kinds` in PyTorch: functions and modules.
+
+Each kind is an exact composition of poolgrad.torch's operators (max and average
+pooling and the max's gather, on poolgrad's Numba kernels on the CPU and its Triton
+kernels on CUDA) and torch's own differentiable ops (padding, depthwise convolution,
+window views, softmax). So autograd, gradients of gradients, ``torch.compile`` and
+CUDA tensors work for every kind, and the values and gradients are those of the NumPy
+operators (the tests compare them in float64). What each composes:
+
+==========================  =================================================
+kind                        composition
+==========================  =================================================
+``blur_pool``               padding by index (reflect, replicate, circular) or
+                            zeros, then a depthwise convolution with the
+                            binomial filter at the stride
+``max_blur_pool``           poolgrad's stride-1 max pooling, then ``blur_pool``
+``avg_blur_pool``           poolgrad's stride-1 average pooling, then ``blur_pool``
+``soft_pool``               the windows as a view, weights ``exp(x - max)``
+``stochastic_pool``         training: the draw from running sums over the window
+                            view, then poolgrad's gather at the drawn tap (its
+                            gradient is max pooling's routing); evaluation:
+                            ``avg(x^2) / avg(x)`` with poolgrad's average
+``fractional_max_pool``     the windows (from :mod:`poolgrad.kinds.fractional`'s
+                            sequences) gathered by index, their argmax, then a
+                            gather at the winner
+``gem_pool``                the window view (or the whole plane) scaled by its
+                            maximum, ``mean(z^p)^(1/p)``, ``p`` a tensor
+``mixed_pool``              poolgrad's max and average pooling, blended
+``gated_pool``              the same, blended by ``sigmoid(gate . window)``
+``attention_pool``          matrix products and a softmax over positions
+==========================  =================================================
+
+Inputs are batched, ``(N, C, *spatial)`` with 1-3 spatial dims; the random kinds take a
+``torch.Generator`` (or an int seed) for their draws.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .. import geometry
+from ..kinds import blur as numpy_blur
+from ..kinds import fractional as numpy_fractional
+from . import _ops as ops
+from ._autograd import _windows, call
+from .functional import _max_result, _sliding
+
+__all__ = ["attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool",
+           "gated_pool", "gem_pool", "max_blur_pool", "mixed_pool", "soft_pool",
+           "stochastic_pool", "AttentionPool", "AvgBlurPool", "BlurPool",
+           "FractionalMaxPool", "GatedPool", "GeMPool", "MaxBlurPool", "MixedPool",
+           "SoftPool", "StochasticPool"]
+
+
+def _batched(x, name: str) -> int:
+    """The number of spatial dims of a batched float tensor ``x``."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() not in (3, 4, 5):
+        raise ValueError(f"{name}: x must be (N, C, *spatial) with 1-3 spatial dims, got "
+                         f"shape {tuple(x.shape)}")
+    if x.dtype not in ops.FLOAT_DTYPES:
+        raise TypeError(f"{name}: x must be float16, bfloat16, float32 or float64, got "
+                        f"{x.dtype}")
+    return x.dim() - 2
+
+
+def _window(x, kernel_size, stride, padding) -> list[int]:
+    return _sliding(x, x.dim() - 2, kernel_size, stride, padding, 1, False)
+
+
+def _taps(ndim: int) -> tuple[int, ...]:
+    return tuple(range(-ndim, 0))
+
+
+def _generator(generator, device) -> torch.Generator | None:
+    if generator is None or isinstance(generator, torch.Generator):
+        return generator
+    if isinstance(generator, bool) or not isinstance(generator, (int, np.integer)):
+        raise TypeError(f"generator must be None, an int seed or a torch.Generator, got "
+                        f"{type(generator).__name__}")
+    return torch.Generator(device=device).manual_seed(int(generator))
+
+
+# ----------------------------------------------------------------------- anti-aliased
+
+
+def _source(length: int, before: int, after: int, mode: str, device) -> Tensor:
+    """Which element each padded position copies (zeros: any, masked later)."""
+    index = torch.arange(-before, length + after, device=device)
+    if mode == "reflect":
+        index = index.abs()
+        return torch.where(index >= length, 2 * (length - 1) - index, index)
+    if mode == "circular":
+        return index.remainder(length)
+    return index.clamp(0, length - 1)  # replicate, and zeros before masking
+
+
+def _blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
+    if mode == "reflect" and any(max(lo, hi) >= length
+                                 for (lo, hi), length in zip(pads, x.shape[2:])):
+        raise ValueError(f"reflect padding {pads} must be shorter than the length in every "
+                         f"dim (the map is {tuple(x.shape[2:])})")
+    for axis, ((lo, hi), length) in enumerate(zip(pads, x.shape[2:])):
+        dim = 2 + axis
+        source = _source(length, lo, hi, mode, x.device)
+        x = x.index_select(dim, source)
+        if mode == "zeros":
+            inside = torch.arange(-lo, length + hi, device=x.device)
+            inside = ((inside >= 0) & (inside < length)).reshape(
+                [-1 if d == dim else 1 for d in range(x.dim())])
+            x = torch.where(inside, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    weight = torch.ones((), dtype=torch.float64)
+    for axis, size in enumerate(sizes):
+        taps = torch.tensor(geometry.binomial_filter(size), dtype=torch.float64)
+        weight = weight.unsqueeze(-1) * taps.reshape((1,) * axis + (-1,))
+    channels = x.shape[1]
+    weight = weight.to(x.dtype).to(x.device).expand(channels, 1, *sizes)
+    conv = (torch.nn.functional.conv1d, torch.nn.functional.conv2d,
+            torch.nn.functional.conv3d)[ndim - 1]
+    return conv(x, weight, stride=stride, groups=channels)
+
+
+def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode, name):
+    ndim = _batched(x, name)
+    ndim, kernel, stride, sizes, pads = numpy_blur.blur_arguments(
+        tuple(x.shape), kernel_size, stride, filter_size, padding, padding_mode)
+    if pre != "none":
+        window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
+        if pre == "max":
+            x = _max_result(x, window, False, False, "first")
+        else:
+            x = call(ops.avg_pool, x, window, True, None)
+    return _blur(x, ndim, stride, sizes, pads, padding_mode)
+
+
+def blur_pool(x, stride=2, filter_size=3, padding_mode="reflect", padding=None):
+    """:func:`poolgrad.blur_pool` on a tensor (the same arguments)."""
+    return _blur_kind(x, "none", 1, stride, filter_size, padding, padding_mode, "blur_pool")
+
+
+def max_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
+                  padding=None):
+    """:func:`poolgrad.max_blur_pool` on a tensor: poolgrad's stride-1 max pooling (its
+    winners, 1 byte per window, route the gradient), then :func:`blur_pool`."""
+    return _blur_kind(x, "max", kernel_size, stride, filter_size, padding, padding_mode,
+                      "max_blur_pool")
+
+
+def avg_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
+                  padding=None):
+    """:func:`poolgrad.avg_blur_pool` on a tensor."""
+    return _blur_kind(x, "avg", kernel_size, stride, filter_size, padding, padding_mode,
+                      "avg_blur_pool")
+
+
+# --------------------------------------------------------------------------- weighted
+
+
+def _real_taps(x: Tensor, window) -> Tensor:
+    """Which taps of each window lie inside the input, shaped as the window view."""
+    ones = torch.ones((1, 1, *x.shape[2:]), dtype=torch.bool, device=x.device)
+    return _windows(ones, window, False)
+
+
+def soft_pool(x, kernel_size, stride=None, padding=0):
+    """:func:`poolgrad.soft_pool` on a tensor: ``sum(softmax(w) * w)`` per window, the
+    window's maximum subtracted (held constant, which leaves the function and so its
+    gradient unchanged)."""
+    ndim = _batched(x, "soft_pool")
+    window = _window(x, kernel_size, stride, padding)
+    taps = _windows(x, window, -math.inf)
+    largest = taps.detach().amax(dim=_taps(ndim), keepdim=True)
+    weights = torch.exp(taps - largest)
+    values = torch.where(_real_taps(x, window), taps, torch.zeros((), dtype=x.dtype,
+                                                                  device=x.device))
+    return (weights * values).sum(_taps(ndim)) / weights.sum(_taps(ndim))
+
+
+def _draw(x: Tensor, window, draws: Tensor) -> Tensor:
+    """Each window's drawn tap (as :func:`poolgrad.stochastic_pool`'s rule: the first tap
+    whose running sum exceeds ``u * S``; else the last positive one; else the first real
+    one), numbered as max pooling's winners."""
+    ndim = x.dim() - 2
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    real = _real_taps(x, window).flatten(-ndim)
+    values = torch.where(real, _windows(x, window, 0.0).flatten(-ndim), zero)
+    running = values.cumsum(-1)
+    threshold = draws.to(running.dtype).unsqueeze(-1) * running[..., -1:]
+    passed = running > threshold
+    positive = values > 0
+    count = values.shape[-1]
+    first_passed = passed.to(torch.uint8).argmax(-1)
+    last_positive = count - 1 - positive.flip(-1).to(torch.uint8).argmax(-1)
+    first_real = real.to(torch.uint8).argmax(-1).expand_as(first_passed)
+    return torch.where(passed.any(-1), first_passed,
+                       torch.where(positive.any(-1), last_positive, first_real))
+
+
+def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
+                    generator=None):
+    """:func:`poolgrad.stochastic_pool` on a tensor. Draws are ``torch.rand(y.shape,
+    generator=generator)`` (float64, on x's device); the output is poolgrad's gather at
+    the drawn tap, whose gradient is max pooling's routing."""
+    _batched(x, "stochastic_pool")
+    window = _window(x, kernel_size, stride, padding)
+    if bool(torch.any(x.detach() < 0)) or bool(torch.any(torch.isnan(x.detach()))):
+        raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
+                         "be >= 0 (as after a ReLU) and not NaN")
+    if not training:
+        squares = call(ops.avg_pool, x * x, window, False, None)
+        total = call(ops.avg_pool, x, window, False, None)
+        positive = total > 0
+        safe = torch.where(positive, total, torch.ones((), dtype=x.dtype, device=x.device))
+        return torch.where(positive, squares / safe, torch.zeros_like(total))
+    shape = ops._out_shape(x, window)
+    draws = torch.rand(shape, generator=_generator(generator, x.device), dtype=torch.float64,
+                       device=x.device)
+    winners = _draw(x.detach(), window, draws).to(ops._winner_dtype(x, window))
+    return call(ops.max_pool_gather, x, winners.contiguous(), window)
+
+
+# ------------------------------------------------------------------------- fractional
+
+
+class _TorchDraws:
+    """``.random(shape)`` for :func:`poolgrad.kinds.fractional.boundaries`, from a torch
+    generator (CPU draws, float64)."""
+
+    def __init__(self, generator):
+        self.generator = generator
+
+    def random(self, shape):
+        return torch.rand(shape, generator=self.generator, dtype=torch.float64).numpy()
+
+
+def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
+                        return_indices=False, *, samples=None, generator=None,
+                        sequence="pseudo_random"):
+    """:func:`poolgrad.fractional_max_pool` on a tensor. ``samples`` is torch's
+    ``_random_samples`` (``(N, C, ndim)``, PyTorch's order); without it they are
+    ``torch.rand`` draws in x's dtype on the CPU (``generator`` a CPU generator or seed)."""
+    _batched(x, "fractional_max_pool")
+    ndim, kernel, out = numpy_fractional.fractional_arguments(x, kernel_size, output_size,
+                                                              output_ratio, sequence)
+    n, c = x.shape[:2]
+    source = _generator(generator, "cpu")
+    if samples is None:
+        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        samples = torch.rand((n, c, ndim), generator=source, dtype=dtype)
+    elif generator is not None:
+        raise ValueError("fractional_max_pool takes samples or generator, not both")
+    if sequence == "random":  # its orders come from the generator alone
+        u = np.zeros((n, c, ndim))
+    else:
+        u = numpy_fractional._samples(samples.detach().cpu().numpy(), None, None, (n, c),
+                                      ndim, sequence, np.float32)
+    starts, lengths, extent = numpy_fractional.region_tables(
+        tuple(x.shape[2:]), kernel, out, u.reshape(n * c, ndim), sequence,
+        _TorchDraws(source))
+    axes = geometry.KERNEL_AXES
+    index = torch.zeros((), dtype=torch.int64)
+    real = torch.ones((), dtype=torch.bool)
+    for axis in range(ndim):
+        row = axes - ndim + axis
+        o, e = out[axis], int(extent[row])
+        # (P, *out, *extent) broadcast shapes: this axis's output and tap dims
+        at = [1] * (2 * ndim)
+        at[axis], at[ndim + axis] = o, e
+        start = torch.from_numpy(starts[:, row, :o]).reshape(n * c, *at[:ndim], *[1] * ndim)
+        length = torch.from_numpy(lengths[:, row, :o]).reshape(start.shape)
+        tap = torch.arange(e).reshape(1, *[1] * ndim, *at[ndim:])
+        stride_here = math.prod(x.shape[3 + axis:])
+        index = index + (start + tap) * stride_here
+        real = real & (tap < length)
+    index = torch.where(real, index, torch.zeros((), dtype=torch.int64)).to(x.device)
+    real = real.to(x.device)
+    planes = x.reshape(n * c, -1)
+    flat_index = index.reshape(n * c, -1)
+    candidates = planes.detach().gather(1, flat_index).reshape(index.shape)
+    candidates = torch.where(real, candidates,
+                             torch.full((), -math.inf, dtype=x.dtype, device=x.device))
+    flat = candidates.flatten(-ndim)
+    nan = torch.isnan(flat)  # the first NaN wins, as in poolgrad's max pooling
+    best = torch.where(nan.any(-1), nan.to(torch.uint8).argmax(-1), flat.argmax(-1))
+    winners = index.flatten(-ndim).gather(-1, best.unsqueeze(-1)).reshape(n, c, -1)
+    y = x.reshape(n, c, -1).gather(2, winners).reshape(n, c, *out)
+    return (y, winners.reshape(n, c, *out)) if return_indices else y
+
+
+# ----------------------------------------------------------------- learnable parameters
+
+
+def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6):
+    """:func:`poolgrad.gem_pool` on a tensor; ``p`` a number or a tensor (learnable: its
+    gradient is the composition's)."""
+    ndim = _batched(x, "gem_pool")
+    z = x.clamp_min(eps)
+    if kernel_size is None:
+        if stride is not None:
+            raise ValueError("gem_pool: stride needs a kernel_size (kernel_size=None pools "
+                             "globally)")
+        taps = z.flatten(2)
+        dims = (-1,)
+        shape = (*x.shape[:2], *(1,) * ndim)
+    else:
+        taps = _windows(z, _window(x, kernel_size, stride, 0), math.nan)
+        dims = _taps(ndim)
+        shape = None
+    largest = taps.detach().amax(dim=dims, keepdim=True)  # scales out of any overflow
+    y = ((taps / largest) ** p).mean(dims, keepdim=True) ** (1 / p) * largest
+    return y.reshape(shape) if shape else y.squeeze(dims)
+
+
+def _max_and_avg(x, window):
+    return (_max_result(x, window, False, False, "first"),
+            call(ops.avg_pool, x, window, True, None))
+
+
+def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5):
+    """:func:`poolgrad.mixed_pool` on a tensor; ``alpha`` a number or a tensor."""
+    _batched(x, "mixed_pool")
+    top, mean = _max_and_avg(x, _window(x, kernel_size, stride, padding))
+    return alpha * top + (1 - alpha) * mean
+
+
+def gated_pool(x, gate, kernel_size, stride=None, padding=0):
+    """:func:`poolgrad.gated_pool` on a tensor: ``gate`` shaped as the window."""
+    ndim = _batched(x, "gated_pool")
+    window = _window(x, kernel_size, stride, padding)
+    kernel = ops.sliding_args(window)[0]
+    if tuple(gate.shape) != kernel:
+        raise ValueError(f"gate must have the window's shape {kernel}, got "
+                         f"{tuple(gate.shape)}")
+    top, mean = _max_and_avg(x, window)
+    logit = (_windows(x, window, 0.0) * gate.to(x.dtype)).sum(_taps(ndim))
+    share = torch.sigmoid(logit)
+    return share * top + (1 - share) * mean
+
+
+def attention_pool(x, queries, key_weight, heads=1):
+    """:func:`poolgrad.attention_pool` on a tensor: ``(N, C, *spatial)`` to
+    ``(N, M, C)``."""
+    _batched(x, "attention_pool")
+    n, channels = x.shape[:2]
+    if queries.dim() != 2 or queries.shape[1] != channels:
+        raise ValueError(f"queries must be (queries, C) = (M, {channels}), got shape "
+                         f"{tuple(queries.shape)}")
+    if tuple(key_weight.shape) != (channels, channels):
+        raise ValueError(f"key_weight must be (C, C) = ({channels}, {channels}), got "
+                         f"shape {tuple(key_weight.shape)}")
+    if channels % heads:
+        raise ValueError(f"heads must be a positive int dividing the {channels} channels, "
+                         f"got {heads!r}")
+    d = channels // heads
+    features = x.reshape(n, channels, -1)
+    keys = (key_weight.to(x.dtype) @ features).reshape(n, heads, d, -1)
+    q = queries.to(x.dtype).reshape(-1, heads, d)
+    scores = torch.einsum("mhd,nhdl->nmhl", q, keys) / math.sqrt(d)
+    weights = torch.softmax(scores, dim=-1)
+    y = torch.einsum("nmhl,nhdl->nmhd", weights, features.reshape(n, heads, d, -1))
+    return y.reshape(n, -1, channels)
+
+
+# --------------------------------------------------------------------------- modules
+
+
+class _Kind(nn.Module):
+    """A kind as a module: ``function(x, **options)``."""
+
+    function = None
+
+    def __init__(self, **options):
+        super().__init__()
+        self.options = options
+
+    def forward(self, x):
+        return type(self).function(x, **self.options)
+
+    def extra_repr(self):
+        return ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+
+
+class BlurPool(_Kind):
+    """:func:`blur_pool` as a module."""
+    function = staticmethod(blur_pool)
+
+    def __init__(self, stride=2, filter_size=3, padding_mode="reflect", padding=None):
+        super().__init__(stride=stride, filter_size=filter_size, padding_mode=padding_mode,
+                         padding=padding)
+
+
+class MaxBlurPool(_Kind):
+    """:func:`max_blur_pool` as a module."""
+    function = staticmethod(max_blur_pool)
+
+    def __init__(self, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
+                 padding=None):
+        super().__init__(kernel_size=kernel_size, stride=stride, filter_size=filter_size,
+                         padding_mode=padding_mode, padding=padding)
+
+
+class AvgBlurPool(MaxBlurPool):
+    """:func:`avg_blur_pool` as a module."""
+    function = staticmethod(avg_blur_pool)
+
+
+class SoftPool(_Kind):
+    """:func:`soft_pool` as a module."""
+    function = staticmethod(soft_pool)
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+
+
+class StochasticPool(_Kind):
+    """:func:`stochastic_pool` as a module: draws in training (from its own generator,
+    seeded by ``seed``, or torch's default one), the weighted average in evaluation."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, *, seed=None):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+        self.seed = seed
+        self._generator = None
+
+    def forward(self, x):
+        if self.training and self.seed is not None and self._generator is None:
+            self._generator = torch.Generator(device=x.device).manual_seed(self.seed)
+        return stochastic_pool(x, **self.options, training=self.training,
+                               generator=self._generator)
+
+
+class FractionalMaxPool(_Kind):
+    """:func:`fractional_max_pool` as a module: fresh windows every call (as torch's),
+    drawn from its own CPU generator when seeded."""
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, *,
+                 sequence="pseudo_random", seed=None):
+        super().__init__(kernel_size=kernel_size, output_size=output_size,
+                         output_ratio=output_ratio, sequence=sequence)
+        self._generator = None if seed is None else torch.Generator().manual_seed(seed)
+
+    def forward(self, x):
+        return fractional_max_pool(x, **self.options, generator=self._generator)
+
+
+class GeMPool(nn.Module):
+    """:func:`gem_pool` as a module, ``p`` a parameter (fixed with ``learn=False``)."""
+
+    def __init__(self, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, learn=True):
+        super().__init__()
+        value = torch.tensor(float(p), dtype=torch.float64)
+        self.p = nn.Parameter(value) if learn else value
+        self.kernel_size, self.stride, self.eps = kernel_size, stride, eps
+
+    def forward(self, x):
+        return gem_pool(x, self.p.to(x.dtype), self.kernel_size, self.stride, self.eps)
+
+
+class MixedPool(nn.Module):
+    """:func:`mixed_pool` as a module, ``alpha`` a parameter (fixed with ``learn=False``)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, alpha=0.5, *, learn=True):
+        super().__init__()
+        value = torch.tensor(float(alpha), dtype=torch.float64)
+        self.alpha = nn.Parameter(value) if learn else value
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x):
+        return mixed_pool(x, self.kernel_size, self.stride, self.padding,
+                          self.alpha.to(x.dtype))
+
+
+class GatedPool(nn.Module):
+    """:func:`gated_pool` as a module, the gate (zeros: an even blend) a parameter."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, *, ndim=2, learn=True):
+        super().__init__()
+        window = geometry.per_dim(kernel_size, ndim, "kernel_size")
+        value = torch.zeros(window, dtype=torch.float64)
+        self.gate = nn.Parameter(value) if learn else value
+        self.kernel_size, self.stride, self.padding = window, stride, padding
+
+    def forward(self, x):
+        return gated_pool(x, self.gate, self.kernel_size, self.stride, self.padding)
+
+
+class AttentionPool(nn.Module):
+    """:func:`attention_pool` as a readout head in place of global average pooling:
+    ``(N, channels, *spatial)`` to ``(N, queries * channels)``. The queries start at 0
+    (global average pooling), the key projection at ``N(0, 1 / channels)``."""
+
+    def __init__(self, channels: int, heads: int = 1, queries: int = 1):
+        super().__init__()
+        if channels % heads:
+            raise ValueError(f"AttentionPool: heads ({heads}) must divide channels "
+                             f"({channels})")
+        self.heads = heads
+        self.queries = nn.Parameter(torch.zeros(queries, channels))
+        self.key_weight = nn.Parameter(torch.randn(channels, channels) / math.sqrt(channels))
+
+    def forward(self, x):
+        y = attention_pool(x, self.queries, self.key_weight, self.heads)
+        return y.reshape(y.shape[0], -1)
