@@ -105,10 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     t = commands.add_parser("train", help="train a CNN with poolgrad's layers on a local dataset")
     t.add_argument("--dataset", default="digits",
                    help="digits (default), mnist1d, or idx:PATH (a folder of MNIST IDX files)")
-    t.add_argument("--pool", default="max", help="downsampling layer: max (default), avg, lp "
-                                                 "(p = 2), or strided-conv")
-    t.add_argument("--gap-head", action="store_true",
-                   help="global-average-pool the last features before the linear head")
+    t.add_argument("--pool", default="max",
+                   help="downsampling layer: max (default), avg, lp (p = 2), blur, max-blur, "
+                        "avg-blur, soft, stochastic, fractional, gem, mixed, gated, or "
+                        "strided-conv")
+    t.add_argument("--head", default=None,
+                   help="what the linear classifier reads: flatten (default, all features), "
+                        "gap (their global average) or attention (an attention pooling)")
+    t.add_argument("--gap-head", action="store_true", help="the same as --head gap")
     t.add_argument("--epochs", type=_positive, default=None, help="default: per dataset")
     t.add_argument("--batch-size", type=_positive, default=100)
     t.add_argument("--optimizer", default=None,
@@ -173,7 +177,8 @@ def train(args) -> None:
     if args.resume:
         given = [flag for flag, value, default in [
             ("--pool", args.pool, "max"),
-            ("--gap-head", args.gap_head, False), ("--batch-size", args.batch_size, 100),
+            ("--gap-head", args.gap_head, False), ("--head", args.head, None),
+            ("--batch-size", args.batch_size, 100),
             ("--optimizer", args.optimizer, None), ("--lr", args.lr, None),
             ("--seed", args.seed, 0)] if value != default]
         if given:
@@ -185,7 +190,9 @@ def train(args) -> None:
     if args.engine == "torch":
         from . import train_torch as engine
         options["nproc"] = args.nproc
+    trainer.resolve_head(args.head, args.gap_head)
     metrics = engine.train(args.dataset, out, pool=args.pool, gap_head=args.gap_head,
+                           head=args.head,
                            epochs=args.epochs, batch_size=args.batch_size,
                            optimizer=args.optimizer, lr=args.lr, seed=args.seed,
                            resume=args.resume, progress=not args.quiet, **options)

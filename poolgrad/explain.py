@@ -173,7 +173,8 @@ def _checkpoint_batch(folder, batch, seed, channel):
     model = train.build_model(data.x_train.shape[1], data.spatial, data.classes,
                               pool=settings["pool"], widths=settings["widths"],
                               conv_kernel=settings["conv_kernel"],
-                              gap_head=settings["gap_head"], seed=settings["seed"])
+                              gap_head=settings["gap_head"], head=settings.get("head"),
+                              seed=settings["seed"])
     model.load_state_dict(weights)
     model.eval()
     kinds = {layer: kind for kind, layer in nn.POOLING.items()}

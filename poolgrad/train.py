@@ -31,6 +31,7 @@ from ._figures import figure_class, save_png
 from ._files import check_output_folder, write_atomically
 
 POOLS = nn.POOLS  # the --pool choices
+HEADS = ("flatten", "gap", "attention")  # the --head choices
 
 # Per-dataset defaults, chosen so that a bare `poolgrad train --dataset NAME` reaches the
 # README's accuracy: conv widths and kernel per stage (each stage halves the length),
@@ -58,12 +59,23 @@ def defaults_for(dataset: str) -> dict:
     return DEFAULTS[datasets.kind_of(dataset, error=TrainError)]
 
 
+def resolve_head(head: str | None, gap_head: bool) -> str:
+    """The head, from ``head`` or the older flag ``gap_head`` (``head="gap"``)."""
+    if gap_head and head not in (None, "gap"):
+        raise TrainError(f"--gap-head is --head gap; it cannot go with --head {head}")
+    head = "gap" if gap_head else (head or "flatten")
+    return nn.check_pool(head, HEADS, "head", TrainError)
+
+
 def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, pool: str = "max",
                 widths=(16, 32), conv_kernel: int = 3, gap_head: bool = False,
-                seed: int = 0, dtype=np.float32) -> nn.Sequential:
-    """Stages of conv -> ReLU -> downsample (2x), then a linear head on the flattened
-    features, or with ``gap_head`` on their global average."""
+                head: str | None = None, seed: int = 0, dtype=np.float32) -> nn.Sequential:
+    """Stages of conv -> ReLU -> downsample (2x, by ``pool``: one of :data:`POOLS`), then
+    a linear head on the flattened features (``head="flatten"``), on their global
+    average (``"gap"``, or ``gap_head``) or on an attention pooling's readout
+    (``"attention"``: one query, one head)."""
     nn.check_pool(pool, error=TrainError)
+    head = resolve_head(head, gap_head)
     rng = np.random.default_rng(seed)
     ndim = len(spatial)
     layers: list[nn.Layer] = []
@@ -71,18 +83,16 @@ def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, poo
     for width in widths:
         layers += [nn.Conv(channels, width, conv_kernel, padding=conv_kernel // 2, ndim=ndim,
                            rng=rng, dtype=dtype), nn.ReLU()]
-        if pool == "max":
-            layers.append(nn.MaxPool(2))
-        elif pool == "avg":
-            layers.append(nn.AvgPool(2))
-        elif pool == "lp":
-            layers.append(nn.LpPool(2, 2))
+        if pool in nn.DOWNSAMPLING:
+            layers.append(nn.DOWNSAMPLING[pool](ndim, rng))
         else:  # a learned 2x downsampling in place of pooling
             layers += [nn.Conv(width, width, 2, stride=2, ndim=ndim, rng=rng, dtype=dtype),
                        nn.ReLU()]
         channels = width
-    if gap_head:
+    if head == "gap":
         layers.append(nn.GlobalAvgPool())
+    elif head == "attention":
+        layers.append(nn.AttentionPool(channels, rng=rng))
     layers.append(nn.Flatten())
     probe = nn.Sequential(*layers).eval()  # eval: the probe saves no state
     features = probe.forward(np.zeros((1, in_channels) + tuple(spatial), dtype=dtype)).shape[1]
@@ -180,9 +190,10 @@ def check_nproc(nproc, batch_size, engine: str = "numpy") -> None:
 
 
 def _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed,
-              engine="numpy"):
+              engine="numpy", head=None):
     defaults = defaults_for(dataset)
-    settings = {"dataset": dataset, "pool": pool, "gap_head": bool(gap_head),
+    head = resolve_head(head, gap_head)
+    settings = {"dataset": dataset, "pool": pool, "head": head, "gap_head": head == "gap",
                 "epochs": defaults["epochs"] if epochs is None else epochs,
                 "batch_size": batch_size,
                 "optimizer": defaults["optimizer"] if optimizer is None else optimizer,
@@ -216,13 +227,15 @@ class Run:
 
 
 def begin(dataset, out: str, engine: str, meta: dict | None, *, pool, gap_head, epochs,
-          batch_size, optimizer, lr, seed, data, plot, nproc: int = 1) -> Run:
+          batch_size, optimizer, lr, seed, data, plot, nproc: int = 1,
+          head: str | None = None) -> Run:
     """Check everything, then load the data: a fresh run's settings, or with ``meta``
     (a checkpoint's) the resumed run's (``epochs`` may extend it; ``nproc`` may differ),
     the output folder, and matplotlib when ``plot``."""
     if meta is not None:
         settings = dict(meta["settings"])
         settings.setdefault("engine", "numpy")  # checkpoints from before --engine
+        settings.setdefault("head", "gap" if settings["gap_head"] else "flatten")  # and --head
         if data is None and dataset != settings["dataset"]:
             raise TrainError(f"the checkpoint in {out} was trained on {settings['dataset']}, "
                              f"not {dataset}")
@@ -235,7 +248,7 @@ def begin(dataset, out: str, engine: str, meta: dict | None, *, pool, gap_head, 
             settings["epochs"] = epochs
     else:
         settings = _settings(dataset, pool, gap_head, epochs, batch_size, optimizer, lr, seed,
-                             engine)
+                             engine, head)
     check_nproc(nproc, settings["batch_size"], engine)
     settings["nproc"] = nproc
     check_output_folder(out, TrainError)
@@ -278,7 +291,7 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
           gap_head: bool = False, epochs: int | None = None, batch_size: int = 100,
           optimizer: str | None = None, lr: float | None = None, seed: int = 0,
           resume: bool = False, progress: bool = True, data: datasets.Dataset | None = None,
-          plot: bool = True) -> dict:
+          plot: bool = True, head: str | None = None) -> dict:
     """Train, evaluate and write ``checkpoint.npz``, ``metrics.json`` and
     ``training.png`` into ``out``; returns the metrics. ``None`` settings take the
     dataset's defaults (:data:`DEFAULTS`). With ``resume``, the settings come from
@@ -291,12 +304,12 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
         weights, optimizer_state, meta = load_checkpoint(checkpoint_path)
     run = begin(dataset, out, "numpy", meta, pool=pool, gap_head=gap_head, epochs=epochs,
                 batch_size=batch_size, optimizer=optimizer, lr=lr, seed=seed, data=data,
-                plot=plot)
+                plot=plot, head=head)
     settings, data = run.settings, run.data
 
     model = build_model(data.x_train.shape[1], data.spatial, data.classes,
                         pool=settings["pool"], widths=settings["widths"],
-                        conv_kernel=settings["conv_kernel"], gap_head=settings["gap_head"],
+                        conv_kernel=settings["conv_kernel"], head=settings["head"],
                         seed=settings["seed"])
     opt = optim.OPTIMIZERS[settings["optimizer"]](model.parameters(), lr=settings["lr"])
     if resume:

@@ -62,7 +62,7 @@ def require_torch():
 
 def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *,
                 pool: str = "max", widths=(16, 32), conv_kernel: int = 3,
-                gap_head: bool = False, seed: int = 0):
+                gap_head: bool = False, head: str | None = None, seed: int = 0):
     """:func:`poolgrad.train.build_model` in PyTorch: the same stages and head, with He
     normal weights drawn from a ``torch.Generator`` seeded with ``seed`` and zero
     biases."""
@@ -71,30 +71,44 @@ def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *,
     from . import torch as pooling  # MaxPool2d and the rest: torch.nn's, on poolgrad's kernels
     nn = torch.nn
     numpy_nn.check_pool(pool, error=shared.TrainError)
+    head = shared.resolve_head(head, gap_head)
     ndim = len(spatial)
     if ndim not in (1, 2):
         raise shared.TrainError(f"the torch engine trains on 1-d or 2-d inputs, got "
                                 f"{ndim}-d {tuple(spatial)}")
     conv = getattr(nn, f"Conv{ndim}d")
     downsample = {
-        "max": lambda width: [getattr(pooling, f"MaxPool{ndim}d")(2)],
-        "avg": lambda width: [getattr(pooling, f"AvgPool{ndim}d")(2)],
-        "lp": lambda width: [getattr(pooling, f"LPPool{ndim}d")(2, 2)],
+        "max": lambda stage: [getattr(pooling, f"MaxPool{ndim}d")(2)],
+        "avg": lambda stage: [getattr(pooling, f"AvgPool{ndim}d")(2)],
+        "lp": lambda stage: [getattr(pooling, f"LPPool{ndim}d")(2, 2)],
+        "blur": lambda stage: [pooling.BlurPool(2)],
+        "max-blur": lambda stage: [pooling.MaxBlurPool(2, 2)],
+        "avg-blur": lambda stage: [pooling.AvgBlurPool(2, 2)],
+        "soft": lambda stage: [pooling.SoftPool(2)],
+        "stochastic": lambda stage: [pooling.StochasticPool(2, seed=seed + stage)],
+        "fractional": lambda stage: [pooling.FractionalMaxPool(2, output_ratio=0.5,
+                                                               seed=seed + stage)],
+        "gem": lambda stage: [pooling.GeMPool(3.0, kernel_size=2)],
+        "mixed": lambda stage: [pooling.MixedPool(2)],
+        "gated": lambda stage: [pooling.GatedPool(2, ndim=ndim)],
         # a learned 2x downsampling in place of pooling
-        "strided-conv": lambda width: [conv(width, width, 2, stride=2), nn.ReLU()],
+        "strided-conv": lambda stage: [conv(widths[stage], widths[stage], 2, stride=2),
+                                       nn.ReLU()],
     }[pool]
     layers, channels = [], in_channels
-    for width in widths:
+    generator = torch.Generator().manual_seed(seed)
+    for stage, width in enumerate(widths):
         layers += [conv(channels, width, conv_kernel, padding=conv_kernel // 2), nn.ReLU(),
-                   *downsample(width)]
+                   *downsample(stage)]
         channels = width
-    if gap_head:
+    if head == "gap":
         layers.append(getattr(pooling, f"AdaptiveAvgPool{ndim}d")(1))
+    elif head == "attention":
+        layers.append(pooling.AttentionPool(channels, generator=generator))
     layers.append(nn.Flatten())
     with torch.no_grad():
         features = nn.Sequential(*layers)(torch.zeros((1, in_channels, *spatial))).shape[1]
     model = nn.Sequential(*layers, nn.Linear(features, classes))
-    generator = torch.Generator().manual_seed(seed)
     for layer in model:
         if isinstance(layer, (nn.Conv1d, nn.Conv2d, nn.Linear)):
             nn.init.kaiming_normal_(layer.weight, nonlinearity="relu", generator=generator)
@@ -178,7 +192,7 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
           gap_head: bool = False, epochs: int | None = None, batch_size: int = 100,
           optimizer: str | None = None, lr: float | None = None, seed: int = 0,
           resume: bool = False, progress: bool = True, data: Dataset | None = None,
-          plot: bool = True, nproc: int = 1) -> dict:
+          plot: bool = True, nproc: int = 1, head: str | None = None) -> dict:
     """:func:`poolgrad.train.train` with PyTorch, on ``nproc`` processes: writes
     ``checkpoint.pt``, ``metrics.json`` and ``training.png`` into ``out`` and returns
     the metrics. ``batch_size`` is the global batch; ``nproc`` must divide it. With
@@ -195,7 +209,7 @@ def train(dataset: str = "digits", out: str = "runs/digits", *, pool: str = "max
     run = shared.begin(dataset, out, "torch", state and state["meta"], pool=pool,
                        gap_head=gap_head, epochs=epochs, batch_size=batch_size,
                        optimizer=optimizer, lr=lr, seed=seed, data=data, plot=plot,
-                       nproc=nproc)
+                       nproc=nproc, head=head)
     job = {"run": run, "out": out, "state": state, "progress": progress, "plot": plot}
     if nproc == 1:
         with _threads(_cores()):
@@ -231,7 +245,7 @@ def _fit(rank: int, nproc: int, job: dict) -> dict | None:
     settings, data = run.settings, run.data
     model = build_model(data.x_train.shape[1], data.spatial, data.classes,
                         pool=settings["pool"], widths=settings["widths"],
-                        conv_kernel=settings["conv_kernel"], gap_head=settings["gap_head"],
+                        conv_kernel=settings["conv_kernel"], head=settings["head"],
                         seed=settings["seed"])
     optimizer = make_optimizer(settings["optimizer"], model.parameters(), settings["lr"])
     if state is not None:

@@ -50,21 +50,38 @@ def test_training_lowers_the_loss_and_writes_its_files(tmp_path):
     assert not [name for name in os.listdir(out) if name.startswith(".poolgrad-")]
 
 
+HEADS = {"avg": "gap", "max": "attention", "soft": "attention"}
+
+
 @pytest.mark.parametrize("pool", train.POOLS)
-def test_every_pool_and_the_gap_head_train(tmp_path, pool):
-    metrics = run(tmp_path, pool, pool=pool, gap_head=pool == "avg", epochs=3,
-                  optimizer="sgd", lr=0.1)
+def test_every_pool_and_head_train(tmp_path, pool):
+    head = HEADS.get(pool, "flatten")
+    metrics = run(tmp_path, pool, pool=pool, head=head, epochs=3, optimizer="sgd", lr=0.1)
     assert metrics["history"][-1]["train_loss"] < metrics["history"][0]["train_loss"]
+    assert metrics["settings"]["head"] == head
+    assert metrics["settings"]["gap_head"] == (head == "gap")
+
+
+def test_the_head_flags():
+    assert train.resolve_head(None, True) == "gap" == train.resolve_head("gap", False)
+    assert train.resolve_head(None, False) == "flatten"
+    with pytest.raises(train.TrainError, match="cannot go with --head attention"):
+        train.resolve_head("attention", True)
+    with pytest.raises(train.TrainError, match="^unknown head 'mean': choose one of flatten, "
+                                               "gap, attention$"):
+        train.build_model(1, (8, 8), 2, head="mean")
 
 
 def test_pool_and_dataset_names_have_one_check_each():
     from poolgrad import explain, nn
-    assert train.POOLS == nn.POOLS == ("max", "avg", "lp", "strided-conv")
+    assert train.POOLS == nn.POOLS == ("max", "avg", "lp", "blur", "max-blur", "avg-blur",
+                                       "soft", "stochastic", "fractional", "gem", "mixed",
+                                       "gated", "strided-conv")
     assert explain.KINDS == tuple(nn.POOLING) == ("max", "avg", "lp")
     for call in (lambda: train.build_model(1, (8, 8), 2, pool="median"),
                  lambda: train.train("digits", "unused", pool="median", data=toy_data())):
         with pytest.raises(train.TrainError, match="^unknown pool 'median': choose one of "
-                                                   "max, avg, lp, strided-conv$"):
+                                                   "max, avg, lp, blur, .*, strided-conv$"):
             call()
     with pytest.raises(explain.ExplainError, match="^unknown kind 'strided-conv': choose one "
                                                    "of max, avg, lp$"):

@@ -141,8 +141,8 @@ def test_ranks_batches_together_are_the_one_process_batches():
 def test_the_torch_models_have_the_numpy_models_layers(pool, spatial):
     import torch
     from poolgrad import train_torch
-    for gap_head in (False, True):
-        options = {"pool": pool, "widths": (4, 8), "conv_kernel": 3, "gap_head": gap_head}
+    for head in ("flatten", "gap", "attention"):
+        options = {"pool": pool, "widths": (4, 8), "conv_kernel": 3, "head": head}
         numpy_model = train.build_model(1, spatial, 3, **options)
         torch_model = train_torch.build_model(1, spatial, 3, **options)
         assert ({key.replace(".W", ".weight").replace(".b", ".bias"): value.shape

@@ -192,10 +192,25 @@ class GatedPool(_LearnedPool):
                          padding=padding)
 
 
-# The pooling layers by name (poolgrad train's --pool, poolgrad explain's --kind), and
-# train's downsampling choices: one of them or a learned strided convolution.
+# The pooling layers by name (poolgrad explain's --kind), and poolgrad train's 2x
+# downsampling choices: each pooling kind, built for ``ndim`` spatial dims with draws from
+# ``rng`` where it draws, or a learned strided convolution.
 POOLING = {"max": MaxPool, "avg": AvgPool, "lp": LpPool}
-POOLS = (*POOLING, "strided-conv")
+DOWNSAMPLING = {
+    "max": lambda ndim, rng: MaxPool(2),
+    "avg": lambda ndim, rng: AvgPool(2),
+    "lp": lambda ndim, rng: LpPool(2, 2),
+    "blur": lambda ndim, rng: BlurPool(2),
+    "max-blur": lambda ndim, rng: MaxBlurPool(2, 2),
+    "avg-blur": lambda ndim, rng: AvgBlurPool(2, 2),
+    "soft": lambda ndim, rng: SoftPool(2),
+    "stochastic": lambda ndim, rng: StochasticPool(2, rng=rng),
+    "fractional": lambda ndim, rng: FractionalMaxPool(2, output_ratio=0.5, rng=rng),
+    "gem": lambda ndim, rng: GeMPool(3.0, kernel_size=2),
+    "mixed": lambda ndim, rng: MixedPool(2),
+    "gated": lambda ndim, rng: GatedPool(2, ndim=ndim),
+}
+POOLS = (*DOWNSAMPLING, "strided-conv")
 
 
 def check_pool(name, choices=POOLS, what: str = "pool",

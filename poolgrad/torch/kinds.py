@@ -491,16 +491,18 @@ class GatedPool(nn.Module):
 class AttentionPool(nn.Module):
     """:func:`attention_pool` as a readout head in place of global average pooling:
     ``(N, channels, *spatial)`` to ``(N, queries * channels)``. The queries start at 0
-    (global average pooling), the key projection at ``N(0, 1 / channels)``."""
+    (global average pooling), the key projection at ``N(0, 1 / channels)`` (drawn from
+    ``generator`` if given)."""
 
-    def __init__(self, channels: int, heads: int = 1, queries: int = 1):
+    def __init__(self, channels: int, heads: int = 1, queries: int = 1, *, generator=None):
         super().__init__()
         if channels % heads:
             raise ValueError(f"AttentionPool: heads ({heads}) must divide channels "
                              f"({channels})")
         self.heads = heads
         self.queries = nn.Parameter(torch.zeros(queries, channels))
-        self.key_weight = nn.Parameter(torch.randn(channels, channels) / math.sqrt(channels))
+        self.key_weight = nn.Parameter(
+            torch.randn(channels, channels, generator=generator) / math.sqrt(channels))
 
     def forward(self, x):
         y = attention_pool(x, self.queries, self.key_weight, self.heads)
