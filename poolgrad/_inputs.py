@@ -129,11 +129,10 @@ def check_p(p) -> float:
 
 def generator(rng) -> np.random.Generator:
     """``rng`` (None, an int seed or a Generator) as a ``numpy.random.Generator``."""
-    if rng is not None and not isinstance(rng, (numbers.Integral, np.random.Generator)):
+    if isinstance(rng, (bool, np.bool_)) or (
+            rng is not None and not isinstance(rng, (numbers.Integral, np.random.Generator))):
         raise TypeError(f"rng must be None, an int seed or a numpy.random.Generator, got "
                         f"{type(rng).__name__}")
-    if isinstance(rng, (bool, np.bool_)):
-        raise TypeError("rng must be None, an int seed or a numpy.random.Generator, got bool")
     return np.random.default_rng(rng)
 
 

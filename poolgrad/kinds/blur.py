@@ -28,21 +28,21 @@ def _filter_sizes(filter_size, ndim):
     return sizes
 
 
-def blur_arguments(shape, kernel_size, stride, filter_size, padding, padding_mode):
+def blur_arguments(x, kernel_size, stride, filter_size, padding, padding_mode):
     """``(ndim, kernel, stride, filter sizes, padding pairs)`` of an anti-aliased pooling
-    of an array shaped ``shape``, checked; the padding is the blur's, around the
-    stride-1 map."""
+    of ``x`` (anything with ``shape`` and ``ndim``), checked; the padding is the blur's,
+    around the stride-1 map."""
     per_dim_args = {"kernel_size": kernel_size, "stride": stride, "filter_size": filter_size}
     if padding is not None and not isinstance(padding, str):
         per_dim_args["padding"] = padding
-    ndim = inputs.count_spatial_dims(_Shaped(shape), "x", **per_dim_args)
+    ndim = inputs.count_spatial_dims(x, "x", **per_dim_args)
     kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
     stride = geometry.per_dim(stride, ndim, "stride")
     sizes = _filter_sizes(filter_size, ndim)
     if padding_mode not in geometry.BLUR_PADDING_MODES:
         raise ValueError(f"padding_mode must be one of "
                          f"{', '.join(geometry.BLUR_PADDING_MODES)}, got {padding_mode!r}")
-    mapped = tuple(max(length - k + 1, 1) for length, k in zip(shape[-ndim:], kernel))
+    mapped = tuple(max(length - k + 1, 1) for length, k in zip(x.shape[-ndim:], kernel))
     if padding is None:  # Zhang's and kornia's: (f - 1) // 2 before, the rest after
         pads = tuple(((f - 1) // 2, f - 1 - (f - 1) // 2) for f in sizes)
     else:
@@ -50,18 +50,11 @@ def blur_arguments(shape, kernel_size, stride, filter_size, padding, padding_mod
     return ndim, kernel, stride, sizes, pads
 
 
-class _Shaped:
-    """The shape of an array, as the argument checks read it."""
-
-    def __init__(self, shape):
-        self.shape, self.ndim = tuple(shape), len(shape)
-
-
 def _blur(x, pre, kernel_size, stride, filter_size, padding, padding_mode, op,
           want_pullback):
     x = inputs.check_array(x, "x", floating=True)
-    ndim, kernel, stride, sizes, pads = blur_arguments(x.shape, kernel_size, stride,
-                                                       filter_size, padding, padding_mode)
+    ndim, kernel, stride, sizes, pads = blur_arguments(x, kernel_size, stride, filter_size,
+                                                       padding, padding_mode)
     layout = inputs.Layout(x.shape, ndim)
     plan = geometry.blur_plan(layout.spatial, pre, kernel, sizes, stride, pads, padding_mode)
 

@@ -116,11 +116,9 @@ def _check_fit(spatial, kernel, out):
                              f"least {o + k - 1} inputs along spatial dim {axis}, got {length}")
 
 
-def _samples(samples, generator, rng, lead, ndim, sequence, compute):
-    if samples is None:
-        return generator.random(lead + (ndim,)).astype(compute)
-    if rng is not None:
-        raise ValueError("fractional_max_pool takes samples or rng, not both")
+def check_samples(samples, lead, ndim, sequence) -> np.ndarray:
+    """``samples`` checked (shape ``lead + (ndim,)``, values in ``[0, 1)``, only for the
+    pseudo-random sequence), in float64 if given so, else float32."""
     if sequence != "pseudo_random":
         raise ValueError('samples place the "pseudo_random" sequence; the "random" one is '
                          'drawn from rng')
@@ -165,8 +163,14 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
                                              sequence)
     layout = inputs.Layout(x.shape, ndim)
     compute = inputs.COMPUTE_DTYPE[x.dtype]
-    generator = inputs.generator(rng) if samples is None else None
-    u = _samples(samples, generator, rng, layout.lead, ndim, sequence, compute)
+    generator = None
+    if samples is None:
+        generator = inputs.generator(rng)
+        u = generator.random(layout.lead + (ndim,)).astype(compute)
+    elif rng is not None:
+        raise ValueError("fractional_max_pool takes samples or rng, not both")
+    else:
+        u = check_samples(samples, layout.lead, ndim, sequence)
 
     planes = int(np.prod(layout.lead))
     starts, lengths, extent = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim),

@@ -47,6 +47,7 @@ from ..kinds import blur as numpy_blur
 from ..kinds import fractional as numpy_fractional
 from . import _ops as ops
 from ._autograd import _windows, call
+from .functional import _batched as _check_input
 from .functional import _max_result, _sliding
 
 __all__ = ["attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool",
@@ -57,16 +58,14 @@ __all__ = ["attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool"
 
 
 def _batched(x, name: str) -> int:
-    """The number of spatial dims of a batched float tensor ``x``."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() not in (3, 4, 5):
+    """The number of spatial dims of ``x``, checked as poolgrad.torch checks every input
+    (a float tensor on the CPU or CUDA, no empty dim), and batched: ``(N, C, *spatial)``."""
+    if isinstance(x, Tensor) and x.dim() not in (3, 4, 5):
         raise ValueError(f"{name}: x must be (N, C, *spatial) with 1-3 spatial dims, got "
                          f"shape {tuple(x.shape)}")
-    if x.dtype not in ops.FLOAT_DTYPES:
-        raise TypeError(f"{name}: x must be float16, bfloat16, float32 or float64, got "
-                        f"{x.dtype}")
-    return x.dim() - 2
+    ndim = x.dim() - 2 if isinstance(x, Tensor) else 1
+    _check_input(x, ndim, name)
+    return ndim
 
 
 def _window(x, kernel_size, stride, padding) -> list[int]:
@@ -101,10 +100,6 @@ def _source(length: int, before: int, after: int, mode: str, device) -> Tensor:
 
 
 def _blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
-    if mode == "reflect" and any(max(lo, hi) >= length
-                                 for (lo, hi), length in zip(pads, x.shape[2:])):
-        raise ValueError(f"reflect padding {pads} must be shorter than the length in every "
-                         f"dim (the map is {tuple(x.shape[2:])})")
     for axis, ((lo, hi), length) in enumerate(zip(pads, x.shape[2:])):
         dim = 2 + axis
         source = _source(length, lo, hi, mode, x.device)
@@ -126,9 +121,11 @@ def _blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
 
 
 def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode, name):
-    ndim = _batched(x, name)
+    _batched(x, name)
     ndim, kernel, stride, sizes, pads = numpy_blur.blur_arguments(
-        tuple(x.shape), kernel_size, stride, filter_size, padding, padding_mode)
+        x, kernel_size, stride, filter_size, padding, padding_mode)
+    # the NumPy operator's plan, for its checks (sizes, reflect padding shorter than the map)
+    geometry.blur_plan(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
     if pre != "none":
         window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
         if pre == "max":
@@ -208,7 +205,7 @@ def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
     the drawn tap, whose gradient is max pooling's routing."""
     _batched(x, "stochastic_pool")
     window = _window(x, kernel_size, stride, padding)
-    if bool(torch.any(x.detach() < 0)) or bool(torch.any(torch.isnan(x.detach()))):
+    if not bool(x.detach().min() >= 0):  # NaN, the min's too, fails as a negative does
         raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
                          "be >= 0 (as after a ReLU) and not NaN")
     if not training:
@@ -249,16 +246,17 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
                                                               output_ratio, sequence)
     n, c = x.shape[:2]
     source = _generator(generator, "cpu")
-    if samples is None:
+    drawn = samples is None
+    if drawn:
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
         samples = torch.rand((n, c, ndim), generator=source, dtype=dtype)
     elif generator is not None:
         raise ValueError("fractional_max_pool takes samples or generator, not both")
-    if sequence == "random":  # its orders come from the generator alone
+    if drawn and sequence == "random":  # its orders come from the generator alone
         u = np.zeros((n, c, ndim))
     else:
-        u = numpy_fractional._samples(samples.detach().cpu().numpy(), None, None, (n, c),
-                                      ndim, sequence, np.float32)
+        u = numpy_fractional.check_samples(samples.detach().cpu().numpy(), (n, c), ndim,
+                                           sequence)
     starts, lengths, extent = numpy_fractional.region_tables(
         tuple(x.shape[2:]), kernel, out, u.reshape(n * c, ndim), sequence,
         _TorchDraws(source))
