@@ -124,8 +124,10 @@ def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode, 
     _batched(x, name)
     ndim, kernel, stride, sizes, pads = numpy_blur.blur_arguments(
         x, kernel_size, stride, filter_size, padding, padding_mode)
-    # the NumPy operator's plan, for its checks (sizes, reflect padding shorter than the map)
-    geometry.blur_plan(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
+    # the NumPy operator's plan, for its checks (sizes, reflect padding shorter than the
+    # map); Dynamo traces the uncached function (as functional._sliding's)
+    plan = geometry.blur_plan.__wrapped__ if torch.compiler.is_compiling() else geometry.blur_plan
+    plan(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
     if pre != "none":
         window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
         if pre == "max":
