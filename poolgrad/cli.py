@@ -6,6 +6,8 @@
 :mod:`poolgrad.bench_torch`).
 ``poolgrad train``: train a small CNN on a local dataset (see :mod:`poolgrad.train`).
 ``poolgrad explain``: draw where each example's gradient goes (see :mod:`poolgrad.explain`).
+``poolgrad study shift``: does pooling make a network shift-invariant? (see
+:mod:`poolgrad.study`).
 """
 
 from __future__ import annotations
@@ -155,7 +157,45 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dy", default="random",
                    help="upstream gradient: random (default, integers 1-9) or ones")
     e.add_argument("--no-color", action="store_true", help="plain terminal output")
+    s = commands.add_parser("study", help="answer a question about pooling with trained "
+                                          "networks")
+    studies = s.add_subparsers(dest="study", metavar="STUDY", required=True,
+                               title="studies")
+    shift = studies.add_parser(
+        "shift", help="does pooling make a network shift-invariant? (about 15 minutes)",
+        description="Train every downsampling with every head on MNIST-1D and on digits on "
+                    "a 16x16 canvas (with and without translation in training), several "
+                    "seeds each, and measure how the predictions move under shifts. A study "
+                    "stopped halfway goes on where it stopped when run again.")
+    shift.add_argument("--out", default=os.path.join("runs", "shift-study"),
+                       help="output folder (default runs/shift-study); finished runs in it "
+                            "are kept and never redone")
+    shift.add_argument("--quick", action="store_true",
+                       help="check the pipeline on a sliver of the data in seconds; its "
+                            "numbers mean nothing")
+    shift.add_argument("--seeds", type=_positive, default=None, help="seeds per cell "
+                                                                     "(default 3)")
+    shift.add_argument("--epochs", type=_positive, default=None,
+                       help="epochs per run (default: 15 for mnist1d, 20 for the digits)")
+    shift.add_argument("--datasets", type=_names, default=None,
+                       help="comma-separated, from mnist1d, digits16, digits16-translated "
+                            "(default: all)")
+    shift.add_argument("--pools", type=_names, default=None,
+                       help="comma-separated downsamplings (default: max, avg, lp, "
+                            "strided-conv, blur, max-blur, gem, soft, stochastic, fractional)")
+    shift.add_argument("--heads", type=_names, default=None,
+                       help="comma-separated, from flatten, gap, attention (default: all)")
+    shift.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                       help="auto (default): the GPU when torch sees one")
+    shift.add_argument("--workers", type=_positive, default=None,
+                       help="processes training side by side (default: one per core on the "
+                            "CPU, one on the GPU)")
+    shift.add_argument("--quiet", action="store_true", help="no line per finished run")
     return parser
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def _positive_float(text: str) -> float:
@@ -205,6 +245,22 @@ def train(args) -> None:
     print(f"plot: {metrics['plot']}")
     print(f"checkpoint: {metrics['checkpoint']}")
     print(f"metrics: {os.path.join(out, trainer.METRICS)}")
+
+
+def study(args) -> None:
+    from . import study as studies
+    plan = studies.make_plan(quick=args.quick, datasets=args.datasets, pools=args.pools,
+                             heads=args.heads, seeds=args.seeds, epochs=args.epochs)
+    progress = None if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+    paths = studies.shift_study(args.out, plan, device=args.device, workers=args.workers,
+                                progress=progress)
+    with open(paths["findings"]) as stream:
+        verdicts = [line for line in stream if line.startswith(("## ", "**Verdict"))]
+    print("".join(verdicts), end="")
+    if args.quick:
+        print("(--quick: a check of the pipeline; its numbers mean nothing)")
+    for name, path in paths.items():
+        print(f"{name}: {path}")
 
 
 def bench(args) -> None:
@@ -282,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             train(args)
         elif args.command == "explain":
             explain(args)
+        elif args.command == "study":
+            study(args)
     except ChildProcessError as error:  # a rank of a data-parallel run failed
         print(f"poolgrad {args.command}: error: {error}", file=sys.stderr)
         return 1

@@ -426,13 +426,10 @@ def _settings_text(routing):
 
 
 def invariance(x, kernel: int = 2, shifts=None) -> list[dict]:
-    """How often pooled outputs stay the same when the input shifts right by ``s``.
-
-    Each map is placed on a zero canvas, shifted by ``s`` columns, and max- and
-    average-pooled with a ``kernel`` x ``kernel`` window and stride; an output counts as
-    unchanged when it equals the unshifted map's output at the same position. Outputs
-    whose windows are blank (all zero) in both are left out: they never change.
-    """
+    """How often max- and average-pooled outputs stay the same when the input shifts
+    right by ``s``: :func:`unchanged_outputs` of the maps ``x`` ((N, H, W), or (N, W)
+    sequences) with ``kernel`` x ``kernel`` windows and stride (``kernel`` long for
+    sequences), for the shifts 0 to ``2 * kernel`` unless ``shifts`` are given."""
     x = np.asarray(x, dtype=np.float64)
     if x.ndim == 2:
         x = x[:, None, :]
@@ -440,23 +437,42 @@ def invariance(x, kernel: int = 2, shifts=None) -> list[dict]:
     n, h, w = x.shape
     if kernel < 1 or kernel > w or (h > 1 and kernel > h):
         raise ExplainError(f"kernel {kernel} is larger than the {h}x{w} input")
-    width = w + max(shifts) + kernel
-    width += (-width) % kernel
-    rows = []
-    base = None
+    window = (1, kernel) if h == 1 else (kernel, kernel)
+    pools = {"max": lambda canvas: ops.max_pool(canvas, window),
+             "avg": lambda canvas: ops.avg_pool(canvas, window)}
+    return unchanged_outputs(x[:, None], pools, window, shifts)
+
+
+def unchanged_outputs(maps, pools: dict, window: tuple[int, ...], shifts) -> list[dict]:
+    """For each shift ``s``, the fraction of each pooling's outputs that stay the same
+    when the maps move ``s`` positions along their last axis: ``{"shift": s, name:
+    fraction, ...}`` per shift.
+
+    ``maps`` is (N, C, *spatial). Each is placed on a zero canvas (wide enough for the
+    largest shift and a multiple of the last window dim), shifted by ``s``, and given to
+    ``pools`` (name -> a function of the float64 canvas, returning its pooled array); an
+    output counts as unchanged when it equals the unshifted canvas's output at the same
+    position. Outputs whose windows (``window``, one size per spatial dim, at that
+    stride) are blank (all zero) in both canvases are left out: they never change.
+    """
+    maps = np.asarray(maps, dtype=np.float64)
+    length = maps.shape[-1]
+    width = length + max(shifts) + window[-1]
+    width += (-width) % window[-1]
+    rows, base = [], None
     for s in shifts:
-        canvas = np.zeros((n, 1, h, width))
-        canvas[:, 0, :, s:s + w] = x
-        pooled = {kind: op(canvas, (1, kernel) if h == 1 else kernel)
-                  for kind, op in (("max", ops.max_pool), ("avg", ops.avg_pool))}
-        blank = ops.max_pool(np.abs(canvas), (1, kernel) if h == 1 else kernel) == 0
+        canvas = np.zeros(maps.shape[:-1] + (width,))
+        canvas[..., s:s + length] = maps
+        pooled = {name: np.asarray(pool(canvas), dtype=np.float64)
+                  for name, pool in pools.items()}
+        blank = ops.max_pool(np.abs(canvas), window) == 0
         if base is None:
             base, base_blank = pooled, blank
         counted = ~(blank & base_blank)
         row = {"shift": s}
-        for kind in ("max", "avg"):
-            same = np.isclose(pooled[kind], base[kind], rtol=1e-9, atol=1e-12) & counted
-            row[kind] = float(same.sum() / counted.sum())
+        for name in pools:
+            same = np.isclose(pooled[name], base[name], rtol=1e-9, atol=1e-12) & counted
+            row[name] = float(same.sum() / counted.sum())
         rows.append(row)
     return rows
 

@@ -86,7 +86,9 @@ def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *,
         "avg-blur": lambda stage: [pooling.AvgBlurPool(2, 2)],
         "soft": lambda stage: [pooling.SoftPool(2)],
         "stochastic": lambda stage: [pooling.StochasticPool(2, seed=seed + stage)],
-        "fractional": lambda stage: [pooling.FractionalMaxPool(2, output_ratio=0.5,
+        # 3-wide windows, as PyTorch's example: 2-wide ones at a ratio of 1/2 fall
+        # exactly where 2x2 max pooling's do (alpha = 2 leaves nothing to chance)
+        "fractional": lambda stage: [pooling.FractionalMaxPool(3, output_ratio=0.5,
                                                                seed=seed + stage)],
         "gem": lambda stage: [pooling.GeMPool(3.0, kernel_size=2)],
         "mixed": lambda stage: [pooling.MixedPool(2)],

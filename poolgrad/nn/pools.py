@@ -205,7 +205,8 @@ DOWNSAMPLING = {
     "avg-blur": lambda ndim, rng: AvgBlurPool(2, 2),
     "soft": lambda ndim, rng: SoftPool(2),
     "stochastic": lambda ndim, rng: StochasticPool(2, rng=rng),
-    "fractional": lambda ndim, rng: FractionalMaxPool(2, output_ratio=0.5, rng=rng),
+    # 3-wide windows: 2-wide ones at a ratio of 1/2 fall exactly where MaxPool(2)'s do
+    "fractional": lambda ndim, rng: FractionalMaxPool(3, output_ratio=0.5, rng=rng),
     "gem": lambda ndim, rng: GeMPool(3.0, kernel_size=2),
     "mixed": lambda ndim, rng: MixedPool(2),
     "gated": lambda ndim, rng: GatedPool(2, ndim=ndim),

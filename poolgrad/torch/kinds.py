@@ -443,6 +443,12 @@ class FractionalMaxPool(_Kind):
                          output_ratio=output_ratio, sequence=sequence)
         self._generator = None if seed is None else torch.Generator().manual_seed(seed)
 
+    def manual_seed(self, seed: int) -> "FractionalMaxPool":
+        """Draw the windows from ``seed`` again, as from a fresh module: passes that must
+        see the same windows (an input and its shifted copy) reseed before each."""
+        self._generator = torch.Generator().manual_seed(seed)
+        return self
+
     def forward(self, x):
         return fractional_max_pool(x, **self.options, generator=self._generator)
 

@@ -1,0 +1,57 @@
+"""Studies that answer a question with trained networks: ``poolgrad study``.
+
+``poolgrad study shift`` asks whether pooling makes a network shift-invariant. It
+trains the CNN of ``poolgrad train --engine torch`` with every downsampling and head on
+MNIST-1D and on digits placed on a larger canvas, several seeds each
+(:mod:`~poolgrad.study.runner`), measures how its predictions move under shifts
+(:mod:`~poolgrad.study.shifts`), and writes the runs, a table, plots and the findings
+(:mod:`~poolgrad.study.report`, :mod:`~poolgrad.study.findings`). The method and a full
+run's results are in docs/shift_study.md.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from .._files import check_output_folder
+from .runner import DATASETS, HEADS, POOLS, Plan, StudyError, make_plan
+
+__all__ = ["DATASETS", "HEADS", "POOLS", "Plan", "StudyError", "make_plan", "shift_study"]
+
+
+def resolve_device(device: str) -> str:
+    """``"cpu"`` or ``"cuda"``; ``"auto"``: the GPU when torch sees one."""
+    from ..train_torch import require_torch
+    torch = require_torch()
+    if device not in ("auto", "cpu", "cuda"):
+        raise StudyError(f"unknown device {device!r}: choose auto, cpu or cuda")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise StudyError("--device cuda: torch sees no CUDA GPU here; use --device cpu")
+    return device
+
+
+def shift_study(out: str, plan: Plan | None = None, *, device: str = "auto",
+                workers: int | None = None, progress=None) -> dict:
+    """Run (or go on with) the shift study into ``out`` and write its report; returns
+    the paths of what it wrote. ``workers``: processes training runs side by side
+    (default: one per core on the CPU, one on the GPU)."""
+    from . import report, runner
+    plan = plan or make_plan()
+    check_output_folder(out, StudyError)  # before the work, not after it
+    report.check_plotting(StudyError)
+    device = resolve_device(device)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if device == "cpu" else 1
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise StudyError(f"workers must be an integer >= 1, got {workers!r}")
+    records = runner.run_all(out, plan, device=device, workers=workers, progress=progress)
+    about = {"plan": {k: list(v) if isinstance(v, tuple) else v
+                      for k, v in plan.__dict__.items()},
+             "settings": {d: plan.settings(d) for d in plan.datasets},
+             "device": device, "workers": workers,
+             "machine": {"cpu": platform.processor() or platform.machine(),
+                         "cores": os.cpu_count()}}
+    return report.write(out, records, about)
