@@ -14,7 +14,9 @@ import numpy as np
 UNTRANSLATED, TRANSLATED = "digits16", "digits16-translated"
 
 
-class _Cells:
+class Cells:
+    """A study's cells by (dataset, pool, head), and figures pooled over a choice of them."""
+
     def __init__(self, summary: list[dict]):
         self.index = {(c["dataset"], c["pool"], c["head"]): c for c in summary}
         self.datasets = list(dict.fromkeys(c["dataset"] for c in summary))
@@ -57,7 +59,7 @@ def _change(new, old) -> str:
     return f"{delta:+.1f} points ({where})"
 
 
-def _local(cells: _Cells) -> list[str]:
+def _local(cells: Cells) -> list[str]:
     lines = ["## 1. \"A shift smaller than the window leaves max pooling's output "
              "unchanged\"", ""]
     if "max" not in cells.pools:
@@ -82,7 +84,7 @@ def _local(cells: _Cells) -> list[str]:
     return lines + ["", f"**Verdict.** {verdict}.", ""]
 
 
-def _learned(cells: _Cells) -> list[str]:
+def _learned(cells: Cells) -> list[str]:
     lines = ["## 2. \"Across windows, invariance is not achieved by pooling alone: the "
              "network must learn it\"", ""]
     if not {UNTRANSLATED, TRANSLATED} <= set(cells.datasets):
@@ -119,7 +121,7 @@ def _learned(cells: _Cells) -> list[str]:
     return lines + ["", f"**Verdict.** {verdict}.", ""]
 
 
-def _antialiasing(cells: _Cells) -> list[str]:
+def _antialiasing(cells: Cells) -> list[str]:
     lines = ["## 3. Does anti-aliasing (a blur before subsampling) help?", ""]
     pairs = [(new, old) for new, old in (("blur", "avg"), ("max-blur", "max"))
              if new in cells.pools and old in cells.pools]
@@ -149,7 +151,7 @@ def _antialiasing(cells: _Cells) -> list[str]:
     return lines + ["", f"**Verdict.** {verdict}.", ""]
 
 
-def _modern(cells: _Cells) -> list[str]:
+def _modern(cells: Cells) -> list[str]:
     lines = ["## 4. Strided convolution and an attention readout", ""]
     if "strided-conv" in cells.pools and "max" in cells.pools:
         for dataset in cells.datasets:
@@ -180,7 +182,7 @@ def _modern(cells: _Cells) -> list[str]:
 
 
 def findings(summary: list[dict]) -> str:
-    cells = _Cells(summary)
+    cells = Cells(summary)
     seeds = sorted({c["seeds"] for c in summary})
     head = ["# What the study's numbers say about pooling and shifts", "",
             f"Cells: {len(summary)} (dataset x downsampling x head), {seeds[0]}"

@@ -68,9 +68,43 @@ def _percent(figure: dict) -> str:
     return f"{100 * figure['mean']:.1f} ± {100 * figure['spread']:.1f}"
 
 
+def main_table(summary: list[dict], head: str = "flatten") -> str:
+    """Markdown: per downsampling with ``head``, each dataset's accuracy and
+    consistency and the 1-px flips, in % as mean ± spread."""
+    datasets = list(dict.fromkeys(c["dataset"] for c in summary))
+    index = {(c["dataset"], c["pool"], c["head"]): c for c in summary}
+    columns = [(d, m) for d in datasets for m in ("test_accuracy", "consistency", "flip_1px")]
+    lines = ["| downsampling | " + " | ".join(f"{d}: {METRICS[m]}" for d, m in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    for pool in dict.fromkeys(c["pool"] for c in summary):
+        if all((d, pool, head) in index for d in datasets):
+            lines.append(f"| {pool} | " + " | ".join(
+                _percent(index[d, pool, head][m]) for d, m in columns) + " |")
+    return "\n".join(lines)
+
+
+def heads_table(summary: list[dict]) -> str:
+    """Markdown: per head, each dataset's accuracy and consistency pooled over every
+    downsampling (the mean of the cells' means ± the root mean square of their
+    spreads)."""
+    from .findings import Cells
+    cells = Cells(summary)
+    columns = [(d, m) for d in cells.datasets for m in ("test_accuracy", "consistency")]
+    lines = ["| head | " + " | ".join(f"{d}: {METRICS[m]}" for d, m in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    for head in cells.heads:
+        figures = [cells.figure(m, [d], heads=[head]) for d, m in columns]
+        lines.append(f"| {head} | " + " | ".join(
+            _percent({"mean": f[0], "spread": f[1]}) for f in figures) + " |")
+    return "\n".join(lines)
+
+
 def table(summary: list[dict]) -> str:
-    """The cells as Markdown: a table per dataset, every figure in % as mean ± spread."""
-    lines = []
+    """The cells as Markdown: the main table (the flatten head), the heads pooled over
+    the downsamplings, then a table per dataset; every figure in % as mean ± spread."""
+    lines = ["## Every downsampling, flatten head", "", main_table(summary), "",
+             "## Every head, pooled over the downsamplings", "", heads_table(summary), "",
+             "## Every cell", ""]
     for dataset in dict.fromkeys(c["dataset"] for c in summary):
         rows = [c for c in summary if c["dataset"] == dataset]
         lines += [f"### {dataset} ({rows[0]['seeds']} seeds; shifts {rows[0]['mode']}; "
