@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import asdict
 
 from .._files import check_output_folder
 from .runner import DATASETS, HEADS, POOLS, Plan, StudyError, make_plan
@@ -44,13 +45,12 @@ def shift_study(out: str, plan: Plan | None = None, *, device: str = "auto",
     report.check_plotting(StudyError)
     device = resolve_device(device)
     if workers is None:
-        workers = (os.cpu_count() or 1) if device == "cpu" else 1
+        from ..train_torch import _cores
+        workers = _cores() if device == "cpu" else 1
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise StudyError(f"workers must be an integer >= 1, got {workers!r}")
     records = runner.run_all(out, plan, device=device, workers=workers, progress=progress)
-    about = {"plan": {k: list(v) if isinstance(v, tuple) else v
-                      for k, v in plan.__dict__.items()},
-             "settings": {d: plan.settings(d) for d in plan.datasets},
+    about = {"plan": asdict(plan), "settings": {d: plan.settings(d) for d in plan.datasets},
              "device": device, "workers": workers,
              "machine": {"cpu": platform.processor() or platform.machine(),
                          "cores": os.cpu_count()}}

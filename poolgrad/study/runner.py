@@ -128,9 +128,10 @@ def finished(out: str, plan: Plan) -> dict:
         except (OSError, ValueError, KeyError, TypeError):
             raise StudyError(f"{path} is not a finished run of poolgrad study shift; move it "
                              "away or give another --out") from None
-        if settings != plan.settings(run["dataset"]):
-            changed = sorted(k for k in set(settings) | set(plan.settings(run["dataset"]))
-                             if settings.get(k) != plan.settings(run["dataset"]).get(k))
+        expected = plan.settings(run["dataset"])
+        if settings != expected:
+            changed = sorted(k for k in set(settings) | set(expected)
+                             if settings.get(k) != expected.get(k))
             raise StudyError(f"{out} holds runs made with other settings ({', '.join(changed)} "
                              "differ): give another --out, or the same settings to go on")
         done[path] = record
@@ -213,13 +214,13 @@ def run_one(run: dict, plan: Plan, device: str = "cpu") -> dict:
     for _ in range(settings["epochs"]):
         order, total = torch.randperm(len(y_train), generator=draws), 0.0
         for start in range(0, len(order), BATCH):
-            chosen = order[start:start + BATCH]
-            inputs = x_train[chosen.to(device)]
+            chosen = order[start:start + BATCH].to(device)
+            inputs, labels = x_train[chosen], y_train[chosen]
             if data.translate:
                 offsets = torch.randint(-data.reach, data.reach + 1,
                                         (len(chosen), inputs.dim() - 2), generator=draws)
                 inputs = shifts.shift(inputs, offsets.to(device), "zero")
-            loss = torch.nn.functional.cross_entropy(model(inputs), y_train[chosen.to(device)])
+            loss = torch.nn.functional.cross_entropy(model(inputs), labels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -262,9 +263,9 @@ def run_all(out: str, plan: Plan, *, device: str = "cpu", workers: int = 1,
     todo = [run for run in plan.runs() if run_path(out, run) not in done]
     report = progress or (lambda text: None)
     report(f"{len(done)} of {len(plan.runs())} runs already in {out}; {len(todo)} to go")
-    cores = os.cpu_count() or 1
+    from ..train_torch import _cores, _threads
+    cores = _cores()
     if workers == 1 or len(todo) <= 1:
-        from ..train_torch import _threads
         with _threads(cores if device == "cpu" else 1):
             for k, run in enumerate(todo):
                 _announce(report, k, len(todo), _record(out, run, plan, device))

@@ -22,6 +22,8 @@ an input and its shifted copy meet the same windows and only the shift differs.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -61,17 +63,26 @@ def _reseed(model, seed: int = 0) -> None:
             layer.manual_seed(seed)
 
 
+@contextlib.contextmanager
+def _evaluating(model):
+    """``model`` in evaluation mode without gradients; its mode is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def predict(model, x: torch.Tensor, batch: int = 500) -> torch.Tensor:
     """The top-1 class of each example, in evaluation mode (the model's mode is
     restored); the same fractional windows for every call."""
-    was_training = model.training
-    model.eval()
     labels = []
-    with torch.no_grad():
+    with _evaluating(model):
         for start in range(0, len(x), batch):
             _reseed(model)
             labels.append(model(x[start:start + batch]).argmax(dim=1))
-    model.train(was_training)
     return torch.cat(labels)
 
 
@@ -147,19 +158,16 @@ def layer_invariance(model, x: torch.Tensor, shifts, window: int = 2) -> dict:
     of ``shifts``, by :func:`poolgrad.explain.unchanged_outputs` with ``window``-sized
     windows."""
     before, block = first_downsampling(model)
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
+    parameter = next(model.parameters())
+
+    def pooled(canvas):
+        _reseed(block)
+        inputs = torch.from_numpy(canvas).to(parameter.device, parameter.dtype)
+        return block(inputs).double().cpu().numpy()
+
+    with _evaluating(model):
         maps = before(x).double().cpu().numpy()
-        parameter = next(model.parameters())
-
-        def pooled(canvas):
-            _reseed(block)
-            inputs = torch.from_numpy(canvas).to(parameter.device, parameter.dtype)
-            return block(inputs).double().cpu().numpy()
-
         rows = explain.unchanged_outputs(maps, {"block": pooled},
                                          (window,) * (x.dim() - 2), list(shifts))
-    model.train(was_training)
     return {"shift": [row["shift"] for row in rows],
             "unchanged": [row["block"] for row in rows]}
