@@ -127,6 +127,17 @@ def check_p(p) -> float:
     return value
 
 
+def check_divisor_override(value, where: str = "") -> int | None:
+    """``divisor_override``: None, or an int >= 1 (average pooling's fixed divisor).
+    ``where`` prefixes the error (a function's name)."""
+    if value is None:
+        return None
+    if not geometry.is_int(value) or value < 1:
+        raise ValueError(f"{where}divisor_override must be None or an int >= 1, got "
+                         f"{value!r}")
+    return int(value)
+
+
 def generator(rng) -> np.random.Generator:
     """``rng`` (None, an int seed or a Generator) as a ``numpy.random.Generator``."""
     if isinstance(rng, (bool, np.bool_)) or (
@@ -165,6 +176,6 @@ def adaptive_plan(x, output_size, ndim):
 def global_dims(x, spatial_dims) -> int:
     if spatial_dims is None:
         return count_spatial_dims(x, "x")
-    if not geometry._is_int(spatial_dims) or spatial_dims not in (1, 2, 3):
+    if not geometry.is_int(spatial_dims) or spatial_dims not in (1, 2, 3):
         raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims!r}")
     return count_spatial_dims(x, "x", spatial_dims=(0,) * spatial_dims)

@@ -30,13 +30,14 @@ def ceildiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
+    """An int or a NumPy integer, not a bool."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def flag(value, name: str) -> bool:
     """A boolean option: True/False (NumPy's too) or 0/1; never a truthy string."""
-    if isinstance(value, (bool, np.bool_)) or (_is_int(value) and value in (0, 1)):
+    if isinstance(value, (bool, np.bool_)) or (is_int(value) and value in (0, 1)):
         return bool(value)
     raise TypeError(f"{name} must be True or False, got {value!r}")
 
@@ -49,10 +50,10 @@ def _listed(value):
 def per_dim(value, ndim: int, name: str, minimum: int = 1) -> tuple[int, ...]:
     """An int or a sequence of ``ndim`` ints, each at least ``minimum``, as a tuple."""
     value = _listed(value)
-    if _is_int(value):
+    if is_int(value):
         values = (int(value),) * ndim
     elif isinstance(value, Sequence) and not isinstance(value, str):
-        if not all(_is_int(v) for v in value):
+        if not all(is_int(v) for v in value):
             raise TypeError(f"{name} must be an int or a sequence of ints, got {value!r}")
         values = tuple(int(v) for v in value)
         if len(values) != ndim:
@@ -104,7 +105,7 @@ def resolve_padding(
         raise ValueError(
             f'padding must be "valid", "same", an int or per-dim values, got {padding!r}'
         )
-    if _is_int(padding):
+    if is_int(padding):
         pairs = ((int(padding), int(padding)),) * ndim
     elif isinstance(padding, Sequence):
         if len(padding) != ndim:
@@ -115,13 +116,13 @@ def resolve_padding(
             )
         pairs = []
         for entry in padding:
-            if _is_int(entry):
+            if is_int(entry):
                 pairs.append((int(entry), int(entry)))
             elif (
                 isinstance(entry, Sequence)
                 and not isinstance(entry, str)
                 and len(entry) == 2
-                and all(_is_int(v) for v in entry)
+                and all(is_int(v) for v in entry)
             ):
                 pairs.append((int(entry[0]), int(entry[1])))
             else:
@@ -448,7 +449,7 @@ def unpool_output_spatial(
     else:
         output_size = _listed(output_size)
         if (isinstance(output_size, str) or not isinstance(output_size, Sequence)
-                or not all(_is_int(v) for v in output_size)):
+                or not all(is_int(v) for v in output_size)):
             raise TypeError(f"output_size must be a sequence of ints, got {output_size!r}")
         sizes = tuple(int(v) for v in output_size)
         if len(sizes) > len(default):

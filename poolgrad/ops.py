@@ -21,6 +21,7 @@ import numpy as np
 
 from . import _inputs as inputs
 from . import geometry
+from .autodiff import register, vjp
 from .engines import Pullback, avg_engine, lp_engine, max_engine
 from .kernels import dispatch
 
@@ -49,8 +50,8 @@ def _max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fals
     ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
                                      padding=padding, dilation=dilation)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
-    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
-                       "max_pool")
+    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices=return_indices, ties=ties,
+                      want_pullback=want_pullback, op="max_pool")
 
 
 def max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -106,14 +107,11 @@ def _avg_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fals
     ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
                                      padding=padding, dilation=dilation)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
-    if divisor_override is not None:
-        if not geometry._is_int(divisor_override) or divisor_override < 1:
-            raise ValueError(f"divisor_override must be None or an int >= 1, got "
-                             f"{divisor_override!r}")
-        divisor_override = int(divisor_override)
+    divisor_override = inputs.check_divisor_override(divisor_override)
     mode = "padded" if geometry.flag(count_include_pad, "count_include_pad") else "real"
-    return avg_engine(x, inputs.Layout(x.shape, ndim), plan, mode, divisor_override, want_pullback,
-                       "avg_pool")
+    return avg_engine(x, inputs.Layout(x.shape, ndim), plan, divisor_mode=mode,
+                      divisor_override=divisor_override, want_pullback=want_pullback,
+                      op="avg_pool")
 
 
 def avg_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -152,7 +150,8 @@ def _lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fa
     ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
                                      padding=padding, dilation=dilation)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
-    return lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback, "lp_pool")
+    return lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback=want_pullback,
+                     op="lp_pool")
 
 
 def lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
@@ -184,8 +183,8 @@ def _global_max_pool(x, ties="first", *, spatial_dims=None, want_pullback=False)
     x = inputs.check_array(x, "x", floating=False)
     ndim = inputs.global_dims(x, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-    return max_engine(x, inputs.Layout(x.shape, ndim), plan, False, ties, want_pullback,
-                       "global_max_pool")
+    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices=False, ties=ties,
+                      want_pullback=want_pullback, op="global_max_pool")
 
 
 def global_max_pool(x, ties="first", *, spatial_dims=None):
@@ -202,8 +201,9 @@ def _global_avg_pool(x, *, spatial_dims=None, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
     ndim = inputs.global_dims(x, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-    return avg_engine(x, inputs.Layout(x.shape, ndim), plan, "real", None, want_pullback,
-                       "global_avg_pool", kind="global_avg")
+    return avg_engine(x, inputs.Layout(x.shape, ndim), plan, divisor_mode="real",
+                      divisor_override=None, want_pullback=want_pullback,
+                      op="global_avg_pool", kind="global_avg")
 
 
 def global_avg_pool(x, *, spatial_dims=None):
@@ -219,7 +219,8 @@ def _global_lp_pool(x, p, *, spatial_dims=None, want_pullback=False):
     p = inputs.check_p(p)
     ndim = inputs.global_dims(x, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
-    return lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback, "global_lp_pool")
+    return lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback=want_pullback,
+                     op="global_lp_pool")
 
 
 def global_lp_pool(x, p, *, spatial_dims=None):
@@ -235,8 +236,8 @@ def _adaptive_max_pool(x, output_size, return_indices=False, ties="first", *,
     x = inputs.check_array(x, "x", floating=False)
     ndim = inputs.count_spatial_dims(x, "x", output_size=output_size)
     plan = inputs.adaptive_plan(x, output_size, ndim)
-    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices, ties, want_pullback,
-                       "adaptive_max_pool")
+    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices=return_indices, ties=ties,
+                      want_pullback=want_pullback, op="adaptive_max_pool")
 
 
 def adaptive_max_pool(x, output_size, return_indices=False, ties="first"):
@@ -258,8 +259,9 @@ def _adaptive_avg_pool(x, output_size, *, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
     ndim = inputs.count_spatial_dims(x, "x", output_size=output_size)
     plan = inputs.adaptive_plan(x, output_size, ndim)
-    return avg_engine(x, inputs.Layout(x.shape, ndim), plan, "real", None, want_pullback,
-                       "adaptive_avg_pool")
+    return avg_engine(x, inputs.Layout(x.shape, ndim), plan, divisor_mode="real",
+                      divisor_override=None, want_pullback=want_pullback,
+                      op="adaptive_avg_pool")
 
 
 def adaptive_avg_pool(x, output_size):
@@ -340,7 +342,7 @@ def max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=None
     return _max_unpool(y, indices, kernel_size, stride, padding, output_size)[0]
 
 
-_VJP_RULES = {
+register({
     max_pool: _max_pool,
     avg_pool: _avg_pool,
     lp_pool: _lp_pool,
@@ -350,31 +352,4 @@ _VJP_RULES = {
     adaptive_max_pool: _adaptive_max_pool,
     adaptive_avg_pool: _adaptive_avg_pool,
     max_unpool: _max_unpool,
-}
-
-
-def vjp(op, x, *args, **kwargs):
-    """Run ``op(x, *args, **kwargs)`` and return ``(y, pullback)``.
-
-    ``pullback(dy)`` is the exact vector-Jacobian product: it returns ``dx`` with x's
-    shape and dtype, for ``dy`` with the output's shape, and may be called more than
-    once. With ``return_indices=True``, ``y`` is ``(values, indices)`` and ``dy`` is the
-    gradient of the values. For :func:`max_unpool`, ``x`` is the pooled values ``y``.
-    ``op`` may also be one of the kinds of :mod:`poolgrad.kinds`; for one with
-    learnable parameters (``gem_pool``'s ``p``, ``mixed_pool``'s ``alpha``), the
-    pullback returns ``(dx, dparam, ...)``.
-
-    Example:
-        >>> y, pullback = vjp(max_pool, np.array([[[[1.0, 3.0], [2.0, 0.5]]]]), 2)
-        >>> pullback(np.full_like(y, 2.5))
-        array([[[[0. , 2.5],
-                 [0. , 0. ]]]])
-    """
-    from . import kinds  # the other pooling kinds build on this module
-
-    rules = {**_VJP_RULES, **kinds.VJP_RULES}
-    rule = rules.get(op) if callable(op) else None
-    if rule is None:
-        names = ", ".join(f.__name__ for f in rules)
-        raise TypeError(f"vjp needs one of poolgrad's operators ({names}), got {op!r}")
-    return rule(x, *args, want_pullback=True, **kwargs)
+})

@@ -324,8 +324,8 @@ def test_inference_forward_gives_the_values_of_the_recorded_forward(case, dtype)
 
 
 def test_dispatch_lists_its_rules_and_refuses_what_it_has_no_kernel_for():
-    """Every rule list ends in its general kernel; an unknown op, pass or backend is a
-    ValueError that names what exists."""
+    """Every rule list ends in its general kernel; an unknown op or pass is a ValueError
+    that names what exists."""
     assert dispatch.names("avg", "backward") == [
         "channels_last.avg_pool_backward", "gather_rows.avg_pool_backward_rows",
         "sum_pool.avg_pool_backward"]
@@ -334,20 +334,14 @@ def test_dispatch_lists_its_rules_and_refuses_what_it_has_no_kernel_for():
         general = dispatch.names(op, direction)[-1]
         assert general.startswith(("max_pool.", "sum_pool.")), general
     plan = geometry.sliding_plan((8, 8), (2, 2), (2, 2), (1, 1), ((0, 0), (0, 0)), False)
-    metal = dispatch.Operand(np.dtype(np.float32), "nchw", backend="metal")
-    with pytest.raises(ValueError, match="no kernels for backend 'metal'; backends: "):
-        dispatch.choose("max", "forward", plan, metal)
-    cuda = dispatch.Operand(np.dtype(np.float32), "nchw", backend="triton")
-    with pytest.raises(ValueError, match="no triton kernel for op 'unpool', pass 'split'"):
-        dispatch.choose("unpool", "split", plan, cuda)
-    with pytest.raises(ValueError, match="no numba kernel for op 'median', pass 'forward'; known"):
+    with pytest.raises(ValueError, match="no Numba kernel for op 'median', pass 'forward'; known"):
         dispatch.choose("median", "forward", plan, dispatch.operand(np.zeros((1,) * 5)))
     # a channels-last forward's gradient is stored channels-last, any other C-contiguous
     x = np.zeros((2, 3, 1, 8, 8), np.float32)
     cl = np.ascontiguousarray(x.transpose(0, 2, 3, 4, 1)).transpose(0, 4, 1, 2, 3)
     for array, layout in ((x, "nchw"), (cl, "channels_last")):
         kernel = dispatch.choose("max", "forward", plan, dispatch.operand(array), record=True)
-        assert kernel.records and kernel.stored_like(np.float32).layout == layout
+        assert kernel.records and dispatch.stored_as(kernel.channels_last, np.float32).layout == layout
 
 
 @pytest.mark.parametrize("spatial, kernel, stride, padding, dilation", [

@@ -140,7 +140,6 @@ def test_no_import_cycles():
     assert cycles(import_graph()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="Triton still lives in kernels/: being moved")
 def test_the_numba_kernels_import_neither_torch_nor_triton():
     offenders = {m: sorted(deps & {"torch", "triton"}) for m, deps in import_graph().items()
                  if m.startswith("poolgrad.kernels") and deps & {"torch", "triton"}}
@@ -184,7 +183,7 @@ def _imported_modules(module, path, modules) -> set[str]:
         if isinstance(node, ast.ImportFrom):
             base = _resolve(module, path, node)
             for alias in node.names:
-                if f"{base}.{alias.name}" in modules and not alias.name.startswith("_"):
+                if f"{base}.{alias.name}" in modules:
                     names.add(alias.asname or alias.name)
     return names
 

@@ -23,8 +23,8 @@ pytest.importorskip("triton")
 DEVICE = "cuda" if CUDA else "cpu"
 
 from poolgrad import geometry  # noqa: E402
-from poolgrad.kernels import dispatch  # noqa: E402
 from poolgrad.torch import _cuda, _ops  # noqa: E402
+from poolgrad.torch.triton import dispatch  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 # NaN and infinities in the test data: the interpreter's NumPy arithmetic warns on them
@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:Runti
 
 
 def cpu(name):
-    return _ops.CPU_IMPLEMENTATIONS[getattr(_ops, name)]
+    return _ops.IMPLEMENTATIONS["cpu"][getattr(_ops, name)]
 
 
 def triton_impl(name):
@@ -245,24 +245,27 @@ def test_unpooling_gives_the_cpu_bits_with_colliding_indices():
 
 
 def test_the_dispatch_chooses_one_triton_kernel_per_pass():
-    """The "triton" backend's choices, by pass and by whether the winners are kept."""
+    """The Triton dispatch's choices, by pass and by whether the winners are kept; an
+    unknown pass is a ValueError naming the known ones."""
     plan = geometry.sliding_plan((8, 8), (2, 2), (2, 2), (1, 1), ((0, 0), (0, 0)), False)
-    operand = dispatch.Operand(np.dtype(np.float32), "channels_last", True, "triton")
-    expected = {("max", "forward", False): "triton_pool.max_values_forward",
-                ("max", "forward", True): "triton_pool.max_forward",
-                ("max", "backward", False): "triton_pool.max_backward",
-                ("max", "gather", False): "triton_pool.max_gather",
-                ("max", "indices", False): "triton_pool.max_indices",
-                ("avg", "forward", False): "triton_pool.avg_forward",
-                ("global_avg", "backward", False): "triton_pool.avg_backward",
-                ("lp", "backward", False): "triton_pool.lp_backward",
-                ("max", "split", False): "triton_pool.max_split_backward",
-                ("unpool", "backward", False): "triton_pool.unpool_gather"}
+    expected = {("max", "forward", False): "triton.max_values_forward",
+                ("max", "forward", True): "triton.max_forward",
+                ("max", "backward", False): "triton.max_backward",
+                ("max", "gather", False): "triton.max_gather",
+                ("max", "indices", False): "triton.max_indices",
+                ("avg", "forward", False): "triton.avg_forward",
+                ("global_avg", "backward", False): "triton.avg_backward",
+                ("lp", "backward", False): "triton.lp_backward",
+                ("max", "split", False): "triton.max_split_backward",
+                ("unpool", "backward", False): "triton.unpool_gather"}
     for (op, direction, record), name in expected.items():
-        kernel = dispatch.choose(op, direction, plan, operand, record=record)
+        kernel = dispatch.choose(op, direction, plan, record=record)
         assert kernel.name == name
-        assert kernel.records == (name == "triton_pool.max_forward")
-        assert kernel.channels_last
+        assert kernel.records == (name == "triton.max_forward")
+    assert dispatch.names("max", "forward") == ["triton.max_values_forward",
+                                                "triton.max_forward"]
+    with pytest.raises(ValueError, match="no Triton kernel for op 'unpool', pass 'split'; known"):
+        dispatch.choose("unpool", "split", plan)
 
 
 def run_script(script: str, interpreter: bool) -> subprocess.CompletedProcess:
@@ -288,12 +291,22 @@ import inspect, json
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from poolgrad.kernels import triton_pool as K
+from poolgrad.torch.triton import kernels as K
+
+# the tuples: each axis's (L, O, K, S, P, A, DIL, N), each tensor's 5 strides
+STRIDES = {"xs", "ys", "gs", "ps", "rs", "ss", "outs"}
 
 def signature(fn, pointers, constants, integers):
     sig = {}
     for name in inspect.signature(fn.fn).parameters:
-        sig[name] = ("constexpr" if name in constants else pointers.get(name, integers))
+        if name in constants:
+            sig[name] = "constexpr"
+        elif name == "axes":
+            sig[name] = ((integers,) * 8,) * 3
+        elif name in STRIDES:
+            sig[name] = (integers,) * 5
+        else:
+            sig[name] = pointers.get(name, integers)
     return sig
 
 f32, bf16 = "*fp32", "*bf16"
@@ -380,9 +393,7 @@ def counted(name, implementation):
         return implementation(*args)
     return run
 for name, implementation in _cuda.IMPLEMENTATIONS.items():
-    op = getattr(_ops, name)
-    op.register_kernel("cpu")(counted(name, implementation))
-    _ops.CPU_IMPLEMENTATIONS[op] = counted(name, implementation)
+    _ops.implement(getattr(_ops, name), "cpu")(counted(name, implementation))
 x = torch.randn(1, 1, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0),
                 requires_grad=True)
 cases = {

@@ -10,7 +10,7 @@ from ..kernels import dispatch
 from .pullback import Pullback, owned
 
 
-def lp_engine(x, layout, plan, p, want_pullback, op):
+def lp_engine(x, layout, plan, p, *, want_pullback, op):
     """``(y, pullback or None)``: the Lp norms of the windows of the checked ``x``."""
     xk = inputs.compute_view(x, layout)
     with np.errstate(over="ignore", under="ignore"):

@@ -13,12 +13,12 @@ import numpy as np
 from .. import _inputs as inputs
 from .. import geometry
 from ..kernels import dispatch
-from .pullback import Pullback, empty, owned, routing, stored_as
+from .pullback import Pullback, empty, owned, routing
 
 TIE_RULES = ("first", "split")
 
 
-def max_engine(x, layout, plan, return_indices, ties, want_pullback, op):
+def max_engine(x, layout, plan, *, return_indices, ties, want_pullback, op):
     """``(y, pullback or None)``: the window maxima of the checked ``x`` along ``plan``,
     ``y`` a ``(values, indices)`` pair with ``return_indices``."""
     return_indices = geometry.flag(return_indices, "return_indices")
@@ -67,7 +67,7 @@ def max_pullback(window_positions, plan, layout, x_dtype, op="max_pool",
     pos = window_positions
     channels_last = dispatch.is_channels_last(pos)
     compute = inputs.COMPUTE_DTYPE[np.dtype(x_dtype)]
-    kernel = dispatch.choose("max", "backward", plan, stored_as(channels_last, compute))
+    kernel = dispatch.choose("max", "backward", plan, dispatch.stored_as(channels_last, compute))
     backward = routing(kernel, layout, plan, pos)
     return Pullback(op, backward, layout.user_shape(plan.out_spatial),
                     layout.user_shape(plan.in_spatial), x_dtype,

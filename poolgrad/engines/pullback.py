@@ -15,7 +15,6 @@ import math
 import numpy as np
 
 from .. import _inputs as inputs
-from ..kernels import dispatch
 
 
 class Pullback:
@@ -87,10 +86,6 @@ def owned(view: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``view`` as an array the pullback owns: later changes to ``x`` (the caller's
     input or output) cannot reach it."""
     return view.copy() if np.shares_memory(view, x) else view
-
-
-def stored_as(channels_last: bool, dtype) -> dispatch.Operand:
-    return dispatch.Operand(np.dtype(dtype), "channels_last" if channels_last else "nchw")
 
 
 def routing(kernel, layout, plan, state):

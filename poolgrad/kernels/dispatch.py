@@ -1,4 +1,4 @@
-"""The one place that chooses a kernel: by op, pass, layout, geometry, dtype and backend.
+"""The one place that chooses a Numba kernel: by op, pass, layout, geometry and dtype.
 
 :mod:`poolgrad.engines` (and :mod:`poolgrad.ops`, for unpooling) describe a call,
 ``choose(op, direction, plan, operand)``, and run the :class:`Kernel` they get back.
@@ -38,12 +38,9 @@ Run signatures (one per op and direction)::
     ("fractional", "indices")  run(starts, extent, pos, in_h, in_w, indices)  windows
                                                per plane; plan: a FractionalPlan
 
-Backends: ``"numba"`` (NumPy arrays on the CPU) and ``"triton"`` (torch tensors on CUDA,
-used by :mod:`poolgrad.torch`; the same 5-d views and signatures, except that an
-average's ``divisor`` is ``(mode, override)``, ``mode`` ``"padded"`` or ``"real"``,
-max has a ``"gather"`` pass, ``run(src, pos, out)``: ``src`` read at each window's
-winner, and an unpool forward with ``y`` None finds ``written`` alone). Triton is
-imported only when a Triton kernel is first chosen.
+This is the NumPy (CPU) backend's dispatch. The CUDA backend's, for torch tensors, is
+:mod:`poolgrad.torch.triton.dispatch`, beside the code that uses it, with the same
+signatures.
 """
 
 from __future__ import annotations
@@ -54,16 +51,17 @@ from typing import Callable
 
 import numpy as np
 
-from . import blocks, gather_rows, kind_rules, row_passes, sum_pool, tiled, triton_rules
+from . import blocks, gather_rows, kind_rules, row_passes, sum_pool, tiled
 from . import channels_last as cl
 from . import max_pool as general_max
 from . import unpool as unpool_kernels
+from .rule import Kernel
 from .rule import Rule as _Rule
+from .rule import rules_of
 from .rule import always as _always
 from .rule import values_only as _values
 from .simd import BLOCK
 
-BACKENDS = ("numba", "triton")
 LAYOUTS = ("nchw", "channels_last", "strided")
 
 # Dtypes the vectorized kernels (row passes, tiles, blocks, channels-last) are compiled
@@ -77,13 +75,12 @@ ROW_PASS_W = ((2, 2), (3, 2), (4, 4))
 @dataclass(frozen=True)
 class Operand:
     """What a kernel choice needs to know of the array a pass reads or writes: its
-    compute dtype, its memory layout (one of ``LAYOUTS``), whether it is writeable,
-    and the backend that owns it."""
+    compute dtype, its memory layout (one of ``LAYOUTS``) and whether it is
+    writeable."""
 
     dtype: np.dtype
     layout: str
     writeable: bool = True
-    backend: str = "numba"
 
     @property
     def fast(self) -> bool:
@@ -112,24 +109,11 @@ def operand(a: np.ndarray) -> Operand:
     return Operand(a.dtype, layout, bool(a.flags.writeable))
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """A chosen kernel: ``name`` (``family.function``), whether it writes the winners
-    (max forwards; the general one always does), the memory layout its outputs take,
-    and ``run``, which takes the arguments of its ``(op, direction)``."""
-
-    name: str
-    run: Callable
-    records: bool = False
-    channels_last: bool = False
-
-    def __call__(self, *args):
-        return self.run(*args)
-
-    def stored_like(self, dtype) -> Operand:
-        """The :class:`Operand` of a fresh array stored as this kernel stores its
-        outputs: what a backward writes ``dx`` as."""
-        return Operand(np.dtype(dtype), "channels_last" if self.channels_last else "nchw")
+def stored_as(channels_last: bool, dtype) -> Operand:
+    """The :class:`Operand` of a fresh array of ``dtype`` stored channels-last or
+    C-contiguous: what a backward writes ``dx`` as (a forward kernel's
+    ``channels_last`` says which)."""
+    return Operand(np.dtype(dtype), "channels_last" if channels_last else "nchw")
 
 
 # -------------------------------------------------------------------------- geometry
@@ -480,19 +464,10 @@ _RULES = {
 
 
 _RULES.update(kind_rules.RULES)
-_RULES_BY_BACKEND = {"numba": _RULES, "triton": triton_rules.RULES}
 
 
-def _rules(op: str, direction: str, operand: Operand):
-    if operand.backend not in BACKENDS:
-        raise ValueError(f"no kernels for backend {operand.backend!r}; backends: {BACKENDS}")
-    rules = _RULES_BY_BACKEND[operand.backend]
-    try:
-        return rules[op, direction]
-    except KeyError:
-        known = ", ".join(f"{o}/{d}" for o, d in rules)
-        raise ValueError(f"no {operand.backend} kernel for op {op!r}, pass {direction!r}; "
-                         f"known: {known}") from None
+def _rules(op: str, direction: str):
+    return rules_of(_RULES, op, direction, "Numba")
 
 
 def _kernel(rule: _Rule, plan, operand: Operand) -> Kernel:
@@ -521,7 +496,7 @@ def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = Fa
 def _choose(op, direction, plan, operand, record) -> Kernel:
     # a plan is immutable and (from geometry's caches) one object per geometry, so the
     # choice is kept: a pooling op's fixed cost is tens of microseconds, a choice ~15
-    for rule in _rules(op, direction, operand):
+    for rule in _rules(op, direction):
         if rule.serves(plan, operand, record):
             return _kernel(rule, plan, operand)
     raise AssertionError("the last rule of every list serves every call")
@@ -530,11 +505,10 @@ def _choose(op, direction, plan, operand, record) -> Kernel:
 def general(op: str, direction: str, plan, operand: Operand, *, record: bool = False) -> Kernel:
     """The general kernel of ``(op, direction)``, which serves every call: the reference
     the fast kernels are tested against (a test replaces :func:`choose` by this)."""
-    rule = _rules(op, direction, operand)[-1]
-    return _kernel(rule, plan, Operand(operand.dtype, "strided", operand.writeable,
-                                       operand.backend))
+    rule = _rules(op, direction)[-1]
+    return _kernel(rule, plan, Operand(operand.dtype, "strided", operand.writeable))
 
 
 def names(op: str, direction: str) -> list[str]:
     """Every kernel that may serve ``(op, direction)``, in the order they are tried."""
-    return [rule.name for rule in _rules(op, direction, Operand(np.dtype(np.float32), "nchw"))]
+    return [rule.name for rule in _rules(op, direction)]

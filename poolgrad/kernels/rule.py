@@ -1,5 +1,7 @@
-"""A dispatch rule and the predicates every family's rule table uses
-(:mod:`.dispatch` tries a ``(op, direction)``'s rules in order)."""
+"""A dispatch rule, the kernel a rule binds, and the predicates every family's rule
+table uses. Pure Python: the Numba dispatch (:mod:`.dispatch`) and the Triton one
+(:mod:`poolgrad.torch.triton.dispatch`) share them, each trying a ``(op, direction)``'s
+rules in order."""
 
 from __future__ import annotations
 
@@ -8,11 +10,37 @@ from typing import Callable
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """A chosen kernel: ``name`` (``family.function``), whether it writes the winners
+    (max forwards; the general one always does), the memory layout its outputs take,
+    and ``run``, which takes the arguments of its ``(op, direction)``."""
+
+    name: str
+    run: Callable
+    records: bool = False
+    channels_last: bool = False
+
+    def __call__(self, *args):
+        return self.run(*args)
+
+
+@dataclass(frozen=True)
 class Rule:
     name: str
     serves: Callable  # (plan, operand, record) -> bool
     bind: Callable  # plan -> run
     records: bool = False
+
+
+def rules_of(table: dict, op: str, direction: str, backend: str) -> list[Rule]:
+    """``table``'s rules of ``(op, direction)``, or a ValueError naming the passes the
+    ``backend`` (a word for the message) knows."""
+    try:
+        return table[op, direction]
+    except KeyError:
+        known = ", ".join(f"{o}/{d}" for o, d in table)
+        raise ValueError(f"no {backend} kernel for op {op!r}, pass {direction!r}; "
+                         f"known: {known}") from None
 
 
 def always(plan, operand, record):

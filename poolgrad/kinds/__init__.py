@@ -1,8 +1,9 @@
 """The pooling kinds beyond max, average and Lp, as NumPy operators with exact
 gradients through :func:`poolgrad.vjp`.
 
-Each module holds one family and its ``VJP_RULES`` (public operator -> the private
-``_op(..., want_pullback)`` that :func:`poolgrad.vjp` calls):
+Each module holds one family and registers it with :func:`poolgrad.vjp`
+(:func:`poolgrad.autodiff.register`: public operator -> the private
+``_op(..., want_pullback)`` that ``vjp`` calls):
 
 * :mod:`.attention`: ``attention_pool``, a readout head (learned queries over all
   positions).
@@ -16,7 +17,6 @@ Each module holds one family and its ``VJP_RULES`` (public operator -> the priva
   2016).
 """
 
-from . import attention, blur, fractional, learned, weighted
 from .attention import attention_pool
 from .blur import avg_blur_pool, blur_pool, max_blur_pool
 from .fractional import fractional_max_pool
@@ -26,6 +26,3 @@ from .weighted import soft_pool, stochastic_pool
 __all__ = ["attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool",
            "gated_pool", "gem_pool", "max_blur_pool", "mixed_pool", "soft_pool",
            "stochastic_pool"]
-
-VJP_RULES = {**attention.VJP_RULES, **blur.VJP_RULES, **fractional.VJP_RULES,
-             **weighted.VJP_RULES, **learned.VJP_RULES}

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .. import _inputs as inputs
+from .. import autodiff
 from ..engines import Pullback
 from ..engines.pullback import owned
 
@@ -105,4 +106,4 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
     return _attention_pool(x, queries, key_weight, heads, spatial_dims=spatial_dims)[0]
 
 
-VJP_RULES = {attention_pool: _attention_pool}
+autodiff.register({attention_pool: _attention_pool})

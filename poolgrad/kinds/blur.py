@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .. import _inputs as inputs
+from .. import autodiff
 from .. import geometry
 from ..engines import Pullback
 from ..kernels import dispatch
@@ -187,5 +188,5 @@ def avg_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="refle
     return _avg_blur_pool(x, kernel_size, stride, filter_size, padding_mode, padding)[0]
 
 
-VJP_RULES = {blur_pool: _blur_pool, max_blur_pool: _max_blur_pool,
-             avg_blur_pool: _avg_blur_pool}
+autodiff.register({blur_pool: _blur_pool, max_blur_pool: _max_blur_pool,
+                   avg_blur_pool: _avg_blur_pool})

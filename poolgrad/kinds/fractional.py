@@ -11,6 +11,7 @@ import numbers
 import numpy as np
 
 from .. import _inputs as inputs
+from .. import autodiff
 from .. import geometry
 from ..engines import Pullback
 from ..kernels import dispatch
@@ -252,4 +253,4 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
                                 samples=samples, rng=rng, sequence=sequence)[0]
 
 
-VJP_RULES = {fractional_max_pool: _fractional_max_pool}
+autodiff.register({fractional_max_pool: _fractional_max_pool})

@@ -14,6 +14,7 @@ import numbers
 import numpy as np
 
 from .. import _inputs as inputs
+from .. import autodiff
 from .. import geometry, ops
 from ..engines import Pullback
 
@@ -231,4 +232,4 @@ def gated_pool(x, gate, kernel_size, stride=None, padding=0):
     return _gated_pool(x, gate, kernel_size, stride, padding)[0]
 
 
-VJP_RULES = {gem_pool: _gem_pool, mixed_pool: _mixed_pool, gated_pool: _gated_pool}
+autodiff.register({gem_pool: _gem_pool, mixed_pool: _mixed_pool, gated_pool: _gated_pool})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _inputs as inputs
+from .. import autodiff
 from .. import geometry
 from ..engines import Pullback, max_pullback
 from ..engines.pullback import owned
@@ -127,4 +128,4 @@ def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rn
     return _stochastic_pool(x, kernel_size, stride, padding, training=training, rng=rng)[0]
 
 
-VJP_RULES = {soft_pool: _soft_pool, stochastic_pool: _stochastic_pool}
+autodiff.register({soft_pool: _soft_pool, stochastic_pool: _stochastic_pool})

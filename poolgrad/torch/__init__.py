@@ -20,7 +20,8 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         "pytorch.org for a CPU or CUDA build)"
     ) from error
 
-from . import _autograd, _ops  # noqa: F401  (register torch.ops.poolgrad.* and their autograd)
+# define torch.ops.poolgrad.*, then register their CPU and CUDA kernels and autograd
+from . import _autograd, _cpu, _cuda, _ops  # noqa: F401
 from .functional import *  # noqa: F401,F403
 from .functional import __all__ as _functional_all
 from .kinds import *  # noqa: F401,F403

@@ -15,11 +15,10 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from ._ops import (CPU_IMPLEMENTATIONS, CUDA_IMPLEMENTATIONS, avg_pool, avg_pool_backward, lp_pool,
+from ._ops import (IMPLEMENTATIONS, avg_pool, avg_pool_backward, is_channels_last, lp_pool,
                    lp_pool_backward, max_pool, max_pool_backward, max_pool_gather,
                    max_pool_split_backward, max_pool_values, max_unpool,
-                   max_unpool_backward, memory_format, sliding_args, window_ndim,
-                   _out_shape)
+                   max_unpool_backward, out_shape, sliding_args, window_ndim)
 
 
 AUTOGRAD: dict = {}  # op -> (backward, setup_context)
@@ -63,10 +62,7 @@ def _implementation(op, args):
     """The implementation the dispatcher would pick for ``args``' device: the CPU's or
     CUDA's, or None for any other device (the op then says what is wrong)."""
     device = next(a.device.type for a in args if isinstance(a, Tensor))
-    return _IMPLEMENTATIONS.get(device, {}).get(op)
-
-
-_IMPLEMENTATIONS = {"cpu": CPU_IMPLEMENTATIONS, "cuda": CUDA_IMPLEMENTATIONS}
+    return IMPLEMENTATIONS.get(device, {}).get(op)
 
 
 class _EagerAutograd(torch.autograd.Function):
@@ -89,7 +85,7 @@ class _EagerAutograd(torch.autograd.Function):
 # ------------------------------------------------------------ composites for 2nd order
 
 
-def _windows(t: Tensor, window, fill: float) -> Tensor:
+def windows(t: Tensor, window, fill: float) -> Tensor:
     """``t``'s sliding windows as a ``(N, C, *out, *taps)`` view of a padded copy: the
     composite form the double backwards of Lp and of split max, and the kinds of
     :mod:`.kinds`, are written in (sizes by arithmetic alone, so it compiles)."""
@@ -97,7 +93,7 @@ def _windows(t: Tensor, window, fill: float) -> Tensor:
     ndim = len(kernel)
     ends = []
     for (lo, hi), k, s, d, length, out in zip(pads, kernel, stride, dilation, t.shape[2:],
-                                              _out_shape(t, window)[2:], strict=True):
+                                              out_shape(t, window)[2:], strict=True):
         # ceil_mode's last window may reach past the end padding
         reach = (out - 1) * s + d * (k - 1) + 1 - (length + lo + hi)
         ends.append((lo, hi + max(reach, 0)))
@@ -114,9 +110,9 @@ def _split_adjoint(g: Tensor, x: Tensor, window) -> Tensor:
     its tied maxima, over their number."""
     ndim = window_ndim(window)
     taps = tuple(range(-ndim, 0))
-    y = _windows(x, window, -math.inf).amax(dim=taps, keepdim=True)
-    tied = _windows(x, window, math.nan) == y
-    return (_windows(g, window, 0.0) * tied).sum(taps) / tied.sum(taps)
+    y = windows(x, window, -math.inf).amax(dim=taps, keepdim=True)
+    tied = windows(x, window, math.nan) == y
+    return (windows(g, window, 0.0) * tied).sum(taps) / tied.sum(taps)
 
 
 def _window_sum(t: Tensor, window) -> Tensor:
@@ -125,7 +121,7 @@ def _window_sum(t: Tensor, window) -> Tensor:
 
 def _window_sum_adjoint(t: Tensor, window, x: Tensor) -> Tensor:
     return call(avg_pool_backward, t, window, list(x.shape), True, 1,
-                memory_format(x) != torch.contiguous_format)
+                is_channels_last(x))
 
 
 def _lp_backward_gradients(x, y, dy, p, window, g):
@@ -220,7 +216,7 @@ _autograd(max_pool_split_backward, _split_grad, _split_setup)
 def _avg_setup(ctx, inputs, output):
     x, ctx.window, ctx.count_include_pad, ctx.divisor_override = inputs
     ctx.x_size = list(x.shape)
-    ctx.channels_last = memory_format(x) != torch.contiguous_format
+    ctx.channels_last = is_channels_last(x)
 
 
 def _avg_grad(ctx, dy):

@@ -1,14 +1,14 @@
-"""The CUDA implementations of the ``torch.ops.poolgrad`` operators.
+"""The CUDA implementations of the ``torch.ops.poolgrad`` operators (:mod:`._ops`).
 
-Each takes the arguments of its operator in :mod:`._ops` and returns what the CPU
-implementation returns, with the same shapes, dtypes and strides (the fake
-implementations describe both), computed by the Triton kernels that
-:func:`poolgrad.kernels.dispatch.choose` picks for the ``"triton"`` backend. Outputs are
-allocated with ``torch.empty`` on the input's device, and every kernel launches on the
-current stream, so the operators work under CUDA graph capture.
+Each takes the arguments of its operator and returns what the CPU implementation
+returns, with the same shapes, dtypes and strides (the fake implementations describe
+both), computed by the Triton kernels that :func:`.triton.dispatch.choose` picks.
+Outputs are allocated with ``torch.empty`` on the input's device, and every kernel
+launches on the current stream, so the operators work under CUDA graph capture.
+Importing this module registers them; Triton is imported when a kernel first runs.
 
 The functions never look at the device: under ``TRITON_INTERPRET=1`` they run on CPU
-tensors, which is how the tests check them without a GPU.
+tensors, which is how the tests check them without a GPU (:data:`IMPLEMENTATIONS`).
 """
 
 from __future__ import annotations
@@ -16,38 +16,19 @@ from __future__ import annotations
 import functools
 import math
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from ..kernels import dispatch
 from . import _ops
-from ._ops import _empty
+from ._ops import empty
+from .triton import dispatch
+
 
 def _five(t: Tensor) -> Tensor:
     """The ``(N, C, D, H, W)`` view of an ``(N, C, *spatial)`` tensor (no copy)."""
     while t.dim() < 5:
         t = t.unsqueeze(2)
     return t
-
-
-def _operand(t: Tensor) -> dispatch.Operand:
-    fmt = _ops.memory_format(t)
-    if fmt != torch.contiguous_format:
-        layout = "channels_last"
-    else:
-        layout = "nchw" if t.is_contiguous() else "strided"
-    compute = np.float64 if _compute(t) == torch.float64 else np.float32
-    return dispatch.Operand(np.dtype(compute), layout, True, "triton")
-
-
-def _compute(t: Tensor) -> torch.dtype:
-    """The dtype ``t``'s values are computed in (the CPU's rule: float64, or float32)."""
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
-
-
-def _choose(op, direction, plan, t, record=False):
-    return dispatch.choose(op, direction, plan, _operand(t), record=record)
 
 
 def _out_shape(x: Tensor, plan) -> list[int]:
@@ -60,38 +41,38 @@ def _out_shape(x: Tensor, plan) -> list[int]:
 def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
     plan = _ops.plan_of(window, x.shape[2:])
     fmt = _ops.memory_format(x)
-    y = _empty(_out_shape(x, plan), x, fmt)
-    winners = _empty(y.shape, x, fmt, _ops._winner_dtype(x, window))
-    _choose("max", "forward", plan, x, record=True)(_five(x), _five(y), _five(winners))
+    y = empty(_out_shape(x, plan), x, fmt)
+    winners = empty(y.shape, x, fmt, _ops.winner_dtype(x, window))
+    dispatch.choose("max", "forward", plan, record=True)(_five(x), _five(y), _five(winners))
     return y, winners
 
 
 def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
     plan = _ops.plan_of(window, x.shape[2:])
-    y = _empty(_out_shape(x, plan), x, _ops.memory_format(x))
-    _choose("max", "forward", plan, x)(_five(x), _five(y), None)
+    y = empty(_out_shape(x, plan), x, _ops.memory_format(x))
+    dispatch.choose("max", "forward", plan)(_five(x), _five(y), None)
     return y
 
 
 def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
                       x_size: list[int]) -> Tensor:
     plan = _ops.plan_of(window, x_size[2:])
-    dx = _empty(x_size, dy, _ops.memory_format(winners))
-    _choose("max", "backward", plan, dx)(_five(dy), _five(winners), _five(dx))
+    dx = empty(x_size, dy, _ops.memory_format(winners))
+    dispatch.choose("max", "backward", plan)(_five(dy), _five(winners), _five(dx))
     return dx
 
 
 def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
     plan = _ops.plan_of(window, dx.shape[2:])
-    dy = _empty(winners.shape, dx, _ops.memory_format(winners))
-    _choose("max", "gather", plan, dx)(_five(dx), _five(winners), _five(dy))
+    dy = empty(winners.shape, dx, _ops.memory_format(winners))
+    dispatch.choose("max", "gather", plan)(_five(dx), _five(winners), _five(dy))
     return dy
 
 
 def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> Tensor:
     plan = _ops.plan_of(window, x_size[2:])
-    indices = _empty(winners.shape, winners, _ops.memory_format(winners), torch.int64)
-    _choose("max", "indices", plan, winners)(_five(winners), _five(indices))
+    indices = empty(winners.shape, winners, _ops.memory_format(winners), torch.int64)
+    dispatch.choose("max", "indices", plan)(_five(winners), _five(indices))
     return indices
 
 
@@ -99,10 +80,10 @@ def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
     plan = _ops.plan_of(window, x.shape[2:])
     fmt = _ops.memory_format(x)
     y, winners = max_pool(x, window, "first")
-    ties = _empty(y.shape, x, fmt, _compute(x))
-    _choose("max", "tie_count", plan, x)(_five(x), _five(y), _five(ties))
-    dx = _empty(x.shape, dy, fmt)
-    _choose("max", "split", plan, dx)(_five(x), _five(y), _five(dy), _five(ties),
+    ties = empty(y.shape, x, fmt, _ops.compute_dtype(x))
+    dispatch.choose("max", "tie_count", plan)(_five(x), _five(y), _five(ties))
+    dx = empty(x.shape, dy, fmt)
+    dispatch.choose("max", "split", plan)(_five(x), _five(y), _five(dy), _five(ties),
                                       _five(winners), _five(dx))
     return dx
 
@@ -113,9 +94,9 @@ def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
 def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
              divisor_override: int | None) -> Tensor:
     plan = _ops.plan_of(window, x.shape[2:])
-    y = _empty(_out_shape(x, plan), x, _ops.memory_format(x))
+    y = empty(_out_shape(x, plan), x, _ops.memory_format(x))
     divisor = (_ops.divisor_mode(window, count_include_pad), divisor_override)
-    _choose(_ops.avg_kind(window), "forward", plan, x)(_five(x), _five(y), divisor)
+    dispatch.choose(_ops.avg_kind(window), "forward", plan)(_five(x), _five(y), divisor)
     return y
 
 
@@ -123,9 +104,9 @@ def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
                       count_include_pad: bool, divisor_override: int | None,
                       channels_last: bool) -> Tensor:
     plan = _ops.plan_of(window, x_size[2:])
-    dx = _empty(x_size, dy, _ops.format_of(channels_last, len(x_size)))
+    dx = empty(x_size, dy, _ops.format_of(channels_last, len(x_size)))
     divisor = (_ops.divisor_mode(window, count_include_pad), divisor_override)
-    _choose(_ops.avg_kind(window), "backward", plan, dx)(_five(dy), divisor, _five(dx))
+    dispatch.choose(_ops.avg_kind(window), "backward", plan)(_five(dy), divisor, _five(dx))
     return dx
 
 
@@ -134,15 +115,15 @@ def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
 
 def lp_pool(x: Tensor, p: float, window: list[int]) -> Tensor:
     plan = _ops.plan_of(window, x.shape[2:])
-    y = _empty(_out_shape(x, plan), x, _ops.memory_format(x))
-    _choose("lp", "forward", plan, x)(_five(x), _five(y), p)
+    y = empty(_out_shape(x, plan), x, _ops.memory_format(x))
+    dispatch.choose("lp", "forward", plan)(_five(x), _five(y), p)
     return y
 
 
 def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[int]) -> Tensor:
     plan = _ops.plan_of(window, x.shape[2:])
-    dx = _empty(x.shape, dy, _ops.memory_format(x))
-    _choose("lp", "backward", plan, dx)(_five(x), _five(y), _five(dy), p, _five(dx))
+    dx = empty(x.shape, dy, _ops.memory_format(x))
+    dispatch.choose("lp", "backward", plan)(_five(x), _five(y), _five(dy), p, _five(dx))
     return dx
 
 
@@ -171,7 +152,7 @@ def max_unpool(y: Tensor, indices: Tensor, window: list[int],
     _check_indices(indices, plane, output_size)
     out = torch.zeros((n, c, *output_size), dtype=y.dtype, device=y.device)
     written = torch.empty((n, c, count), dtype=torch.uint8, device=y.device)
-    _choose("unpool", "forward", None, out)(_planes(y, count), _planes(indices, count),
+    dispatch.choose("unpool", "forward", None)(_planes(y, count), _planes(indices, count),
                                             out.view(n, c, plane), written)
     return out
 
@@ -181,9 +162,9 @@ def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Ten
     flat_dout = _planes(dout, math.prod(dout.shape[2:]))
     flat_indices = _planes(indices, count)
     written = torch.empty((n, c, count), dtype=torch.uint8, device=dout.device)
-    _choose("unpool", "forward", None, dout)(None, flat_indices, flat_dout, written)
+    dispatch.choose("unpool", "forward", None)(None, flat_indices, flat_dout, written)
     dy = torch.empty(indices.shape, dtype=dout.dtype, device=dout.device)
-    _choose("unpool", "backward", None, dout)(flat_dout, flat_indices, written,
+    dispatch.choose("unpool", "backward", None)(flat_dout, flat_indices, written,
                                               dy.view(n, c, count))
     return dy
 
@@ -223,3 +204,5 @@ IMPLEMENTATIONS = {
 }
 IMPLEMENTATIONS = {name: _on_their_device(implementation)
                    for name, implementation in IMPLEMENTATIONS.items()}
+for _name, _implementation in IMPLEMENTATIONS.items():
+    _ops.implement(getattr(_ops, _name), "cuda")(_implementation)

@@ -1,11 +1,13 @@
 """poolgrad's pooling as PyTorch operators: ``torch.ops.poolgrad.*``.
 
-Each operator is a :func:`torch.library.custom_op` whose CPU implementation runs the
-NumPy engines of :mod:`poolgrad.engines` on ``tensor.numpy()`` views (no copy of ``x`` or
-``dy``), whose CUDA implementation (:mod:`._cuda`) runs Triton kernels, and with a fake
-implementation for ``torch.compile``; :mod:`._autograd` gives each one its
-autograd formula. Every backward is an operator of its own with its own formula, so
-gradients of gradients work:
+This module defines each operator, a :func:`torch.library.custom_op` with its schema
+and its fake implementation (for ``torch.compile``), and holds the helpers every device
+shares. The implementations register themselves against these operators
+(:func:`implement`): :mod:`._cpu` runs the NumPy engines of :mod:`poolgrad.engines` on
+``tensor.numpy()`` views, :mod:`._cuda` the Triton kernels of :mod:`.triton`. On any
+other device an operator raises a ValueError that says so. :mod:`._autograd` gives each
+operator its autograd formula. Every backward is an operator of its own with its own
+formula, so gradients of gradients work:
 
 ============================  =====================================  ==================
 operator                      what it computes                       its gradient
@@ -27,8 +29,7 @@ operator                      what it computes                       its gradien
 Inputs are batched ``(N, C, *spatial)`` (:mod:`poolgrad.torch.functional` adds and
 removes the batch dim). The window geometry travels as one list of ints, its canonical
 form (:func:`sliding_window`, :func:`adaptive_window`). Outputs and gradients keep the
-input's memory format (channels-last in, channels-last out). float16 is computed in
-float32 by the engines; bfloat16, which NumPy lacks, is converted to float32 and back.
+input's memory format (channels-last in, channels-last out).
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .. import _inputs
-from .. import engines, geometry, ops
+from .. import geometry
 
 SLIDING, ADAPTIVE = 0, 1
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+DEVICES = ("cpu", "cuda")
 
 
 # ------------------------------------------------------------------- window geometry
@@ -86,69 +87,19 @@ def _plan(window: tuple[int, ...], in_spatial: tuple[int, ...]) -> geometry.Wind
     return geometry.sliding_plan(in_spatial, kernel, stride, dilation, pads, ceil_mode)
 
 
-def _global(window) -> bool:
-    return window[0] == ADAPTIVE and all(o == 1 for o in window[1:])
+def avg_kind(window) -> str:
+    """The dispatch's op for an average over ``window``: a global one has its own."""
+    is_global = window[0] == ADAPTIVE and all(o == 1 for o in window[1:])
+    return "global_avg" if is_global else "avg"
 
 
-# --------------------------------------------------------------- tensors and arrays
+def divisor_mode(window, count_include_pad) -> str:
+    return "padded" if count_include_pad and window[0] == SLIDING else "real"
 
 
-def memory_format(t: Tensor) -> torch.memory_format:
-    """channels_last (3d) for a 4-d (5-d) tensor stored so and not also contiguous."""
-    if t.dim() > 3 and not t.is_contiguous():
-        if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
-            return torch.channels_last
-        if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
-            return torch.channels_last_3d
-    return torch.contiguous_format
-
-
-def _empty(shape, like: Tensor, fmt, dtype=None) -> Tensor:
-    """What the real implementations return, for the fake ones."""
-    return torch.empty(tuple(shape), dtype=dtype or like.dtype, device=like.device,
-                       memory_format=fmt)
-
-
-def _check_device(*tensors: Tensor) -> None:
-    for t in tensors:
-        if t.device.type != "cpu":
-            raise ValueError(
-                f"poolgrad.torch runs on CPU and CUDA tensors; got a tensor on {t.device}: "
-                f"move it with .cpu() or .cuda()")
-
-
-def _array(t: Tensor) -> np.ndarray:
-    """A NumPy view of ``t`` (bfloat16: a float32 copy, NumPy has no bfloat16)."""
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
-        t = t.float()
-    return t.numpy()
-
-
-@functools.lru_cache(maxsize=1024)
-def _strides(shape: tuple[int, ...], fmt: torch.memory_format) -> tuple[int, ...]:
-    return torch.empty(shape, device="meta", memory_format=fmt).stride()
-
-
-def _tensor(a: np.ndarray, fmt, dtype: torch.dtype | None = None) -> Tensor:
-    """``a`` as a tensor (no copy when it is stored in ``fmt``), with exactly the
-    strides of :func:`_empty`, converted to ``dtype`` if given."""
-    t = torch.from_numpy(a)
-    if not t.is_contiguous(memory_format=fmt):
-        t = t.contiguous(memory_format=fmt)
-    expected = _strides(tuple(t.shape), fmt)
-    if t.stride() != expected:  # differs only where a dim has size 1
-        t = t.as_strided(t.shape, expected)
-    return t if dtype is None or t.dtype == dtype else t.to(dtype)
-
-
-def _layout(shape, ndim) -> _inputs.Layout:
-    return _inputs.Layout(tuple(int(s) for s in shape), ndim)
-
-
-def _out_shape(x: Tensor, window) -> list:
-    """The output shape, for the fake implementations: geometry's arithmetic rule alone
-    (no window tables), so that symbolic sizes (``dynamic=True``) pass through."""
+def out_shape(x: Tensor, window) -> list:
+    """The output shape: geometry's arithmetic rule alone (no window tables), so that
+    symbolic sizes (``dynamic=True``) pass through the fake implementations."""
     if window[0] == ADAPTIVE:
         return [*x.shape[:2], *window[1:]]
     kernel, stride, pads, dilation, ceil_mode = sliding_args(window)
@@ -158,7 +109,13 @@ def _out_shape(x: Tensor, window) -> list:
     return [*x.shape[:2], *sizes]
 
 
-def _winner_dtype(x: Tensor, window) -> torch.dtype:
+_TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16,
+                np.dtype(np.uint32): torch.uint32, np.dtype(np.uint64): torch.uint64}
+
+
+def winner_dtype(x: Tensor, window) -> torch.dtype:
+    """The dtype of max pooling's winners: the smallest unsigned type that numbers a
+    window's taps."""
     if window[0] == SLIDING:
         taps = math.prod(sliding_args(window)[0])
     else:  # an adaptive bin's extent depends on the input size
@@ -166,178 +123,23 @@ def _winner_dtype(x: Tensor, window) -> torch.dtype:
     return _TORCH_DTYPE[geometry.position_dtype(taps)]
 
 
-# ------------------------------------------------------------------------ operators
-
-# op -> its CPU implementation, which poolgrad.torch.functional may call directly in
-# plain eager inference (see there); CUDA_IMPLEMENTATIONS likewise for CUDA tensors
-CPU_IMPLEMENTATIONS: dict = {}
-CUDA_IMPLEMENTATIONS: dict = {}
+# ------------------------------------------------------------------- memory formats
 
 
-def _operator(name: str):
-    """Register the decorated function as ``torch.ops.poolgrad.<name>`` (no mutation)."""
-    def register(implementation):
-        op = torch.library.custom_op(f"poolgrad::{name}", implementation, mutates_args=())
-        CPU_IMPLEMENTATIONS[op] = implementation
-        return op
-    return register
+def memory_format(t: Tensor) -> torch.memory_format:
+    """channels_last (3d) for a 4-d (5-d) tensor stored so and not also contiguous: the
+    one channels-last test of poolgrad.torch (NumPy arrays have
+    :func:`poolgrad.kernels.dispatch.is_channels_last`)."""
+    if t.dim() > 3 and not t.is_contiguous():
+        if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+            return torch.channels_last
+        if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
+            return torch.channels_last_3d
+    return torch.contiguous_format
 
 
-# ---------------------------------------------------------------------- max pooling
-
-
-@_operator("max_pool")
-def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
-    """Values and each window's winning tap (uint8 up to 256 taps, then uint16)."""
-    _check_device(x)
-    xa = _array(x)
-    ndim = window_ndim(window)
-    layout = _layout(xa.shape, ndim)
-    y, pullback = engines.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "first",
-                                 True, "max_pool")
-    fmt = memory_format(x)
-    winners = pullback.saved["window_positions"].reshape(y.shape)
-    return _tensor(y, fmt, x.dtype), _tensor(winners, fmt)
-
-
-@max_pool.register_fake
-def _(x, window, ties):
-    shape = _out_shape(x, window)
-    fmt = memory_format(x)
-    return _empty(shape, x, fmt), _empty(shape, x, fmt, _winner_dtype(x, window))
-
-
-_TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16,
-                np.dtype(np.uint32): torch.uint32, np.dtype(np.uint64): torch.uint64}
-
-
-@_operator("max_pool_values")
-def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
-    """The values of :func:`max_pool` alone, for inference: no winners written."""
-    _check_device(x)
-    xa = _array(x)
-    layout = _layout(xa.shape, window_ndim(window))
-    y, _ = engines.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "first", False,
-                          "max_pool")
-    return _tensor(y, memory_format(x), x.dtype)
-
-
-@max_pool_values.register_fake
-def _(x, window):
-    return _empty(_out_shape(x, window), x, memory_format(x))
-
-
-@_operator("max_pool_backward")
-def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
-                      x_size: list[int]) -> Tensor:
-    """``dy`` routed to each window's winner; overlapping windows add up."""
-    _check_device(dy, winners)
-    ndim = window_ndim(window)
-    layout = _layout(x_size, ndim)
-    plan = plan_of(window, x_size[2:])
-    dya = _array(dy)
-    pullback = engines.max_pullback(layout.to_kernel(winners.numpy()), plan, layout, dya.dtype)
-    return _tensor(pullback(dya), memory_format(winners), dy.dtype)
-
-
-@max_pool_backward.register_fake
-def _(dy, winners, window, x_size):
-    return _empty(x_size, dy, memory_format(winners))
-
-
-@_operator("max_pool_gather")
-def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
-    """``dx`` read at each window's winner: the adjoint of :func:`max_pool_backward`."""
-    _check_device(dx, winners)
-    layout = _layout(dx.shape, window_ndim(window))
-    plan = plan_of(window, dx.shape[2:])
-    dy = engines.max_gather(_array(dx), layout.to_kernel(winners.numpy()), plan, layout)
-    return _tensor(dy, memory_format(winners), dx.dtype)
-
-
-@max_pool_gather.register_fake
-def _(dx, winners, window):
-    return _empty(winners.shape, dx, memory_format(winners))
-
-
-@_operator("max_pool_indices")
-def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> Tensor:
-    """PyTorch's int64 indices: each winner's flat position in its input plane."""
-    _check_device(winners)
-    layout = _layout(x_size, window_ndim(window))
-    plan = plan_of(window, x_size[2:])
-    indices = engines.winner_indices(layout.to_kernel(winners.numpy()), plan)
-    return _tensor(indices.reshape(winners.shape), memory_format(winners))
-
-
-@max_pool_indices.register_fake
-def _(winners, window, x_size):
-    return _empty(winners.shape, winners, memory_format(winners), torch.int64)
-
-
-@_operator("max_pool_split_backward")
-def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
-    """``ties="split"``: each window's ``dy`` shared equally among its tied maxima."""
-    _check_device(dy, x)
-    xa = _array(x)
-    layout = _layout(xa.shape, window_ndim(window))
-    _, pullback = engines.max_engine(xa, layout, plan_of(window, xa.shape[2:]), False, "split",
-                                 True, "max_pool")
-    return _tensor(pullback(_array(dy)), memory_format(x), dy.dtype)
-
-
-@max_pool_split_backward.register_fake
-def _(dy, x, window):
-    return _empty(x.shape, dy, memory_format(x))
-
-
-# ------------------------------------------------------------------ average pooling
-
-
-def avg_kind(window) -> str:
-    return "global_avg" if _global(window) else "avg"
-
-
-def divisor_mode(window, count_include_pad) -> str:
-    return "padded" if count_include_pad and window[0] == SLIDING else "real"
-
-
-@_operator("avg_pool")
-def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
-             divisor_override: int | None) -> Tensor:
-    """Window means (adaptive windows: the means of PyTorch's bins)."""
-    _check_device(x)
-    xa = _array(x)
-    layout = _layout(xa.shape, window_ndim(window))
-    y, _ = engines.avg_engine(xa, layout, plan_of(window, xa.shape[2:]),
-                          divisor_mode(window, count_include_pad), divisor_override, False,
-                          "avg_pool", avg_kind(window))
-    return _tensor(y, memory_format(x), x.dtype)
-
-
-@avg_pool.register_fake
-def _(x, window, count_include_pad, divisor_override):
-    return _empty(_out_shape(x, window), x, memory_format(x))
-
-
-@_operator("avg_pool_backward")
-def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
-                      count_include_pad: bool, divisor_override: int | None,
-                      channels_last: bool) -> Tensor:
-    """``dy / divisor`` spread over each window's input elements."""
-    _check_device(dy)
-    ndim = window_ndim(window)
-    layout = _layout(x_size, ndim)
-    dya = _array(dy)
-    pullback = engines.avg_pullback(plan_of(window, x_size[2:]), layout, dya.dtype,
-                                channels_last, divisor_mode(window, count_include_pad),
-                                divisor_override, kind=avg_kind(window))
-    return _tensor(pullback(dya), format_of(channels_last, len(x_size)), dy.dtype)
-
-
-@avg_pool_backward.register_fake
-def _(dy, window, x_size, count_include_pad, divisor_override, channels_last):
-    return _empty(x_size, dy, format_of(channels_last, len(x_size)))
+def is_channels_last(t: Tensor) -> bool:
+    return memory_format(t) != torch.contiguous_format
 
 
 def format_of(channels_last: bool, dims: int) -> torch.memory_format:
@@ -346,86 +148,200 @@ def format_of(channels_last: bool, dims: int) -> torch.memory_format:
     return torch.contiguous_format
 
 
+def compute_dtype(t: Tensor) -> torch.dtype:
+    """The dtype ``t``'s values are computed in: float64 for float64, else float32
+    (the engines' rule: half precisions are computed in float32)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def empty(shape, like: Tensor, fmt, dtype=None) -> Tensor:
+    """A result as every implementation returns it (and the fake ones describe it)."""
+    return torch.empty(tuple(shape), dtype=dtype or like.dtype, device=like.device,
+                       memory_format=fmt)
+
+
+# ------------------------------------------------------------------------ operators
+
+# device -> {op: its implementation there}, for the operators' direct eager calls
+# (:func:`poolgrad.torch._autograd.call`)
+IMPLEMENTATIONS: dict[str, dict] = {device: {} for device in DEVICES}
+
+
+def _operator(function):
+    """``torch.ops.poolgrad.<name>`` with ``function``'s schema (no mutation). The
+    function is every device's default, and refuses: :func:`implement` registers the
+    CPU and CUDA implementations."""
+    return torch.library.custom_op(f"poolgrad::{function.__name__}", function,
+                                   mutates_args=())
+
+
+def implement(op, device: str):
+    """Register the decorated function as ``op``'s implementation on ``device``."""
+    def register(implementation):
+        op.register_kernel(device)(implementation)
+        IMPLEMENTATIONS[device][op] = implementation
+        return implementation
+    return register
+
+
+def refuse_device(*tensors: Tensor) -> None:
+    """A ValueError unless every tensor is on the CPU or a CUDA device."""
+    for t in tensors:
+        if t.device.type not in DEVICES:
+            raise ValueError(
+                f"poolgrad.torch runs on CPU and CUDA tensors; got a tensor on {t.device}: "
+                f"move it with .cpu() or .cuda()")
+    raise ValueError(f"poolgrad.torch has no implementation for tensors on "
+                     f"{sorted({str(t.device) for t in tensors})}")
+
+
+# ---------------------------------------------------------------------- max pooling
+
+
+@_operator
+def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
+    """Values and each window's winning tap (uint8 up to 256 taps, then uint16)."""
+    refuse_device(x)
+
+
+@max_pool.register_fake
+def _(x, window, ties):
+    shape = out_shape(x, window)
+    fmt = memory_format(x)
+    return empty(shape, x, fmt), empty(shape, x, fmt, winner_dtype(x, window))
+
+
+@_operator
+def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
+    """The values of :func:`max_pool` alone, for inference: no winners written."""
+    refuse_device(x)
+
+
+@max_pool_values.register_fake
+def _(x, window):
+    return empty(out_shape(x, window), x, memory_format(x))
+
+
+@_operator
+def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
+                      x_size: list[int]) -> Tensor:
+    """``dy`` routed to each window's winner; overlapping windows add up."""
+    refuse_device(dy, winners)
+
+
+@max_pool_backward.register_fake
+def _(dy, winners, window, x_size):
+    return empty(x_size, dy, memory_format(winners))
+
+
+@_operator
+def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
+    """``dx`` read at each window's winner: the adjoint of :func:`max_pool_backward`."""
+    refuse_device(dx, winners)
+
+
+@max_pool_gather.register_fake
+def _(dx, winners, window):
+    return empty(winners.shape, dx, memory_format(winners))
+
+
+@_operator
+def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> Tensor:
+    """PyTorch's int64 indices: each winner's flat position in its input plane."""
+    refuse_device(winners)
+
+
+@max_pool_indices.register_fake
+def _(winners, window, x_size):
+    return empty(winners.shape, winners, memory_format(winners), torch.int64)
+
+
+@_operator
+def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
+    """``ties="split"``: each window's ``dy`` shared equally among its tied maxima."""
+    refuse_device(dy, x)
+
+
+@max_pool_split_backward.register_fake
+def _(dy, x, window):
+    return empty(x.shape, dy, memory_format(x))
+
+
+# ------------------------------------------------------------------ average pooling
+
+
+@_operator
+def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
+             divisor_override: int | None) -> Tensor:
+    """Window means (adaptive windows: the means of PyTorch's bins)."""
+    refuse_device(x)
+
+
+@avg_pool.register_fake
+def _(x, window, count_include_pad, divisor_override):
+    return empty(out_shape(x, window), x, memory_format(x))
+
+
+@_operator
+def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
+                      count_include_pad: bool, divisor_override: int | None,
+                      channels_last: bool) -> Tensor:
+    """``dy / divisor`` spread over each window's input elements."""
+    refuse_device(dy)
+
+
+@avg_pool_backward.register_fake
+def _(dy, window, x_size, count_include_pad, divisor_override, channels_last):
+    return empty(x_size, dy, format_of(channels_last, len(x_size)))
+
+
 # ----------------------------------------------------------------------- Lp pooling
 
 
-@_operator("lp_pool")
+@_operator
 def lp_pool(x: Tensor, p: float, window: list[int]) -> Tensor:
     """``(sum over the window of |x|^p)^(1/p)`` (ONNX LpPool)."""
-    _check_device(x)
-    xa = _array(x)
-    layout = _layout(xa.shape, window_ndim(window))
-    y, _ = engines.lp_engine(xa, layout, plan_of(window, xa.shape[2:]), p, False, "lp_pool")
-    return _tensor(y, memory_format(x), x.dtype)
+    refuse_device(x)
 
 
 @lp_pool.register_fake
 def _(x, p, window):
-    return _empty(_out_shape(x, window), x, memory_format(x))
+    return empty(out_shape(x, window), x, memory_format(x))
 
 
-@_operator("lp_pool_backward")
+@_operator
 def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[int]) -> Tensor:
     """``dy * sign(x) * (|x| / y)^(p-1)`` summed over the windows holding each input."""
-    _check_device(dy, x, y)
-    xa, ya = _array(x), _array(y)
-    layout = _layout(xa.shape, window_ndim(window))
-    xk, yk = _inputs.compute_view(xa, layout), _inputs.compute_view(ya, layout)
-    pullback = engines.lp_pullback(xk, yk, p, plan_of(window, xa.shape[2:]), layout, xa.dtype)
-    return _tensor(pullback(_array(dy)), memory_format(x), dy.dtype)
+    refuse_device(dy, x, y)
 
 
 @lp_pool_backward.register_fake
 def _(dy, x, y, p, window):
-    return _empty(x.shape, dy, memory_format(x))
+    return empty(x.shape, dy, memory_format(x))
 
 
 # -------------------------------------------------------------------------- unpooling
 
 
-@_operator("max_unpool")
+@_operator
 def max_unpool(y: Tensor, indices: Tensor, window: list[int],
                output_size: list[int]) -> Tensor:
     """Zeros, with each value of ``y`` at its index (flat in its ``(n, c)`` plane)."""
-    _check_device(y, indices)
-    kernel, stride, pads, _, _ = sliding_args(window)
-    out = ops.max_unpool(_array(y), indices.numpy(), kernel, stride, pads, tuple(output_size))
-    return _tensor(out, torch.contiguous_format, y.dtype)
+    refuse_device(y, indices)
 
 
 @max_unpool.register_fake
 def _(y, indices, window, output_size):
-    return _empty([*y.shape[:2], *output_size], y, torch.contiguous_format)
+    return empty([*y.shape[:2], *output_size], y, torch.contiguous_format)
 
 
-@_operator("max_unpool_backward")
+@_operator
 def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Tensor:
     """``dout`` read at each index; where several entries name one place, the last
     (the one written) gets it and the others 0."""
-    _check_device(dout, indices)
-    kernel, stride, pads, _, _ = sliding_args(window)
-    douta = _array(dout)
-    zeros = np.zeros(tuple(indices.shape), dtype=douta.dtype)
-    _, pullback = ops.vjp(ops.max_unpool, zeros, indices.numpy(), kernel, stride, pads,
-                          douta.shape[2:])
-    return _tensor(pullback(douta), torch.contiguous_format, dout.dtype)
+    refuse_device(dout, indices)
 
 
 @max_unpool_backward.register_fake
 def _(dout, indices, window):
-    return _empty(indices.shape, dout, torch.contiguous_format)
-
-
-# ------------------------------------------------------------------------------ CUDA
-
-
-def _register_cuda() -> None:
-    """Each operator's CUDA kernel: :mod:`._cuda` (Triton, imported when first run)."""
-    from . import _cuda
-    for name, implementation in _cuda.IMPLEMENTATIONS.items():
-        op = globals()[name]
-        op.register_kernel("cuda")(implementation)
-        CUDA_IMPLEMENTATIONS[op] = implementation
-
-
-_register_cuda()
+    return empty(indices.shape, dout, torch.contiguous_format)

@@ -35,7 +35,7 @@ __all__ = [f"{name}{n}d" for name in ("max_pool", "avg_pool", "lp_pool", "adapti
 
 
 
-def _batched(input, ndim: int, name: str) -> tuple[Tensor, bool]:
+def batched(input, ndim: int, name: str) -> tuple[Tensor, bool]:
     """``input`` as ``(N, C, *spatial)``, and whether it came unbatched."""
     if not isinstance(input, Tensor):
         raise TypeError(f"{name}: input must be a torch.Tensor, got {type(input).__name__}")
@@ -60,7 +60,7 @@ def _needs_grad(x: Tensor) -> bool:
     return torch.is_grad_enabled() and x.requires_grad
 
 
-def _sliding(x: Tensor, ndim, kernel_size, stride, padding, dilation, ceil_mode) -> list[int]:
+def sliding(x: Tensor, ndim, kernel_size, stride, padding, dilation, ceil_mode) -> list[int]:
     spatial = tuple(x.shape[2:])
     if not torch.compiler.is_compiling():  # (Dynamo traces the uncached function)
         try:
@@ -96,14 +96,14 @@ def _unbatch(t: Tensor, unbatched: bool) -> Tensor:
 def _max_pool(input, ndim, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
               ties):
     name = f"max_pool{ndim}d"
-    x, unbatched = _batched(input, ndim, name)
+    x, unbatched = batched(input, ndim, name)
     if ties not in TIE_RULES:
         raise ValueError(f"{name}: ties must be one of {TIE_RULES}, got {ties!r}")
-    window = _sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
-    return _max_result(x, window, unbatched, return_indices, ties)
+    window = sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
+    return max_result(x, window, unbatched, return_indices, ties)
 
 
-def _max_result(x, window, unbatched, return_indices, ties):
+def max_result(x, window, unbatched, return_indices, ties):
     return_indices = geometry.flag(return_indices, "return_indices")
     if not (return_indices or _needs_grad(x)):
         return _unbatch(call(ops.max_pool_values, x, window), unbatched)
@@ -115,9 +115,9 @@ def _max_result(x, window, unbatched, return_indices, ties):
 
 
 def _adaptive_max_pool(input, ndim, output_size, return_indices):
-    x, unbatched = _batched(input, ndim, f"adaptive_max_pool{ndim}d")
+    x, unbatched = batched(input, ndim, f"adaptive_max_pool{ndim}d")
     window = ops.adaptive_window(inputs.adaptive_sizes(output_size, x.shape[2:], ndim))
-    return _max_result(x, window, unbatched, return_indices, "first")
+    return max_result(x, window, unbatched, return_indices, "first")
 
 
 _MAX_DOC = """Max pooling over {n} spatial dim(s): ``torch.nn.functional.max_pool{n}d``.
@@ -171,19 +171,15 @@ _ADAPTIVE_DOC = """Pooling over {n} spatial dim(s) to a fixed output size, with 
 def _avg_pool(input, ndim, kernel_size, stride, padding, ceil_mode, count_include_pad,
               divisor_override, dilation):
     name = f"avg_pool{ndim}d"
-    x, unbatched = _batched(input, ndim, name)
-    window = _sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
-    if divisor_override is not None:
-        if not geometry._is_int(divisor_override) or divisor_override < 1:
-            raise ValueError(f"{name}: divisor_override must be None or an int >= 1, got "
-                             f"{divisor_override!r}")
-        divisor_override = int(divisor_override)
+    x, unbatched = batched(input, ndim, name)
+    window = sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
+    divisor_override = inputs.check_divisor_override(divisor_override, f"{name}: ")
     include = geometry.flag(count_include_pad, "count_include_pad")
     return _unbatch(call(ops.avg_pool, x, window, include, divisor_override), unbatched)
 
 
 def _adaptive_avg_pool(input, ndim, output_size):
-    x, unbatched = _batched(input, ndim, f"adaptive_avg_pool{ndim}d")
+    x, unbatched = batched(input, ndim, f"adaptive_avg_pool{ndim}d")
     window = ops.adaptive_window(inputs.adaptive_sizes(output_size, x.shape[2:], ndim))
     return _unbatch(call(ops.avg_pool, x, window, False, None), unbatched)
 
@@ -215,9 +211,9 @@ def _make_adaptive_avg_pool(ndim):
 
 
 def _lp_pool(input, ndim, norm_type, kernel_size, stride, ceil_mode, padding, dilation):
-    x, unbatched = _batched(input, ndim, f"lp_pool{ndim}d")
+    x, unbatched = batched(input, ndim, f"lp_pool{ndim}d")
     p = inputs.check_p(norm_type)
-    window = _sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
+    window = sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
     return _unbatch(call(ops.lp_pool, x, p, window), unbatched)
 
 
@@ -243,7 +239,7 @@ def _make_lp_pool(ndim):
 
 def _max_unpool(input, indices, ndim, kernel_size, stride, padding, output_size):
     name = f"max_unpool{ndim}d"
-    y, unbatched = _batched(input, ndim, name)
+    y, unbatched = batched(input, ndim, name)
     if not isinstance(indices, Tensor) or indices.dtype != torch.int64:
         got = indices.dtype if isinstance(indices, Tensor) else type(indices).__name__
         raise TypeError(f"{name}: indices must be an int64 tensor (as max_pool{ndim}d "

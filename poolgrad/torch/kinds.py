@@ -46,9 +46,9 @@ from .. import geometry
 from ..kinds import blur as numpy_blur
 from ..kinds import fractional as numpy_fractional
 from . import _ops as ops
-from ._autograd import _windows, call
-from .functional import _batched as _check_input
-from .functional import _max_result, _sliding
+from ._autograd import call, windows
+from .functional import batched as _check_input
+from .functional import max_result, sliding
 
 __all__ = ["attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool",
            "gated_pool", "gem_pool", "max_blur_pool", "mixed_pool", "soft_pool",
@@ -69,7 +69,7 @@ def _batched(x, name: str) -> int:
 
 
 def _window(x, kernel_size, stride, padding) -> list[int]:
-    return _sliding(x, x.dim() - 2, kernel_size, stride, padding, 1, False)
+    return sliding(x, x.dim() - 2, kernel_size, stride, padding, 1, False)
 
 
 def _taps(ndim: int) -> tuple[int, ...]:
@@ -125,13 +125,13 @@ def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode, 
     ndim, kernel, stride, sizes, pads = numpy_blur.blur_arguments(
         x, kernel_size, stride, filter_size, padding, padding_mode)
     # the NumPy operator's plan, for its checks (sizes, reflect padding shorter than the
-    # map); Dynamo traces the uncached function (as functional._sliding's)
+    # map); Dynamo traces the uncached function (as functional.sliding's)
     plan = geometry.blur_plan.__wrapped__ if torch.compiler.is_compiling() else geometry.blur_plan
     plan(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
     if pre != "none":
         window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
         if pre == "max":
-            x = _max_result(x, window, False, False, "first")
+            x = max_result(x, window, False, False, "first")
         else:
             x = call(ops.avg_pool, x, window, True, None)
     return _blur(x, ndim, stride, sizes, pads, padding_mode)
@@ -163,7 +163,7 @@ def avg_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="refle
 def _real_taps(x: Tensor, window) -> Tensor:
     """Which taps of each window lie inside the input, shaped as the window view."""
     ones = torch.ones((1, 1, *x.shape[2:]), dtype=torch.bool, device=x.device)
-    return _windows(ones, window, False)
+    return windows(ones, window, False)
 
 
 def soft_pool(x, kernel_size, stride=None, padding=0):
@@ -172,7 +172,7 @@ def soft_pool(x, kernel_size, stride=None, padding=0):
     gradient unchanged)."""
     ndim = _batched(x, "soft_pool")
     window = _window(x, kernel_size, stride, padding)
-    taps = _windows(x, window, -math.inf)
+    taps = windows(x, window, -math.inf)
     largest = taps.detach().amax(dim=_taps(ndim), keepdim=True)
     weights = torch.exp(taps - largest)
     values = torch.where(_real_taps(x, window), taps, torch.zeros((), dtype=x.dtype,
@@ -187,7 +187,7 @@ def _draw(x: Tensor, window, draws: Tensor) -> Tensor:
     ndim = x.dim() - 2
     zero = torch.zeros((), dtype=x.dtype, device=x.device)
     real = _real_taps(x, window).flatten(-ndim)
-    values = torch.where(real, _windows(x, window, 0.0).flatten(-ndim), zero)
+    values = torch.where(real, windows(x, window, 0.0).flatten(-ndim), zero)
     running = values.cumsum(-1)
     threshold = draws.to(running.dtype).unsqueeze(-1) * running[..., -1:]
     passed = running > threshold
@@ -216,10 +216,10 @@ def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
         positive = total > 0
         safe = torch.where(positive, total, torch.ones((), dtype=x.dtype, device=x.device))
         return torch.where(positive, squares / safe, torch.zeros_like(total))
-    shape = ops._out_shape(x, window)
+    shape = ops.out_shape(x, window)
     draws = torch.rand(shape, generator=_generator(generator, x.device), dtype=torch.float64,
                        device=x.device)
-    winners = _draw(x.detach(), window, draws).to(ops._winner_dtype(x, window))
+    winners = _draw(x.detach(), window, draws).to(ops.winner_dtype(x, window))
     return call(ops.max_pool_gather, x, winners.contiguous(), window)
 
 
@@ -308,7 +308,7 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6):
         dims = (-1,)
         shape = (*x.shape[:2], *(1,) * ndim)
     else:
-        taps = _windows(z, _window(x, kernel_size, stride, 0), math.nan)
+        taps = windows(z, _window(x, kernel_size, stride, 0), math.nan)
         dims = _taps(ndim)
         shape = None
     largest = taps.detach().amax(dim=dims, keepdim=True)  # scales out of any overflow
@@ -317,7 +317,7 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6):
 
 
 def _max_and_avg(x, window):
-    return (_max_result(x, window, False, False, "first"),
+    return (max_result(x, window, False, False, "first"),
             call(ops.avg_pool, x, window, True, None))
 
 
@@ -337,7 +337,7 @@ def gated_pool(x, gate, kernel_size, stride=None, padding=0):
         raise ValueError(f"gate must have the window's shape {kernel}, got "
                          f"{tuple(gate.shape)}")
     top, mean = _max_and_avg(x, window)
-    logit = (_windows(x, window, 0.0) * gate.to(x.dtype)).sum(_taps(ndim))
+    logit = (windows(x, window, 0.0) * gate.to(x.dtype)).sum(_taps(ndim))
     share = torch.sigmoid(logit)
     return share * top + (1 - share) * mean
 

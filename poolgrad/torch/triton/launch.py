@@ -1,9 +1,9 @@
-"""How the dispatch runs the Triton kernels of :mod:`.triton_pool` on torch tensors.
+"""How the Triton kernels of :mod:`.kernels` are launched on torch tensors.
 
 Each ``*_run(plan)`` returns the ``run`` of one ``(op, direction)`` with the signature
 :mod:`.dispatch` documents, on 5-d tensors ``(N, C, D, H, W)`` of any strides: it turns
-the plan into the kernels' per-axis integers, the tensors into element strides, and
-launches one program per ``BLOCK`` elements of the tensor it writes, on the current
+the plan into the kernels' per-axis tuples, the tensors into tuples of element strides,
+and launches one program per ``BLOCK`` elements of the tensor it writes, on the current
 CUDA stream (or, under ``TRITON_INTERPRET=1``, on CPU tensors).
 """
 
@@ -16,7 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import triton_pool as kernels
+from .. import _ops
+from . import kernels
 
 BLOCK = 256
 _DIVISOR_MODES = {"padded": 0, "real": 1}
@@ -28,9 +29,9 @@ def _adaptive(plan) -> bool:
 
 @functools.lru_cache(maxsize=1024)
 def _axes(plan) -> tuple[tuple[int, ...], ...]:
-    """Per kernel axis ``(L, O, K, S, P, A, DIL, covers)``: the axis's rule as the
-    kernels take it, and the most windows that read one coordinate. An adaptive plan's
-    leading unit axes are one-bin adaptive axes (the same single window)."""
+    """Per kernel axis ``(L, O, K, S, P, A, DIL, N)``: the axis's rule as the kernels
+    take it, and the most windows that read one coordinate. An adaptive plan's leading
+    unit axes are one-bin adaptive axes (the same single window)."""
     adaptive = _adaptive(plan)
     axes = []
     for a in plan.kernel_axes:
@@ -44,43 +45,19 @@ def _axes(plan) -> tuple[tuple[int, ...], ...]:
     return tuple(axes)
 
 
-def _window_args(plan, with_after: bool, with_covers: bool) -> list[int]:
-    args = []
-    for length, count, extent, stride, before, after, dilation, covers in _axes(plan):
-        args += [length, count, extent, stride, before]
-        if with_after:
-            args.append(after)
-        args.append(dilation)
-        if with_covers:
-            args.append(covers)
-    return args
-
-
-def _channels_last(t) -> bool:
-    """Whether the 5-d tensor ``t`` is stored with C fastest (and C > 1): its programs
-    then walk it in that order."""
-    return t.shape[1] > 1 and t.stride(1) == 1
-
-
-def _compute(t) -> torch.dtype:
-    """The dtype ``t``'s values are computed in: float64 for float64, else float32."""
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
-
-
-def _launch(kernel, plan, out, tensors, strided, scalars=(), *, after=False, covers=False,
-            accumulate=True, **constants):
+def _launch(kernel, plan, out, tensors, strided, scalars=(), *, accumulate=True,
+            **constants):
     """Launch ``kernel`` with one lane per element of ``out``, the tensor it writes, in
-    the argument order of :mod:`.triton_pool`: ``tensors``, ``out``'s size and C, the
-    kernel's own ``scalars``, each axis's integers (with the end padding if ``after``,
-    the candidate count if ``covers``), then the strides of the ``strided`` tensors;
-    the compile-time constants every kernel takes (and ``ACC`` if ``accumulate``)
-    besides ``constants``."""
+    the argument order of :mod:`.kernels`: ``tensors``, ``out``'s size and C, the
+    kernel's own ``scalars``, the axes' tuples, then the strides of the ``strided``
+    tensors, a tuple each; the compile-time constants every kernel takes (and ``ACC``
+    if ``accumulate``) besides ``constants``. Lanes walk ``out`` in its memory order."""
     if accumulate:
-        constants["ACC"] = tl.float64 if _compute(out) == torch.float64 else tl.float32
+        constants["ACC"] = tl.float64 if _ops.compute_dtype(out) == torch.float64 else tl.float32
     kernel[(triton.cdiv(out.numel(), BLOCK),)](
-        *tensors, out.numel(), out.shape[1], *scalars, *_window_args(plan, after, covers),
-        *(stride for t in strided for stride in t.stride()), ADAPTIVE=_adaptive(plan),
-        CHANNELS_LAST=_channels_last(out), BLOCK=BLOCK, **constants)
+        *tensors, out.numel(), out.shape[1], *scalars, _axes(plan),
+        *(tuple(t.stride()) for t in strided), ADAPTIVE=_adaptive(plan),
+        CHANNELS_LAST=_ops.is_channels_last(out), BLOCK=BLOCK, **constants)
 
 
 def max_forward_run(plan, record: bool):
@@ -91,7 +68,7 @@ def max_forward_run(plan, record: bool):
 
 def max_backward_run(plan):
     return lambda dy, pos, dx: _launch(kernels.max_backward, plan, dx, (dy, pos, dx),
-                                       (dy, pos, dx), covers=True)
+                                       (dy, pos, dx))
 
 
 def max_gather_run(plan):
@@ -115,16 +92,14 @@ def _mode(divisor) -> tuple[int, int]:
 def avg_forward_run(plan):
     def run(x, y, divisor):
         mode, override = _mode(divisor)
-        _launch(kernels.avg_forward, plan, y, (x, y), (x, y), (override,), after=True,
-                MODE=mode)
+        _launch(kernels.avg_forward, plan, y, (x, y), (x, y), (override,), MODE=mode)
     return run
 
 
 def avg_backward_run(plan):
     def run(dy, divisor, dx):
         mode, override = _mode(divisor)
-        _launch(kernels.avg_backward, plan, dx, (dy, dx), (dy, dx), (override,), after=True,
-                covers=True, MODE=mode)
+        _launch(kernels.avg_backward, plan, dx, (dy, dx), (dy, dx), (override,), MODE=mode)
     return run
 
 
@@ -141,7 +116,7 @@ def _exponents(p: float, dtype, device):
 
 
 def _exponents_for(p, t):
-    return _exponents(float(p), _compute(t), t.device)
+    return _exponents(float(p), _ops.compute_dtype(t), t.device)
 
 
 def lp_forward_run(plan):
@@ -152,7 +127,7 @@ def lp_forward_run(plan):
 def lp_backward_run(plan):
     return lambda x, y, dy, p, dx: _launch(kernels.lp_backward, plan, dx, (x, y, dy, dx),
                                            (x, y, dy, dx), (_exponents_for(p, dx),),
-                                           covers=True, P_KIND=_p_kind(p))
+                                           P_KIND=_p_kind(p))
 
 
 def tie_count_run(plan):
@@ -162,8 +137,7 @@ def tie_count_run(plan):
 def split_backward_run(plan):
     """``run(x, y, dy, ties, pos, dx)``; ``ties`` and ``pos`` stored as ``y``."""
     return lambda x, y, dy, ties, pos, dx: _launch(
-        kernels.max_split_backward, plan, dx, (x, y, dy, ties, pos, dx), (x, y, dy, dx),
-        covers=True)
+        kernels.max_split_backward, plan, dx, (x, y, dy, ties, pos, dx), (x, y, dy, dx))
 
 
 def unpool_forward_run(plan):

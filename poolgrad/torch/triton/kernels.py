@@ -1,4 +1,4 @@
-"""Triton kernels: every pooling pass on CUDA tensors, the ``"triton"`` backend.
+"""Triton kernels: every pooling pass of poolgrad.torch on CUDA tensors.
 
 Under ``TRITON_INTERPRET=1`` the same kernels run on CPU tensors, which is how the
 tests check them on machines without a GPU.
@@ -7,14 +7,15 @@ Contract: the one of :mod:`poolgrad.kernels` (first maximum or first NaN wins, p
 never wins; sums in a fixed order), with these specifics:
 
 * **Arguments**, in this order: the tensors; the count of elements written and C; a
-  kernel's own scalars; per spatial axis the integers of its
-  :attr:`~poolgrad.geometry.AxisWindows.rule`: input length ``L``, window count ``O``,
-  tap extent ``K`` (the kernel, or an adaptive axis's largest bin), stride ``S``, front
-  padding ``P``, end padding ``A`` and dilation ``DIL`` (backwards: and ``N``, the
-  candidate windows per coordinate); then each 5-d ``(N, C, D, H, W)`` tensor's element
-  strides, in the tensors' order. Windows are recomputed from these per element, never
+  kernel's own scalars; ``axes``, one tuple per spatial axis ``(D, H, W)`` of the
+  integers of its :attr:`~poolgrad.geometry.AxisWindows.rule`, ``(L, O, K, S, P, A,
+  DIL, N)``: input length, window count, tap extent (the kernel, or an adaptive axis's
+  largest bin), stride, front padding, end padding, dilation and the most windows that
+  read one coordinate; then each 5-d ``(N, C, D, H, W)`` tensor's element strides as a
+  tuple, in the tensors' order. Windows are recomputed from these per element, never
   read from tables, so a launch needs no device memory but its tensors (CUDA graph
-  capture) and nothing is copied to the device per call.
+  capture) and nothing is copied to the device per call. Tuples keep each integer a
+  kernel argument of its own, specialised as Triton specialises integers.
 * **Parallelism.** A program owns ``BLOCK`` consecutive elements of what it writes, in
   that tensor's memory order (``CHANNELS_LAST``: C fastest), and writes each once.
   Backwards gather: each ``dx`` element visits the windows that read it, in increasing
@@ -63,6 +64,26 @@ def _element(offs, C, D, H, W, CHANNELS_LAST: tl.constexpr):
 
 
 @triton.jit
+def _inputs(offs, C, axes, CHANNELS_LAST: tl.constexpr):
+    """:func:`_element` over the input's extents (a backward's lanes)."""
+    d, h, w = axes
+    return _element(offs, C, d[0], h[0], w[0], CHANNELS_LAST)
+
+
+@triton.jit
+def _outputs(offs, C, axes, CHANNELS_LAST: tl.constexpr):
+    """:func:`_element` over the windows' extents (a forward's lanes)."""
+    d, h, w = axes
+    return _element(offs, C, d[1], h[1], w[1], CHANNELS_LAST)
+
+
+@triton.jit
+def _at(strides, n, c, d, h, w):
+    """The element offset of ``(n, c, d, h, w)`` in a tensor of ``strides``."""
+    return n * strides[0] + c * strides[1] + d * strides[2] + h * strides[3] + w * strides[4]
+
+
+@triton.jit
 def _narrow(v, dtype: tl.constexpr):
     """``v`` in ``dtype``; float32 to bfloat16 rounded to nearest even in integer
     arithmetic, as torch converts on the CPU (Triton's interpreter truncates)."""
@@ -77,11 +98,11 @@ def _narrow(v, dtype: tl.constexpr):
 
 
 @triton.jit
-def _window(o, length, count, extent, stride, before, after, dilation,
-            ADAPTIVE: tl.constexpr):
+def _window(o, axis, ADAPTIVE: tl.constexpr):
     """Window ``o`` of an axis: ``(start, first, end, padded)``. Tap ``j`` reads
     ``start + j * dilation``; taps ``[first, end)`` are inside the input; ``padded``
     counts the taps from 0 inside the padded input (count_include_pad's divisor)."""
+    length, count, extent, stride, before, after, dilation, _ = axis
     if ADAPTIVE:
         start = o * length // count
         end = ((o + 1) * length + count - 1) // count - start
@@ -97,11 +118,26 @@ def _window(o, length, count, extent, stride, before, after, dilation,
 
 
 @triton.jit
-def _cover(i, t, length, count, extent, stride, before, dilation, ADAPTIVE: tl.constexpr):
+def _windows(od, oh, ow, axes, ADAPTIVE: tl.constexpr):
+    """:func:`_window` of each lane's window along D, H and W."""
+    d, h, w = axes
+    return _window(od, d, ADAPTIVE), _window(oh, h, ADAPTIVE), _window(ow, w, ADAPTIVE)
+
+
+@triton.jit
+def _taps(axes):
+    """How many taps a window has: the product of the extents."""
+    d, h, w = axes
+    return d[2] * h[2] * w[2]
+
+
+@triton.jit
+def _cover(i, t, axis, ADAPTIVE: tl.constexpr):
     """The ``t``-th candidate window that reads coordinate ``i``, in increasing window
     order: ``(o, tap, valid)``. Sliding axes try the taps from the last to the first
     (``t`` runs to ``extent``); adaptive ones the bins from the first that holds ``i``
     (``t`` runs to the axis's largest cover count)."""
+    length, count, extent, stride, before, _, dilation, _ = axis
     if ADAPTIVE:
         o = i * count // length + t
         start = o * length // count
@@ -117,49 +153,56 @@ def _cover(i, t, length, count, extent, stride, before, dilation, ADAPTIVE: tl.c
 
 
 @triton.jit
-def _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW, xd, xh, xw, live):
+def _tap(t, axes, windows, strides, live):
     """Tap ``t`` (its number: row-major over the extents) of each lane's window: its
-    offset in ``x`` from the lane's ``(n, c)`` plane, and whether it is a real tap."""
-    jd = t // (KH * KW)
-    jh = (t // KW) % KH
-    jw = t % KW
+    offset from the lane's ``(n, c)`` plane in a tensor of ``strides``, and whether it
+    is a real tap."""
+    d, h, w = axes
+    (sd, fd, ed, _), (sh, fh, eh, _), (sw, fw, ew, _) = windows
+    jd = t // (h[2] * w[2])
+    jh = (t // w[2]) % h[2]
+    jw = t % w[2]
     real = live & (jd >= fd) & (jd < ed) & (jh >= fh) & (jh < eh) & (jw >= fw) & (jw < ew)
-    return (sd + jd * DD) * xd + (sh + jh * DH) * xh + (sw + jw * DW) * xw, real
+    offset = (sd + jd * d[6]) * strides[2] + (sh + jh * h[6]) * strides[3] + (
+        sw + jw * w[6]) * strides[4]
+    return offset, real
 
 
 @triton.jit
-def _covering(t, i_d, ih, iw, LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, NH,
-              LW, OW, KW, SW, PW, DW, NW, ADAPTIVE: tl.constexpr):
+def _candidates(axes):
+    """How many candidate windows a backward visits per input element."""
+    d, h, w = axes
+    return d[7] * h[7] * w[7]
+
+
+@triton.jit
+def _covering(t, i_d, ih, iw, axes, ADAPTIVE: tl.constexpr):
     """The ``t``-th candidate window over each lane's input element, in increasing
     window order (row-major over the axes' candidates, :func:`_cover`): ``(od, oh, ow,
     the tap number that reads the element, valid)``."""
-    od, jd, vd = _cover(i_d, t // (NH * NW), LD, OD, KD, SD, PD, DD, ADAPTIVE)
-    oh, jh, vh = _cover(ih, (t // NW) % NH, LH, OH, KH, SH, PH, DH, ADAPTIVE)
-    ow, jw, vw = _cover(iw, t % NW, LW, OW, KW, SW, PW, DW, ADAPTIVE)
-    return od, oh, ow, (jd * KH + jh) * KW + jw, vd & vh & vw
+    d, h, w = axes
+    od, jd, vd = _cover(i_d, t // (h[7] * w[7]), d, ADAPTIVE)
+    oh, jh, vh = _cover(ih, (t // w[7]) % h[7], h, ADAPTIVE)
+    ow, jw, vw = _cover(iw, t % w[7], w, ADAPTIVE)
+    return od, oh, ow, (jd * h[2] + jh) * w[2] + jw, vd & vh & vw
 
 
 @triton.jit
-def max_forward(x, y, pos, total, C,
-                LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, LW, OW, KW, SW, PW, DW,
-                xn, xc, xd, xh, xw, yn, yc, yd, yh, yw,
+def max_forward(x, y, pos, total, C, axes, xs, ys,
                 ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, RECORD: tl.constexpr,
                 ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``y`` = each window's maximum over its real taps; with ``RECORD``, ``pos`` = its
     tap number (``pos`` has ``y``'s strides)."""
     offs, live = _lanes(total, BLOCK)
-    n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
-    sd, fd, ed, _ = _window(od, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
-    sh, fh, eh, _ = _window(oh, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
-    sw, fw, ew, _ = _window(ow, LW, OW, KW, SW, PW, 0, DW, ADAPTIVE)
-    base = n * xn + c * xc
+    n, c, od, oh, ow = _outputs(offs, C, axes, CHANNELS_LAST)
+    windows = _windows(od, oh, ow, axes, ADAPTIVE)
+    base = n * xs[0] + c * xs[1]
     best = tl.zeros([BLOCK], dtype=x.dtype.element_ty)
     top = tl.zeros([BLOCK], dtype=ACC)
     tap = tl.zeros([BLOCK], dtype=tl.int32)
     found = offs < 0  # no tap folded yet
-    for t in range(0, KD * KH * KW):
-        offset, real = _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW,
-                            xd, xh, xw, live)
+    for t in range(0, _taps(axes)):
+        offset, real = _tap(t, axes, windows, xs, live)
         v = tl.load(x + base + offset, mask=real, other=0.0)
         # compared widened (exact; the interpreter has no 16-bit float compare), kept
         # as loaded
@@ -171,65 +214,54 @@ def max_forward(x, y, pos, total, C,
         # as int32 whatever type the loop counter has (int64 with large arguments)
         tap = tl.where(wins, (tl.zeros_like(tap) + t).to(tl.int32), tap)
         found = found | real
-    out = n * yn + c * yc + od * yd + oh * yh + ow * yw
+    out = _at(ys, n, c, od, oh, ow)
     tl.store(y + out, best, mask=live)
     if RECORD:
         tl.store(pos + out, tap.to(pos.dtype.element_ty), mask=live)
 
 
 @triton.jit
-def max_backward(dy, pos, dx, total, C,
-                 LD, OD, KD, SD, PD, DD, ND, LH, OH, KH, SH, PH, DH, NH,
-                 LW, OW, KW, SW, PW, DW, NW,
-                 gn, gc, gd, gh, gw, pn, pc, pd, ph, pw, xn, xc, xd, xh, xw,
+def max_backward(dy, pos, dx, total, C, axes, gs, ps, xs,
                  ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
                  BLOCK: tl.constexpr):
     """``dx[i]`` = the sum of ``dy[o]`` over the windows ``o`` whose winning tap reads
-    ``i``, in increasing window order from +0. ``ND, NH, NW``: the candidates per
-    axis (see :func:`_cover`)."""
+    ``i``, in increasing window order from +0 (``dy``, ``pos`` and ``dx`` have the
+    strides ``gs``, ``ps`` and ``xs``)."""
     offs, live = _lanes(total, BLOCK)
-    n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
-    grad_base = n * gn + c * gc
-    pos_base = n * pn + c * pc
+    n, c, i_d, ih, iw = _inputs(offs, C, axes, CHANNELS_LAST)
     acc = tl.zeros([BLOCK], dtype=ACC)
-    for t in range(0, ND * NH * NW):
-        od, oh, ow, tap, valid = _covering(t, i_d, ih, iw, LD, OD, KD, SD, PD, DD, LH, OH,
-                                           KH, SH, PH, DH, NH, LW, OW, KW, SW, PW, DW, NW,
-                                           ADAPTIVE)
+    for t in range(0, _candidates(axes)):
+        od, oh, ow, tap, valid = _covering(t, i_d, ih, iw, axes, ADAPTIVE)
         valid = live & valid
-        winner = tl.load(pos + pos_base + od * pd + oh * ph + ow * pw, mask=valid, other=0)
+        winner = tl.load(pos + _at(ps, n, c, od, oh, ow), mask=valid, other=0)
         hit = valid & (winner.to(tl.int32) == tap)
-        g = tl.load(dy + grad_base + od * gd + oh * gh + ow * gw, mask=hit, other=0.0)
+        g = tl.load(dy + _at(gs, n, c, od, oh, ow), mask=hit, other=0.0)
         acc = tl.where(hit, acc + g.to(ACC), acc)
-    tl.store(dx + n * xn + c * xc + i_d * xd + ih * xh + iw * xw,
-             _narrow(acc, dx.dtype.element_ty), mask=live)
+    tl.store(dx + _at(xs, n, c, i_d, ih, iw), _narrow(acc, dx.dtype.element_ty), mask=live)
 
 
 @triton.jit
-def max_gather(src, pos, out, total, C,
-               LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, LW, OW, KW, SW, PW, DW,
-               sn, sc, sd_, sh_, sw_, pn, pc, pd, ph, pw, on, oc, od_, oh_, ow_,
+def max_gather(src, pos, out, total, C, axes, ss, ps, outs,
                ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, INDICES: tl.constexpr,
                BLOCK: tl.constexpr):
     """Per window, from its winning tap: ``src`` read at the winner (``out`` has the
     windows' shape), or with ``INDICES`` the winner's flat position in its ``(n, c)``
     input plane (PyTorch's max-pool indices; ``src`` unused)."""
     offs, live = _lanes(total, BLOCK)
-    n, c, o_d, o_h, o_w = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
-    tap = tl.load(pos + n * pn + c * pc + o_d * pd + o_h * ph + o_w * pw, mask=live,
-                  other=0).to(tl.int64)
-    jw = tap % KW
-    jh = (tap // KW) % KH
-    jd = tap // (KW * KH)
-    start_d, _, _, _ = _window(o_d, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
-    start_h, _, _, _ = _window(o_h, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
-    start_w, _, _, _ = _window(o_w, LW, OW, KW, SW, PW, 0, DW, ADAPTIVE)
-    cd, ch, cw = start_d + jd * DD, start_h + jh * DH, start_w + jw * DW
-    target = out + n * on + c * oc + o_d * od_ + o_h * oh_ + o_w * ow_
+    n, c, o_d, o_h, o_w = _outputs(offs, C, axes, CHANNELS_LAST)
+    d, h, w = axes
+    tap = tl.load(pos + _at(ps, n, c, o_d, o_h, o_w), mask=live, other=0).to(tl.int64)
+    jw = tap % w[2]
+    jh = (tap // w[2]) % h[2]
+    jd = tap // (w[2] * h[2])
+    (start_d, _, _, _), (start_h, _, _, _), (start_w, _, _, _) = _windows(o_d, o_h, o_w,
+                                                                          axes, ADAPTIVE)
+    cd, ch, cw = start_d + jd * d[6], start_h + jh * h[6], start_w + jw * w[6]
+    target = out + _at(outs, n, c, o_d, o_h, o_w)
     if INDICES:
-        tl.store(target, (cd * LH + ch) * LW + cw, mask=live)
+        tl.store(target, (cd * h[0] + ch) * w[0] + cw, mask=live)
     else:
-        v = tl.load(src + n * sn + c * sc + cd * sd_ + ch * sh_ + cw * sw_, mask=live, other=0)
+        v = tl.load(src + _at(ss, n, c, cd, ch, cw), mask=live, other=0)
         tl.store(target, v, mask=live)
 
 
@@ -245,10 +277,10 @@ def _divide(a, b):
 
 
 @triton.jit
-def _divisor(fd, ed, pdd, fh, eh, pdh, fw, ew, pdw, override, MODE: tl.constexpr,
-             ACC: tl.constexpr):
+def _divisor(windows, override, MODE: tl.constexpr, ACC: tl.constexpr):
     """A window's divisor: 0 ``padded`` (count_include_pad), 1 ``real`` taps only,
     2 ``override``; the product of per-axis factors in the CPU's order."""
+    (_, fd, ed, pdd), (_, fh, eh, pdh), (_, fw, ew, pdw) = windows
     if MODE == 0:
         return (pdd.to(ACC) * pdh.to(ACC)) * pdw.to(ACC)
     elif MODE == 1:
@@ -258,56 +290,41 @@ def _divisor(fd, ed, pdd, fh, eh, pdh, fw, ew, pdw, override, MODE: tl.constexpr
 
 
 @triton.jit
-def avg_forward(x, y, total, C, override,
-                LD, OD, KD, SD, PD, AD, DD, LH, OH, KH, SH, PH, AH, DH,
-                LW, OW, KW, SW, PW, AW, DW,
-                xn, xc, xd, xh, xw, yn, yc, yd, yh, yw,
+def avg_forward(x, y, total, C, override, axes, xs, ys,
                 ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, MODE: tl.constexpr,
                 ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``y`` = the sum of each window's real taps, row-major from +0, over its divisor
     (:func:`_divisor`)."""
     offs, live = _lanes(total, BLOCK)
-    n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
-    sd, fd, ed, pdd = _window(od, LD, OD, KD, SD, PD, AD, DD, ADAPTIVE)
-    sh, fh, eh, pdh = _window(oh, LH, OH, KH, SH, PH, AH, DH, ADAPTIVE)
-    sw, fw, ew, pdw = _window(ow, LW, OW, KW, SW, PW, AW, DW, ADAPTIVE)
-    base = n * xn + c * xc
+    n, c, od, oh, ow = _outputs(offs, C, axes, CHANNELS_LAST)
+    windows = _windows(od, oh, ow, axes, ADAPTIVE)
+    base = n * xs[0] + c * xs[1]
     acc = tl.zeros([BLOCK], dtype=ACC)
-    for t in range(0, KD * KH * KW):
-        offset, real = _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW,
-                            xd, xh, xw, live)
+    for t in range(0, _taps(axes)):
+        offset, real = _tap(t, axes, windows, xs, live)
         v = tl.load(x + base + offset, mask=real, other=0.0)
         acc = tl.where(real, acc + v.to(ACC), acc)
-    divisor = _divisor(fd, ed, pdd, fh, eh, pdh, fw, ew, pdw, override, MODE, ACC)
-    tl.store(y + n * yn + c * yc + od * yd + oh * yh + ow * yw,
-             _narrow(_divide(acc, divisor), y.dtype.element_ty), mask=live)
+    divisor = _divisor(windows, override, MODE, ACC)
+    tl.store(y + _at(ys, n, c, od, oh, ow), _narrow(_divide(acc, divisor), y.dtype.element_ty),
+             mask=live)
 
 
 @triton.jit
-def avg_backward(dy, dx, total, C, override,
-                 LD, OD, KD, SD, PD, AD, DD, ND, LH, OH, KH, SH, PH, AH, DH, NH,
-                 LW, OW, KW, SW, PW, AW, DW, NW,
-                 gn, gc, gd, gh, gw, xn, xc, xd, xh, xw,
+def avg_backward(dy, dx, total, C, override, axes, gs, xs,
                  ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, MODE: tl.constexpr,
                  ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``dx[i]`` = the sum of ``dy[o] / divisor[o]`` over the windows that read ``i``,
     in increasing window order from +0."""
     offs, live = _lanes(total, BLOCK)
-    n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
-    grad_base = n * gn + c * gc
+    n, c, i_d, ih, iw = _inputs(offs, C, axes, CHANNELS_LAST)
     acc = tl.zeros([BLOCK], dtype=ACC)
-    for t in range(0, ND * NH * NW):
-        od, oh, ow, _, valid = _covering(t, i_d, ih, iw, LD, OD, KD, SD, PD, DD, LH, OH, KH,
-                                         SH, PH, DH, NH, LW, OW, KW, SW, PW, DW, NW, ADAPTIVE)
+    for t in range(0, _candidates(axes)):
+        od, oh, ow, _, valid = _covering(t, i_d, ih, iw, axes, ADAPTIVE)
         valid = live & valid
-        _, fd, ed, pdd = _window(od, LD, OD, KD, SD, PD, AD, DD, ADAPTIVE)
-        _, fh, eh, pdh = _window(oh, LH, OH, KH, SH, PH, AH, DH, ADAPTIVE)
-        _, fw, ew, pdw = _window(ow, LW, OW, KW, SW, PW, AW, DW, ADAPTIVE)
-        g = tl.load(dy + grad_base + od * gd + oh * gh + ow * gw, mask=valid, other=0.0)
-        divisor = _divisor(fd, ed, pdd, fh, eh, pdh, fw, ew, pdw, override, MODE, ACC)
+        g = tl.load(dy + _at(gs, n, c, od, oh, ow), mask=valid, other=0.0)
+        divisor = _divisor(_windows(od, oh, ow, axes, ADAPTIVE), override, MODE, ACC)
         acc = tl.where(valid, acc + _divide(g.to(ACC), divisor), acc)
-    tl.store(dx + n * xn + c * xc + i_d * xd + ih * xh + iw * xw,
-             _narrow(acc, dx.dtype.element_ty), mask=live)
+    tl.store(dx + _at(xs, n, c, i_d, ih, iw), _narrow(acc, dx.dtype.element_ty), mask=live)
 
 
 @triton.jit
@@ -317,9 +334,7 @@ def _power(a, b):
 
 
 @triton.jit
-def lp_forward(x, y, total, C, exponents,
-               LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, LW, OW, KW, SW, PW, DW,
-               xn, xc, xd, xh, xw, yn, yc, yd, yh, yw,
+def lp_forward(x, y, total, C, exponents, axes, xs, ys,
                ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, P_KIND: tl.constexpr,
                ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``y = (sum over the real taps of |x|^p) ^ (1/p)``, as ``m * (sum (|x|/m)^p)^(1/p)``
@@ -327,25 +342,21 @@ def lp_forward(x, y, total, C, exponents,
     ``P_KIND``: 1 or 2 for those ``p``, 0 for any other. ``exponents``: ``[p, 1/p, p-1]``
     in ``ACC`` (a float argument would reach the kernel as float32)."""
     offs, live = _lanes(total, BLOCK)
-    n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
-    sd, fd, ed, _ = _window(od, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
-    sh, fh, eh, _ = _window(oh, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
-    sw, fw, ew, _ = _window(ow, LW, OW, KW, SW, PW, 0, DW, ADAPTIVE)
-    base = n * xn + c * xc
+    n, c, od, oh, ow = _outputs(offs, C, axes, CHANNELS_LAST)
+    windows = _windows(od, oh, ow, axes, ADAPTIVE)
+    base = n * xs[0] + c * xs[1]
     scale = tl.full([BLOCK], 1.0, dtype=ACC)
     if P_KIND != 1:
         largest = tl.zeros([BLOCK], dtype=ACC)
-        for t in range(0, KD * KH * KW):
-            offset, real = _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW,
-                                xd, xh, xw, live)
+        for t in range(0, _taps(axes)):
+            offset, real = _tap(t, axes, windows, xs, live)
             v = tl.abs(tl.load(x + base + offset, mask=real, other=0.0).to(ACC))
             largest = tl.where(real & (v > largest), v, largest)
         # all zeros, or an infinity: no scaling (the sum gives 0, inf or NaN)
         scale = tl.where((largest > 0) & (largest < float("inf")), largest, scale)
     acc = tl.zeros([BLOCK], dtype=ACC)
-    for t in range(0, KD * KH * KW):
-        offset, real = _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW,
-                            xd, xh, xw, live)
+    for t in range(0, _taps(axes)):
+        offset, real = _tap(t, axes, windows, xs, live)
         v = tl.abs(tl.load(x + base + offset, mask=real, other=0.0).to(ACC)) / scale
         if P_KIND == 2:
             term = v * v
@@ -360,35 +371,26 @@ def lp_forward(x, y, total, C, exponents,
         result = acc
     else:
         result = scale * _power(acc, tl.load(exponents + 1))
-    tl.store(y + n * yn + c * yc + od * yd + oh * yh + ow * yw,
-             _narrow(result, y.dtype.element_ty), mask=live)
+    tl.store(y + _at(ys, n, c, od, oh, ow), _narrow(result, y.dtype.element_ty), mask=live)
 
 
 @triton.jit
-def lp_backward(x, y, dy, dx, total, C, exponents,
-                LD, OD, KD, SD, PD, DD, ND, LH, OH, KH, SH, PH, DH, NH,
-                LW, OW, KW, SW, PW, DW, NW,
-                xn, xc, xd, xh, xw, yn, yc, yd, yh, yw, gn, gc, gd, gh, gw,
-                rn, rc, rd, rh, rw,
+def lp_backward(x, y, dy, dx, total, C, exponents, axes, xs, ys, gs, rs,
                 ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, P_KIND: tl.constexpr,
                 ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``dx[i]`` = the sum over the windows ``o`` that read ``i`` of
     ``dy[o] * sign(x[i]) * (|x[i]| / y[o])^(p-1)``; a window with ``y = 0`` sends 0 (the
-    subgradient at 0). ``dy`` has the strides ``g*``, ``dx`` the strides ``r*``."""
+    subgradient at 0). ``dy`` has the strides ``gs``, ``dx`` the strides ``rs``."""
     offs, live = _lanes(total, BLOCK)
-    n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
-    value = tl.load(x + n * xn + c * xc + i_d * xd + ih * xh + iw * xw, mask=live,
-                    other=0.0).to(ACC)
+    n, c, i_d, ih, iw = _inputs(offs, C, axes, CHANNELS_LAST)
+    value = tl.load(x + _at(xs, n, c, i_d, ih, iw), mask=live, other=0.0).to(ACC)
     magnitude = tl.abs(value)
     acc = tl.zeros([BLOCK], dtype=ACC)
-    for t in range(0, ND * NH * NW):
-        od, oh, ow, _, valid = _covering(t, i_d, ih, iw, LD, OD, KD, SD, PD, DD, LH, OH, KH,
-                                         SH, PH, DH, NH, LW, OW, KW, SW, PW, DW, NW, ADAPTIVE)
+    for t in range(0, _candidates(axes)):
+        od, oh, ow, _, valid = _covering(t, i_d, ih, iw, axes, ADAPTIVE)
         valid = live & valid & (value != 0)
-        norm = tl.load(y + n * yn + c * yc + od * yd + oh * yh + ow * yw, mask=valid,
-                       other=1.0).to(ACC)
-        g = tl.load(dy + n * gn + c * gc + od * gd + oh * gh + ow * gw, mask=valid,
-                    other=0.0).to(ACC)
+        norm = tl.load(y + _at(ys, n, c, od, oh, ow), mask=valid, other=1.0).to(ACC)
+        g = tl.load(dy + _at(gs, n, c, od, oh, ow), mask=valid, other=0.0).to(ACC)
         if P_KIND == 2:
             share = magnitude / norm
         elif P_KIND == 1:
@@ -397,66 +399,51 @@ def lp_backward(x, y, dy, dx, total, C, exponents,
             share = _power(magnitude / norm, tl.load(exponents + 2))
         acc = tl.where(valid & (norm != 0), acc + g * share, acc)
     acc = tl.where(value < 0, -acc, acc)
-    tl.store(dx + n * rn + c * rc + i_d * rd + ih * rh + iw * rw,
-             _narrow(acc, dx.dtype.element_ty), mask=live)
+    tl.store(dx + _at(rs, n, c, i_d, ih, iw), _narrow(acc, dx.dtype.element_ty), mask=live)
 
 
 @triton.jit
-def max_tie_count(x, y, ties, total, C,
-                  LD, OD, KD, SD, PD, DD, LH, OH, KH, SH, PH, DH, LW, OW, KW, SW, PW, DW,
-                  xn, xc, xd, xh, xw, yn, yc, yd, yh, yw,
+def max_tie_count(x, y, ties, total, C, axes, xs, ys,
                   ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
                   BLOCK: tl.constexpr):
     """``ties`` = how many real taps of each window equal its maximum ``y`` (1 for a
     NaN window), in ``ACC`` (``ties`` has ``y``'s strides)."""
     offs, live = _lanes(total, BLOCK)
-    n, c, od, oh, ow = _element(offs, C, OD, OH, OW, CHANNELS_LAST)
-    sd, fd, ed, _ = _window(od, LD, OD, KD, SD, PD, 0, DD, ADAPTIVE)
-    sh, fh, eh, _ = _window(oh, LH, OH, KH, SH, PH, 0, DH, ADAPTIVE)
-    sw, fw, ew, _ = _window(ow, LW, OW, KW, SW, PW, 0, DW, ADAPTIVE)
-    out = n * yn + c * yc + od * yd + oh * yh + ow * yw
+    n, c, od, oh, ow = _outputs(offs, C, axes, CHANNELS_LAST)
+    windows = _windows(od, oh, ow, axes, ADAPTIVE)
+    out = _at(ys, n, c, od, oh, ow)
     best = tl.load(y + out, mask=live, other=0.0).to(ACC)
     count = tl.zeros([BLOCK], dtype=tl.int32)
-    for t in range(0, KD * KH * KW):
-        offset, real = _tap(t, KH, KW, sd, fd, ed, DD, sh, fh, eh, DH, sw, fw, ew, DW,
-                            xd, xh, xw, live)
-        v = tl.load(x + n * xn + c * xc + offset, mask=real, other=0.0).to(ACC)
+    for t in range(0, _taps(axes)):
+        offset, real = _tap(t, axes, windows, xs, live)
+        v = tl.load(x + n * xs[0] + c * xs[1] + offset, mask=real, other=0.0).to(ACC)
         count += (real & (v == best)).to(tl.int32)
     tl.store(ties + out, tl.maximum(count, 1).to(ACC), mask=live)
 
 
 @triton.jit
-def max_split_backward(x, y, dy, ties, pos, dx, total, C,
-                       LD, OD, KD, SD, PD, DD, ND, LH, OH, KH, SH, PH, DH, NH,
-                       LW, OW, KW, SW, PW, DW, NW,
-                       xn, xc, xd, xh, xw, yn, yc, yd, yh, yw, gn, gc, gd, gh, gw,
-                       rn, rc, rd, rh, rw,
+def max_split_backward(x, y, dy, ties, pos, dx, total, C, axes, xs, ys, gs, rs,
                        ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
                        BLOCK: tl.constexpr):
     """``ties="split"``: ``dx[i]`` = the sum of ``dy[o] / ties[o]`` over the windows ``o``
     that read ``i`` where ``x[i]`` equals their maximum or is their winner (a NaN
     window routes to its winner alone). ``ties`` and ``pos`` have ``y``'s strides,
-    ``dy`` the strides ``g*``, ``dx`` the strides ``r*``."""
+    ``dy`` the strides ``gs``, ``dx`` the strides ``rs``."""
     offs, live = _lanes(total, BLOCK)
-    n, c, i_d, ih, iw = _element(offs, C, LD, LH, LW, CHANNELS_LAST)
-    value = tl.load(x + n * xn + c * xc + i_d * xd + ih * xh + iw * xw, mask=live,
-                    other=0.0).to(ACC)
+    n, c, i_d, ih, iw = _inputs(offs, C, axes, CHANNELS_LAST)
+    value = tl.load(x + _at(xs, n, c, i_d, ih, iw), mask=live, other=0.0).to(ACC)
     acc = tl.zeros([BLOCK], dtype=ACC)
-    for t in range(0, ND * NH * NW):
-        od, oh, ow, tap, valid = _covering(t, i_d, ih, iw, LD, OD, KD, SD, PD, DD, LH, OH,
-                                           KH, SH, PH, DH, NH, LW, OW, KW, SW, PW, DW, NW,
-                                           ADAPTIVE)
+    for t in range(0, _candidates(axes)):
+        od, oh, ow, tap, valid = _covering(t, i_d, ih, iw, axes, ADAPTIVE)
         valid = live & valid
-        out = n * yn + c * yc + od * yd + oh * yh + ow * yw
+        out = _at(ys, n, c, od, oh, ow)
         best = tl.load(y + out, mask=valid, other=0.0).to(ACC)
         winner = tl.load(pos + out, mask=valid, other=0).to(tl.int32)
         hit = valid & ((value == best) | (winner == tap))
-        g = tl.load(dy + n * gn + c * gc + od * gd + oh * gh + ow * gw, mask=hit,
-                    other=0.0).to(ACC)
+        g = tl.load(dy + _at(gs, n, c, od, oh, ow), mask=hit, other=0.0).to(ACC)
         share = tl.load(ties + out, mask=hit, other=1.0)
         acc = tl.where(hit, acc + _divide(g, share), acc)
-    tl.store(dx + n * rn + c * rc + i_d * rd + ih * rh + iw * rw,
-             _narrow(acc, dx.dtype.element_ty), mask=live)
+    tl.store(dx + _at(rs, n, c, i_d, ih, iw), _narrow(acc, dx.dtype.element_ty), mask=live)
 
 
 @triton.jit

@@ -1,0 +1,206 @@
+"""The CPU implementations of the ``torch.ops.poolgrad`` operators (:mod:`._ops`).
+
+Each runs the NumPy engines of :mod:`poolgrad.engines` (and so the Numba kernels that
+:mod:`poolgrad.kernels.dispatch` chooses) on ``tensor.numpy()`` views, with no copy of
+``x`` or ``dy``, and returns tensors with the shapes, dtypes and strides the fake
+implementations describe. float16 is computed in float32 by the engines; bfloat16,
+which NumPy lacks, is converted to float32 and back. Importing this module registers
+them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .. import _inputs, engines, ops
+from . import _ops
+
+
+def _on_cpu(*tensors: Tensor) -> None:
+    for t in tensors:
+        if t.device.type != "cpu":
+            raise ValueError(
+                f"poolgrad.torch runs on CPU and CUDA tensors; got a tensor on {t.device}: "
+                f"move it with .cpu() or .cuda()")
+
+
+def _array(t: Tensor) -> np.ndarray:
+    """A NumPy view of ``t`` (bfloat16: a float32 copy, NumPy has no bfloat16)."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.numpy()
+
+
+@functools.lru_cache(maxsize=1024)
+def _strides(shape: tuple[int, ...], fmt: torch.memory_format) -> tuple[int, ...]:
+    return torch.empty(shape, device="meta", memory_format=fmt).stride()
+
+
+def _tensor(a: np.ndarray, fmt, dtype: torch.dtype | None = None) -> Tensor:
+    """``a`` as a tensor (no copy when it is stored in ``fmt``), with exactly the
+    strides of :func:`poolgrad.torch._ops.empty`, converted to ``dtype`` if given."""
+    t = torch.from_numpy(a)
+    if not t.is_contiguous(memory_format=fmt):
+        t = t.contiguous(memory_format=fmt)
+    expected = _strides(tuple(t.shape), fmt)
+    if t.stride() != expected:  # differs only where a dim has size 1
+        t = t.as_strided(t.shape, expected)
+    return t if dtype is None or t.dtype == dtype else t.to(dtype)
+
+
+def _layout(shape, ndim) -> _inputs.Layout:
+    return _inputs.Layout(tuple(int(s) for s in shape), ndim)
+
+
+@_ops.implement(_ops.max_pool, "cpu")
+def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
+    """Values and each window's winning tap (uint8 up to 256 taps, then uint16)."""
+    _on_cpu(x)
+    xa = _array(x)
+    ndim = _ops.window_ndim(window)
+    layout = _layout(xa.shape, ndim)
+    y, pullback = engines.max_engine(xa, layout, _ops.plan_of(window, xa.shape[2:]),
+                                     return_indices=False, ties="first", want_pullback=True,
+                                     op="max_pool")
+    fmt = _ops.memory_format(x)
+    winners = pullback.saved["window_positions"].reshape(y.shape)
+    return _tensor(y, fmt, x.dtype), _tensor(winners, fmt)
+
+
+@_ops.implement(_ops.max_pool_values, "cpu")
+def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
+    """The values of :func:`max_pool` alone, for inference: no winners written."""
+    _on_cpu(x)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    y, _ = engines.max_engine(xa, layout, _ops.plan_of(window, xa.shape[2:]),
+                              return_indices=False, ties="first", want_pullback=False,
+                              op="max_pool")
+    return _tensor(y, _ops.memory_format(x), x.dtype)
+
+
+@_ops.implement(_ops.max_pool_backward, "cpu")
+def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
+                      x_size: list[int]) -> Tensor:
+    """``dy`` routed to each window's winner; overlapping windows add up."""
+    _on_cpu(dy, winners)
+    ndim = _ops.window_ndim(window)
+    layout = _layout(x_size, ndim)
+    plan = _ops.plan_of(window, x_size[2:])
+    dya = _array(dy)
+    pullback = engines.max_pullback(layout.to_kernel(winners.numpy()), plan, layout, dya.dtype)
+    return _tensor(pullback(dya), _ops.memory_format(winners), dy.dtype)
+
+
+@_ops.implement(_ops.max_pool_gather, "cpu")
+def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
+    """``dx`` read at each window's winner: the adjoint of :func:`max_pool_backward`."""
+    _on_cpu(dx, winners)
+    layout = _layout(dx.shape, _ops.window_ndim(window))
+    plan = _ops.plan_of(window, dx.shape[2:])
+    dy = engines.max_gather(_array(dx), layout.to_kernel(winners.numpy()), plan, layout)
+    return _tensor(dy, _ops.memory_format(winners), dx.dtype)
+
+
+@_ops.implement(_ops.max_pool_indices, "cpu")
+def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> Tensor:
+    """PyTorch's int64 indices: each winner's flat position in its input plane."""
+    _on_cpu(winners)
+    layout = _layout(x_size, _ops.window_ndim(window))
+    plan = _ops.plan_of(window, x_size[2:])
+    indices = engines.winner_indices(layout.to_kernel(winners.numpy()), plan)
+    return _tensor(indices.reshape(winners.shape), _ops.memory_format(winners))
+
+
+@_ops.implement(_ops.max_pool_split_backward, "cpu")
+def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
+    """``ties="split"``: each window's ``dy`` shared equally among its tied maxima."""
+    _on_cpu(dy, x)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    _, pullback = engines.max_engine(xa, layout, _ops.plan_of(window, xa.shape[2:]),
+                                     return_indices=False, ties="split", want_pullback=True,
+                                     op="max_pool")
+    return _tensor(pullback(_array(dy)), _ops.memory_format(x), dy.dtype)
+
+
+@_ops.implement(_ops.avg_pool, "cpu")
+def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
+             divisor_override: int | None) -> Tensor:
+    """Window means (adaptive windows: the means of PyTorch's bins)."""
+    _on_cpu(x)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    y, _ = engines.avg_engine(xa, layout, _ops.plan_of(window, xa.shape[2:]),
+                              divisor_mode=_ops.divisor_mode(window, count_include_pad),
+                              divisor_override=divisor_override, want_pullback=False,
+                              op="avg_pool", kind=_ops.avg_kind(window))
+    return _tensor(y, _ops.memory_format(x), x.dtype)
+
+
+@_ops.implement(_ops.avg_pool_backward, "cpu")
+def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
+                      count_include_pad: bool, divisor_override: int | None,
+                      channels_last: bool) -> Tensor:
+    """``dy / divisor`` spread over each window's input elements."""
+    _on_cpu(dy)
+    ndim = _ops.window_ndim(window)
+    layout = _layout(x_size, ndim)
+    dya = _array(dy)
+    pullback = engines.avg_pullback(_ops.plan_of(window, x_size[2:]), layout, dya.dtype,
+                                    channels_last=channels_last,
+                                    divisor_mode=_ops.divisor_mode(window, count_include_pad),
+                                    divisor_override=divisor_override,
+                                    kind=_ops.avg_kind(window))
+    return _tensor(pullback(dya), _ops.format_of(channels_last, len(x_size)), dy.dtype)
+
+
+@_ops.implement(_ops.lp_pool, "cpu")
+def lp_pool(x: Tensor, p: float, window: list[int]) -> Tensor:
+    """``(sum over the window of |x|^p)^(1/p)`` (ONNX LpPool)."""
+    _on_cpu(x)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    y, _ = engines.lp_engine(xa, layout, _ops.plan_of(window, xa.shape[2:]), p,
+                             want_pullback=False, op="lp_pool")
+    return _tensor(y, _ops.memory_format(x), x.dtype)
+
+
+@_ops.implement(_ops.lp_pool_backward, "cpu")
+def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[int]) -> Tensor:
+    """``dy * sign(x) * (|x| / y)^(p-1)`` summed over the windows holding each input."""
+    _on_cpu(dy, x, y)
+    xa, ya = _array(x), _array(y)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    xk, yk = _inputs.compute_view(xa, layout), _inputs.compute_view(ya, layout)
+    pullback = engines.lp_pullback(xk, yk, p, _ops.plan_of(window, xa.shape[2:]), layout, xa.dtype)
+    return _tensor(pullback(_array(dy)), _ops.memory_format(x), dy.dtype)
+
+
+@_ops.implement(_ops.max_unpool, "cpu")
+def max_unpool(y: Tensor, indices: Tensor, window: list[int],
+               output_size: list[int]) -> Tensor:
+    """Zeros, with each value of ``y`` at its index (flat in its ``(n, c)`` plane)."""
+    _on_cpu(y, indices)
+    kernel, stride, pads, _, _ = _ops.sliding_args(window)
+    out = ops.max_unpool(_array(y), indices.numpy(), kernel, stride, pads, tuple(output_size))
+    return _tensor(out, torch.contiguous_format, y.dtype)
+
+
+@_ops.implement(_ops.max_unpool_backward, "cpu")
+def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Tensor:
+    """``dout`` read at each index; where several entries name one place, the last
+    (the one written) gets it and the others 0."""
+    _on_cpu(dout, indices)
+    kernel, stride, pads, _, _ = _ops.sliding_args(window)
+    douta = _array(dout)
+    zeros = np.zeros(tuple(indices.shape), dtype=douta.dtype)
+    _, pullback = ops.vjp(ops.max_unpool, zeros, indices.numpy(), kernel, stride, pads,
+                          douta.shape[2:])
+    return _tensor(pullback(douta), torch.contiguous_format, dout.dtype)
+

@@ -1,0 +1,89 @@
+"""The one place that chooses a Triton kernel: by op, pass and (max forward) whether the
+winners are recorded.
+
+:mod:`poolgrad.torch._cuda` describes a call, ``choose(op, direction, plan)``, and runs
+the :class:`~poolgrad.kernels.rule.Kernel` it gets back on 5-d tensors ``(N, C, D,
+H, W)`` of any strides. The runs take the arguments of the Numba dispatch's signatures
+(:mod:`poolgrad.kernels.dispatch`), except that:
+
+* an average's ``divisor`` is ``(mode, override)``, ``mode`` ``"padded"`` or ``"real"``;
+* max has a ``"gather"`` pass, ``run(src, pos, out)``: ``src`` read at each window's
+  winner;
+* an unpool forward with ``y`` None finds ``written`` alone.
+
+There is one kernel per pass: the windows are recomputed per element, so every
+geometry and layout takes the same kernel, with layout and adaptivity as its
+compile-time constants. Triton itself is imported only when a kernel is first chosen,
+so poolgrad.torch works on the CPU without it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ...kernels.rule import Kernel, Rule, always, rules_of, values_only
+
+
+def _launched(name: str, *args):
+    """A ``bind`` that imports the launcher (and so Triton) on first use:
+    ``plan -> run``."""
+    def bind(plan):
+        try:
+            from . import launch
+        except ImportError as error:
+            raise ImportError(f"poolgrad's CUDA kernels need Triton ({error}); install it "
+                              f"with: pip install triton") from error
+        return getattr(launch, name)(plan, *args)
+    return bind
+
+
+_AVG = {
+    "forward": [Rule("triton.avg_forward", always, _launched("avg_forward_run"))],
+    "backward": [Rule("triton.avg_backward", always, _launched("avg_backward_run"))],
+}
+
+RULES = {
+    ("max", "forward"): [
+        Rule("triton.max_values_forward", values_only(always),
+             _launched("max_forward_run", False)),
+        Rule("triton.max_forward", always, _launched("max_forward_run", True),
+             records=True),
+    ],
+    ("max", "backward"): [Rule("triton.max_backward", always, _launched("max_backward_run"))],
+    ("max", "gather"): [Rule("triton.max_gather", always, _launched("max_gather_run"))],
+    ("max", "indices"): [Rule("triton.max_indices", always, _launched("max_indices_run"))],
+    ("max", "tie_count"): [
+        Rule("triton.max_tie_count", always, _launched("tie_count_run"))],
+    ("max", "split"): [
+        Rule("triton.max_split_backward", always, _launched("split_backward_run"))],
+    ("avg", "forward"): _AVG["forward"],
+    ("avg", "backward"): _AVG["backward"],
+    ("global_avg", "forward"): _AVG["forward"],
+    ("global_avg", "backward"): _AVG["backward"],
+    ("lp", "forward"): [Rule("triton.lp_forward", always, _launched("lp_forward_run"))],
+    ("lp", "backward"): [Rule("triton.lp_backward", always, _launched("lp_backward_run"))],
+    ("unpool", "forward"): [
+        Rule("triton.unpool_place", always, _launched("unpool_forward_run"))],
+    ("unpool", "backward"): [
+        Rule("triton.unpool_gather", always, _launched("unpool_backward_run"))],
+}
+
+
+def rules(op: str, direction: str) -> list[Rule]:
+    """The rules of ``(op, direction)``, or a ValueError naming the known passes."""
+    return rules_of(RULES, op, direction, "Triton")
+
+
+@functools.lru_cache(maxsize=1024)
+def choose(op: str, direction: str, plan, *, record: bool = False) -> Kernel:
+    """The Triton kernel for one pass of one call (``plan`` None for unpooling); a max
+    forward with ``record`` writes the winners."""
+    for rule in rules(op, direction):
+        if rule.serves(plan, None, record):
+            return Kernel(rule.name, rule.bind(plan), rule.records)
+    raise AssertionError("the last rule of every list serves every call")
+
+
+def names(op: str, direction: str) -> list[str]:
+    """Every kernel that may serve ``(op, direction)``, in the order they are tried."""
+    return [rule.name for rule in rules(op, direction)]
