@@ -19,6 +19,11 @@ def register(rules: dict[Callable, Callable]) -> None:
     _RULES.update(rules)
 
 
+def operators() -> tuple[Callable, ...]:
+    """Every operator :func:`vjp` takes, by name."""
+    return tuple(sorted(_RULES, key=lambda f: f.__name__))
+
+
 def vjp(op, x, *args, **kwargs):
     """Run ``op(x, *args, **kwargs)`` and return ``(y, pullback)``.
 
@@ -39,6 +44,6 @@ def vjp(op, x, *args, **kwargs):
     """
     rule = _RULES.get(op) if callable(op) else None
     if rule is None:
-        names = ", ".join(sorted(f.__name__ for f in _RULES))
+        names = ", ".join(f.__name__ for f in operators())
         raise TypeError(f"vjp needs one of poolgrad's operators ({names}), got {op!r}")
     return rule(x, *args, want_pullback=True, **kwargs)
