@@ -8,7 +8,7 @@ own. This module imports neither, so the registry has one home and no import cyc
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 # public operator -> ``rule(x, *args, want_pullback=True, **kwargs) -> (y, pullback)``
 _RULES: dict[Callable, Callable] = {}

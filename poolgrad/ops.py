@@ -50,8 +50,8 @@ def _max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fals
     ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
                                      padding=padding, dilation=dilation)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
-    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices=return_indices, ties=ties,
-                      want_pullback=want_pullback, op="max_pool")
+    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices=return_indices,
+                      ties=ties, want_pullback=want_pullback, op="max_pool")
 
 
 def max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -236,8 +236,8 @@ def _adaptive_max_pool(x, output_size, return_indices=False, ties="first", *,
     x = inputs.check_array(x, "x", floating=False)
     ndim = inputs.count_spatial_dims(x, "x", output_size=output_size)
     plan = inputs.adaptive_plan(x, output_size, ndim)
-    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices=return_indices, ties=ties,
-                      want_pullback=want_pullback, op="adaptive_max_pool")
+    return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices=return_indices,
+                      ties=ties, want_pullback=want_pullback, op="adaptive_max_pool")
 
 
 def adaptive_max_pool(x, output_size, return_indices=False, ties="first"):

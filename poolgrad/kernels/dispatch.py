@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -55,9 +54,8 @@ from . import blocks, gather_rows, kind_rules, row_passes, sum_pool, tiled
 from . import channels_last as cl
 from . import max_pool as general_max
 from . import unpool as unpool_kernels
-from .rule import Kernel
+from .rule import Kernel, rules_of
 from .rule import Rule as _Rule
-from .rule import rules_of
 from .rule import always as _always
 from .rule import values_only as _values
 from .simd import BLOCK
@@ -183,7 +181,7 @@ def _tap_like(dtype):
     return np.empty(0, np.int32 if dtype == np.float32 else np.int64)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _float_bits(dtype: np.dtype) -> np.ndarray:
     """The bits of -0, of the exponent field and of the quiet-NaN flag of ``dtype``, as
     its same-width signed integers (read-only: shared by every call)."""

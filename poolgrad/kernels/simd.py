@@ -48,7 +48,7 @@ def _arguments(context, builder, signature, args):
     """An intrinsic's arguments as its code uses them: integers widened to int64, arrays
     as the address of their first element, anything else as it is."""
     values = []
-    for value, ty in zip(args, signature.args):
+    for value, ty in zip(args, signature.args, strict=True):
         if isinstance(ty, types.Integer):
             value = context.cast(builder, value, ty, types.int64)
         elif isinstance(ty, types.Array):
@@ -173,8 +173,8 @@ def _three_tap_windows(context, builder, real, x_data, rows, start_v, width, wid
                                   builder.select(wraps, next_plane_number, i32(3))), row_number)
         folded = fold_row(builder.load(row_start), builder.load(row_number),
                           [[builder.load(v) for v in half] for half in slots])
-        for half_slots, state in zip(slots, folded):
-            for slot, value in zip(half_slots, state):
+        for half_slots, state in zip(slots, folded, strict=True):
+            for slot, value in zip(half_slots, state, strict=True):
                 builder.store(value, slot)
     return [[builder.load(v) for v in half] for half in slots]
 

@@ -15,8 +15,7 @@ import math
 import numpy as np
 
 from .. import _inputs as inputs
-from .. import autodiff
-from .. import geometry
+from .. import autodiff, geometry
 from ..engines import Pullback
 from ..kernels import dispatch
 
@@ -43,7 +42,8 @@ def blur_arguments(x, kernel_size, stride, filter_size, padding, padding_mode):
     if padding_mode not in geometry.BLUR_PADDING_MODES:
         raise ValueError(f"padding_mode must be one of "
                          f"{', '.join(geometry.BLUR_PADDING_MODES)}, got {padding_mode!r}")
-    mapped = tuple(max(length - k + 1, 1) for length, k in zip(x.shape[-ndim:], kernel))
+    mapped = tuple(max(length - k + 1, 1)
+                   for length, k in zip(x.shape[-ndim:], kernel, strict=True))
     if padding is None:  # Zhang's and kornia's: (f - 1) // 2 before, the rest after
         pads = tuple(((f - 1) // 2, f - 1 - (f - 1) // 2) for f in sizes)
     else:

@@ -11,8 +11,7 @@ import numbers
 import numpy as np
 
 from .. import _inputs as inputs
-from .. import autodiff
-from .. import geometry
+from .. import autodiff, geometry
 from ..engines import Pullback
 from ..kernels import dispatch
 
@@ -73,7 +72,7 @@ def region_tables(spatial, kernel, out, u, sequence, generator):
     starts = np.zeros((planes, axes, max(out)), np.int64)
     lengths = np.ones((planes, axes, max(out)), np.int64)
     extent = [1] * axes
-    for axis, (length, k, o) in enumerate(zip(spatial, kernel, out)):
+    for axis, (length, k, o) in enumerate(zip(spatial, kernel, out, strict=True)):
         row = axes - ndim + axis
         draws = u[:, _sample_axis(ndim, axis)]
         if not isinstance(k, str):  # PyTorch's: windows of k from o starts spanning n - k
@@ -99,7 +98,7 @@ def _output_sizes(spatial, ndim, output_size, output_ratio):
                                       for r in ratios):
         raise ValueError(f"output_ratio must be a number in (0, 1) or {ndim} of them, got "
                          f"{output_ratio!r}")
-    sizes = tuple(int(length * r) for length, r in zip(spatial, ratios))
+    sizes = tuple(int(length * r) for length, r in zip(spatial, ratios, strict=True))
     if min(sizes) < 1:
         raise ValueError(f"output_ratio {output_ratio!r} of spatial size {tuple(spatial)} "
                          f"leaves an empty output {sizes}")
@@ -107,7 +106,7 @@ def _output_sizes(spatial, ndim, output_size, output_ratio):
 
 
 def _check_fit(spatial, kernel, out):
-    for axis, (length, k, o) in enumerate(zip(spatial, kernel, out)):
+    for axis, (length, k, o) in enumerate(zip(spatial, kernel, out, strict=True)):
         if isinstance(k, str):
             if o > length:
                 raise ValueError(f"fractional_max_pool: output size {o} exceeds input size "

@@ -14,8 +14,7 @@ import numbers
 import numpy as np
 
 from .. import _inputs as inputs
-from .. import autodiff
-from .. import geometry, ops
+from .. import autodiff, geometry, ops
 from ..engines import Pullback
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _inputs as inputs
-from .. import autodiff
-from .. import geometry
+from .. import autodiff, geometry
 from ..engines import Pullback, max_pullback
 from ..engines.pullback import owned
 from ..kernels import dispatch, weighted

@@ -15,11 +15,24 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from ._ops import (IMPLEMENTATIONS, avg_pool, avg_pool_backward, is_channels_last, lp_pool,
-                   lp_pool_backward, max_pool, max_pool_backward, max_pool_gather,
-                   max_pool_split_backward, max_pool_values, max_unpool,
-                   max_unpool_backward, out_shape, sliding_args, window_ndim)
-
+from ._ops import (
+    IMPLEMENTATIONS,
+    avg_pool,
+    avg_pool_backward,
+    is_channels_last,
+    lp_pool,
+    lp_pool_backward,
+    max_pool,
+    max_pool_backward,
+    max_pool_gather,
+    max_pool_split_backward,
+    max_pool_values,
+    max_unpool,
+    max_unpool_backward,
+    out_shape,
+    sliding_args,
+    window_ndim,
+)
 
 AUTOGRAD: dict = {}  # op -> (backward, setup_context)
 

@@ -72,7 +72,7 @@ def sliding_args(window) -> tuple:
     """``(kernel, stride, padding pairs, dilation, ceil_mode)`` of a sliding window."""
     n = window_ndim(window)
     k, s, lo, hi, d = (tuple(window[1 + i * n: 1 + (i + 1) * n]) for i in range(5))
-    return k, s, tuple(zip(lo, hi)), d, bool(window[-1])
+    return k, s, tuple(zip(lo, hi, strict=True)), d, bool(window[-1])
 
 
 def plan_of(window, in_spatial) -> geometry.WindowPlan:

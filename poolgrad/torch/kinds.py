@@ -100,7 +100,7 @@ def _source(length: int, before: int, after: int, mode: str, device) -> Tensor:
 
 
 def _blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
-    for axis, ((lo, hi), length) in enumerate(zip(pads, x.shape[2:])):
+    for axis, ((lo, hi), length) in enumerate(zip(pads, x.shape[2:], strict=True)):
         dim = 2 + axis
         source = _source(length, lo, hi, mode, x.device)
         x = x.index_select(dim, source)
@@ -443,7 +443,7 @@ class FractionalMaxPool(_Kind):
                          output_ratio=output_ratio, sequence=sequence)
         self._generator = None if seed is None else torch.Generator().manual_seed(seed)
 
-    def manual_seed(self, seed: int) -> "FractionalMaxPool":
+    def manual_seed(self, seed: int) -> FractionalMaxPool:
         """Draw the windows from ``seed`` again, as from a fresh module: passes that must
         see the same windows (an input and its shifted copy) reseed before each."""
         self._generator = torch.Generator().manual_seed(seed)

@@ -107,7 +107,8 @@ class ResNet(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
         channels = 64
-        for stage, (width, blocks) in enumerate(zip((64, 128, 256, 512), blocks_per_stage)):
+        widths = (64, 128, 256, 512)
+        for stage, (width, blocks) in enumerate(zip(widths, blocks_per_stage, strict=True)):
             stride = 1 if stage == 0 else 2
             layers = [BasicBlock(channels, width, stride)]
             layers += [BasicBlock(width, width) for _ in range(blocks - 1)]
