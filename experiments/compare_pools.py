@@ -15,8 +15,10 @@ import platform
 import sys
 import tempfile
 
-from poolgrad import datasets, train, train_torch
-from poolgrad._files import write_atomically
+from poolgrad.tools import datasets
+from poolgrad.tools.files import write_atomically
+from poolgrad.train import numpy_engine as train
+from poolgrad.train import torch_engine as train_torch
 
 DATASETS = ("digits", "mnist1d")
 ENGINES = ("numpy", "torch")

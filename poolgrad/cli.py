@@ -20,7 +20,7 @@ import numpy as np
 
 from . import __doc__ as _ABOUT  # the package's first line: what poolgrad is
 from . import ops
-from ._files import check_output_file
+from .tools.files import check_output_file
 
 
 def _format_grid(values: np.ndarray, width: int = 6) -> str:
@@ -209,8 +209,9 @@ def _positive_float(text: str) -> float:
 
 
 def train(args) -> None:
-    from . import datasets, nn
-    from . import train as trainer
+    from . import nn
+    from .tools import datasets
+    from .train import numpy_engine as trainer
     nn.check_pool(args.pool, what="--pool")
     datasets.kind_of(args.dataset, what="--dataset")
     trainer.check_nproc(args.nproc, None if args.resume else args.batch_size, args.engine)
@@ -228,7 +229,7 @@ def train(args) -> None:
         os.sep, "_"))
     engine, options = trainer, {}
     if args.engine == "torch":
-        from . import train_torch as engine
+        from .train import torch_engine as engine
         options["nproc"] = args.nproc
     trainer.resolve_head(args.head, args.gap_head)
     metrics = engine.train(args.dataset, out, pool=args.pool, gap_head=args.gap_head,
@@ -264,17 +265,17 @@ def study(args) -> None:
 
 
 def bench(args) -> None:
-    from . import bench as suite
+    from .bench import numpy_api as suite
     if args.models and not args.torch:
         raise ValueError("--models times models through poolgrad.torch: give --torch too")
     if args.device == "cuda" and args.torch:
         raise ValueError("--device cuda times poolgrad.torch already: leave out --torch")
     check_output_file(args.out)  # before the minutes of timing, not after them
     if args.device == "cuda":
-        from . import bench_cuda as timer
+        from .bench import cuda as timer
         options = {"device": "cuda"}
     elif args.torch:
-        from . import bench_torch as timer
+        from .bench import torch_api as timer
         options = {"models": args.models}
     else:
         timer, options = suite, {}
@@ -287,7 +288,7 @@ def bench(args) -> None:
 
 
 def explain(args) -> None:
-    from . import explain as explainer
+    from .explain import figures as explainer
     from . import nn
     nn.check_pool(args.kind, explainer.KINDS, "--kind")
     if args.invariance:

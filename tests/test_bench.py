@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from poolgrad import bench, cli
+from poolgrad import cli
+from poolgrad.bench import numpy_api as bench
 
 
 def test_quick_benchmark_writes_table_and_json(tmp_path, capsys):
@@ -64,7 +65,7 @@ def test_must_move_counts_each_pass_bytes():
 
 
 def test_roofline_bandwidths_of_the_header():
-    from poolgrad.roofline import Roofline
+    from poolgrad.bench.roofline import Roofline
 
     roofline = Roofline(repeats=1)
     large = 2**20
@@ -76,7 +77,7 @@ def test_roofline_bandwidths_of_the_header():
 
 
 def test_roofline_bound_is_the_slower_of_the_fastest_read_and_write():
-    from poolgrad.roofline import Roofline
+    from poolgrad.bench.roofline import Roofline
 
     # the fastest round of each probe counts, and the faster of the two ways
     samples = {"read by sum": [3.0, 2.0, 5.0], "read by copy": [2.5, 4.0, 9.0],
@@ -238,7 +239,7 @@ def test_bad_out_is_refused_before_any_timing(tmp_path, capsys, out, message):
 
 def test_quick_torch_benchmark_writes_table_and_json(tmp_path, capsys):
     pytest.importorskip("torch")
-    from poolgrad import bench_torch
+    from poolgrad.bench import torch_api as bench_torch
 
     out = tmp_path / "torch.json"
     assert cli.main(["bench", "--torch", "--quick", "--out", str(out)]) == 0
@@ -283,7 +284,7 @@ def test_quick_torch_benchmark_writes_table_and_json(tmp_path, capsys):
 
 def test_model_steps_time_both_poolings(tmp_path):
     torch = pytest.importorskip("torch")
-    from poolgrad import bench_torch
+    from poolgrad.bench import torch_api as bench_torch
     from poolgrad.torch import zoo
 
     # ResNet-18 alone: VGG-11's 133 million parameters take seconds to build
@@ -310,7 +311,7 @@ def test_models_without_torch_and_torch_missing_are_refused(tmp_path, capsys, mo
 
 
 def test_torch_summary_and_verdicts():
-    from poolgrad import bench_torch
+    from poolgrad.bench import torch_api as bench_torch
 
     def row(layout, pass_name, ours, eager, compiled=None):
         return {"layer": "VGG 2x2/2", "shape": [1, 1, 4, 4], "layout": layout,

@@ -7,7 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from poolgrad import bench, bench_cuda, cli  # noqa: E402
+from poolgrad import cli  # noqa: E402
+from poolgrad.bench import cuda as bench_cuda  # noqa: E402
+from poolgrad.bench import numpy_api as bench  # noqa: E402
 
 LAYERS = (bench.SUITE[0], bench.SUITE[7])  # a max and an average layer
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import poolgrad as pg
-from poolgrad import cli, explain
+from poolgrad import cli
+from poolgrad.explain import figures as explain
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -215,7 +216,7 @@ def test_npy_file_and_invariance(tmp_path):
 
 def test_checkpoint_pooling_layer_on_real_examples(tmp_path):
     pytest.importorskip("sklearn")
-    from poolgrad import train
+    from poolgrad.train import numpy_engine as train
     train.train("digits", str(tmp_path / "run"), epochs=1, progress=False, plot=False)
     done = run_cli("--source", f"checkpoint:{tmp_path / 'run'}", "--channel", "3",
                    "--out", str(tmp_path / "figures"))
@@ -275,7 +276,7 @@ def test_without_matplotlib_the_figures_say_what_to_install(tmp_path, monkeypatc
 
 def test_checkpoint_without_a_sliding_pool_says_so(tmp_path):
     pytest.importorskip("sklearn")
-    from poolgrad import train
+    from poolgrad.train import numpy_engine as train
     train.train("digits", str(tmp_path / "run"), pool="strided-conv", gap_head=True, epochs=1,
                 progress=False, plot=False)
     done = run_cli("--source", f"checkpoint:{tmp_path / 'run'}", "--out", str(tmp_path / "f"))

@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
 
-from poolgrad import cli, explain, ops  # noqa: E402
+from poolgrad import cli, ops  # noqa: E402
+from poolgrad.explain import figures as explain  # noqa: E402
 from poolgrad.study import findings, make_plan, report, shifts  # noqa: E402
 from poolgrad.study.runner import StudyError  # noqa: E402
 
@@ -66,7 +67,7 @@ def test_measures_on_networks_whose_invariance_is_known():
 
 
 def test_layer_invariance_is_explains_measure_on_the_first_pooling():
-    from poolgrad import train_torch
+    from poolgrad.train import torch_engine as train_torch
     model = train_torch.build_model(1, (12, 12), 10, pool="max", widths=(4, 8), seed=0)
     x = torch.rand((6, 1, 12, 12), generator=torch.Generator().manual_seed(0))
     before, block = shifts.first_downsampling(model)

@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from poolgrad import datasets, train
+from poolgrad.tools import datasets
+from poolgrad.train import numpy_engine as train
 
 
 def toy_data(n_train=200, n_test=60, seed=0):
@@ -73,7 +74,8 @@ def test_the_head_flags():
 
 
 def test_pool_and_dataset_names_have_one_check_each():
-    from poolgrad import explain, nn
+    from poolgrad import nn
+    from poolgrad.explain import figures as explain
     assert train.POOLS == nn.POOLS == ("max", "avg", "lp", "blur", "max-blur", "avg-blur",
                                        "soft", "stochastic", "fractional", "gem", "mixed",
                                        "gated", "strided-conv")
@@ -268,7 +270,7 @@ def test_cli_bad_input_gives_one_line_and_non_zero_exit(tmp_path):
 
 
 def test_atomic_write_errors_name_the_file_not_the_temporary(tmp_path):
-    from poolgrad._files import write_atomically
+    from poolgrad.tools.files import write_atomically
     (tmp_path / "folder").mkdir()
     for path in (tmp_path / "folder", tmp_path / "folder" / "x" / "y"):
         if path.name == "y":
@@ -281,7 +283,7 @@ def test_atomic_write_errors_name_the_file_not_the_temporary(tmp_path):
 
 
 def test_atomic_writes_get_the_usual_permissions(tmp_path):
-    from poolgrad._files import write_atomically
+    from poolgrad.tools.files import write_atomically
     old = os.umask(0o022)
     try:
         write_atomically(str(tmp_path / "f.json"), lambda stream: stream.write(b"{}"))

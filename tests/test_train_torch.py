@@ -15,7 +15,8 @@ import time
 import numpy as np
 import pytest
 
-from poolgrad import cli, train
+from poolgrad import cli
+from poolgrad.train import numpy_engine as train
 from test_train import toy_data, write_mnist
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
@@ -41,7 +42,7 @@ def runs(mnist, tmp_path_factory):
     command line's), "one-1" and "one-2" after 1 and 2 epochs in one process."""
     import shutil
 
-    from poolgrad import train_torch
+    from poolgrad.train import torch_engine as train_torch
     root = tmp_path_factory.mktemp("runs")
     two = str(root / "two")
     assert poolgrad_train("--dataset", mnist, "--nproc", "2", "--epochs", "1",
@@ -60,7 +61,7 @@ def runs(mnist, tmp_path_factory):
 
 
 def checkpoint(path):
-    from poolgrad import train_torch
+    from poolgrad.train import torch_engine as train_torch
     return train_torch.load_checkpoint(path)
 
 
@@ -116,7 +117,7 @@ def test_a_resumed_two_rank_run_equals_an_uninterrupted_one(runs):
 @needs_torch
 def test_ranks_batches_together_are_the_one_process_batches():
     import torch
-    from poolgrad import train_torch
+    from poolgrad.train import torch_engine as train_torch
     n, batch = TRAIN_EXAMPLES, BATCH
 
     def batches(ranks, rank):
@@ -140,7 +141,7 @@ def test_ranks_batches_together_are_the_one_process_batches():
 @pytest.mark.parametrize("spatial", [(8, 8), (40,)])
 def test_the_torch_models_have_the_numpy_models_layers(pool, spatial):
     import torch
-    from poolgrad import train_torch
+    from poolgrad.train import torch_engine as train_torch
     for head in ("flatten", "gap", "attention"):
         options = {"pool": pool, "widths": (4, 8), "conv_kernel": 3, "head": head}
         numpy_model = train.build_model(1, spatial, 3, **options)
@@ -158,7 +159,8 @@ def test_the_torch_models_have_the_numpy_models_layers(pool, spatial):
 def test_a_failing_rank_ends_the_run_with_one_line(mnist, tmp_path):
     """Rank 0 cannot write its checkpoint after epoch 1 while rank 1 waits for it at the
     next gradient all-reduce: the launcher must stop rank 1, not wait for it."""
-    from poolgrad import datasets, train_torch
+    from poolgrad.tools import datasets
+    from poolgrad.train import torch_engine as train_torch
     (tmp_path / "a-file").write_text("a file where the output folder should be")
     settings = train._settings(mnist, "max", False, 3, BATCH, None, None, 0, "torch")
     settings["nproc"] = 2
@@ -172,7 +174,7 @@ def test_a_failing_rank_ends_the_run_with_one_line(mnist, tmp_path):
 
 
 def test_the_command_exits_1_with_one_line_when_a_rank_fails(monkeypatch, capsys):
-    from poolgrad import train_torch
+    from poolgrad.train import torch_engine as train_torch
 
     def failing_run(*args, **kwargs):
         raise ChildProcessError("rank 1 of 2 failed, so the run stopped: MemoryError")

@@ -15,8 +15,8 @@ import os
 
 import numpy as np
 
-from .._figures import figure_class, save_png
-from .._files import write_atomically
+from ..tools.figures import figure_class, save_png
+from ..tools.files import write_atomically
 
 METRICS = {"test_accuracy": "accuracy", "consistency": "consistency",
            "flip_1px": "1-px flips", "stride_agreement": "agreement at the stride",

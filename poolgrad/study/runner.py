@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..datasets import load as load_source
-from .._files import write_atomically
+from ..tools.datasets import load as load_source
+from ..tools.files import write_atomically
 
 POOLS = ("max", "avg", "lp", "strided-conv", "blur", "max-blur", "gem", "soft",
          "stochastic", "fractional")
@@ -196,7 +196,7 @@ def _centred(images: np.ndarray) -> np.ndarray:
 def run_one(run: dict, plan: Plan, device: str = "cpu") -> dict:
     """Train and measure one run; returns its record (settings, figures, history)."""
     import torch
-    from .. import train_torch
+    from ..train import torch_engine as train_torch
     from . import shifts
     data = load(run["dataset"], plan)
     settings = plan.settings(run["dataset"])
@@ -263,7 +263,7 @@ def run_all(out: str, plan: Plan, *, device: str = "cpu", workers: int = 1,
     todo = [run for run in plan.runs() if run_path(out, run) not in done]
     report = progress or (lambda text: None)
     report(f"{len(done)} of {len(plan.runs())} runs already in {out}; {len(todo)} to go")
-    from ..train_torch import _cores, _threads
+    from ..train.torch_engine import _cores, _threads
     cores = _cores()
     if workers == 1 or len(todo) <= 1:
         with _threads(cores if device == "cpu" else 1):
@@ -276,7 +276,7 @@ def run_all(out: str, plan: Plan, *, device: str = "cpu", workers: int = 1,
 
 def _run_spawned(out, plan, todo, device, workers, threads, report) -> None:
     import multiprocessing
-    from ..train_torch import RANK_THREADING_LAYER, _environment
+    from ..train.torch_engine import RANK_THREADING_LAYER, _environment
     layer = os.environ.get("NUMBA_THREADING_LAYER") or RANK_THREADING_LAYER
     with _environment(NUMBA_THREADING_LAYER=layer):
         pool = concurrent.futures.ProcessPoolExecutor(

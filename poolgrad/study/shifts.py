@@ -27,7 +27,7 @@ import contextlib
 import numpy as np
 import torch
 
-from .. import explain
+from ..explain import figures as explain
 
 MODES = ("zero", "circular")
 

@@ -28,9 +28,9 @@ import socket
 import tempfile
 import time
 
-from . import train as shared  # what both engines share
-from .datasets import Dataset
-from ._files import write_atomically
+from ..tools.datasets import Dataset
+from ..tools.files import write_atomically
+from . import numpy_engine as shared  # what both engines share
 
 CHECKPOINT = shared.CHECKPOINTS["torch"]
 
@@ -66,9 +66,9 @@ def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *,
     """:func:`poolgrad.train.build_model` in PyTorch: the same stages and head, with He
     normal weights drawn from a ``torch.Generator`` seeded with ``seed`` and zero
     biases."""
-    from . import nn as numpy_nn
+    from .. import nn as numpy_nn
     torch = require_torch()
-    from . import torch as pooling  # MaxPool2d and the rest: torch.nn's, on poolgrad's kernels
+    from .. import torch as pooling  # MaxPool2d and the rest: torch.nn's, on poolgrad's kernels
     nn = torch.nn
     numpy_nn.check_pool(pool, error=shared.TrainError)
     head = shared.resolve_head(head, gap_head)

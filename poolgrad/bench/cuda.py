@@ -28,7 +28,8 @@ import types
 import warnings
 from dataclasses import asdict
 
-from . import bench, bench_torch
+from . import numpy_api as bench
+from . import torch_api as bench_torch
 
 LARGE = bench.Layer("VGG 2x2/2 large", "max", (256, 64, 224, 224), 2, 2)
 LAYERS = bench.SUITE + (LARGE,)

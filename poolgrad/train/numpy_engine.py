@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import datasets, nn, optim
-from ._figures import figure_class, save_png
-from ._files import check_output_folder, write_atomically
+from .. import nn, optim
+from ..tools import datasets
+from ..tools.figures import figure_class, save_png
+from ..tools.files import check_output_folder, write_atomically
 
 POOLS = nn.POOLS  # the --pool choices
 HEADS = ("flatten", "gap", "attention")  # the --head choices

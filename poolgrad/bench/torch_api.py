@@ -29,7 +29,8 @@ from dataclasses import asdict
 
 import numpy as np
 
-from . import bench, ops
+from .. import ops
+from . import numpy_api as bench
 
 IMPLEMENTATIONS = ("poolgrad.torch", "eager", "compiled")
 PASSES = ("forward", "forward+backward")
@@ -59,7 +60,7 @@ def _import_torch():
 def _front_end():
     """``poolgrad.torch``: functions with ``torch.nn.functional``'s names, and
     ``replace_pooling``."""
-    from . import torch as front_end  # imported late: it imports PyTorch
+    from .. import torch as front_end  # imported late: it imports PyTorch
     return front_end
 
 
@@ -263,7 +264,7 @@ def model_steps(front_end, torch, quick: bool, repeats: int | None = None,
     ``models`` (name: function building it; default VGG-11 and ResNet-18) with PyTorch's
     pooling modules and with poolgrad's, in turn, median of ``repeats`` (default 3,
     quick 1)."""
-    from .torch import zoo
+    from ..torch import zoo
     models = models or {"vgg11": zoo.vgg11, "resnet18": zoo.resnet18}
     batch, size = (QUICK_MODEL_BATCH, QUICK_MODEL_SIZE) if quick else (MODEL_BATCH,
                                                                        MODEL_SIZE)

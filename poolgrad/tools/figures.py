@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from ._files import write_atomically
+from .files import write_atomically
 
 
 def figure_class(purpose: str, extra: str, error: type[ValueError] = ValueError):

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _sequence_plots as plots
-from . import datasets, nn, ops
-from ._figures import figure_class, save_png
-from ._files import check_output_folder
+from .. import nn, ops
+from ..tools import datasets
+from ..tools.figures import figure_class, save_png
+from ..tools.files import check_output_folder
+from . import sequences as plots
 
 KINDS = tuple(nn.POOLING)  # the pooling layers: max, avg, lp
 SOURCES = f"random, {', '.join(datasets.BUNDLED)}, a .npy file, or checkpoint:DIR"
@@ -166,7 +167,7 @@ def load_batch(source: str, batch: int = 16, seed: int = 0, channel: int = 0):
 
 def _checkpoint_batch(folder, batch, seed, channel):
     """The input of a trained model's first pooling layer, on real test examples."""
-    from . import train
+    from ..train import numpy_engine as train
     weights, _, meta = train.load_checkpoint(os.path.join(folder, train.CHECKPOINT))
     settings = meta["settings"]
     data = datasets.load(settings["dataset"])

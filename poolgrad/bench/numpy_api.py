@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import ops
-from ._files import write_atomically
+from .. import ops
+from ..tools.files import write_atomically
 from .roofline import Roofline
 
 
