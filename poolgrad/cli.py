@@ -209,34 +209,13 @@ def _positive_float(text: str) -> float:
 
 
 def train(args) -> None:
-    from . import nn
-    from .tools import datasets
-    from .train import numpy_engine as trainer
-    nn.check_pool(args.pool, what="--pool")
-    datasets.kind_of(args.dataset, what="--dataset")
-    trainer.check_nproc(args.nproc, None if args.resume else args.batch_size, args.engine)
-    if args.resume:
-        given = [flag for flag, value, default in [
-            ("--pool", args.pool, "max"),
-            ("--gap-head", args.gap_head, False), ("--head", args.head, None),
-            ("--batch-size", args.batch_size, 100),
-            ("--optimizer", args.optimizer, None), ("--lr", args.lr, None),
-            ("--seed", args.seed, 0)] if value != default]
-        if given:
-            raise ValueError(f"--resume takes its settings from the checkpoint; only --epochs "
-                             f"may change, but {', '.join(given)} was given")
-    out = args.out or os.path.join("runs", args.dataset.replace("idx:", "idx-").replace(
-        os.sep, "_"))
-    engine, options = trainer, {}
-    if args.engine == "torch":
-        from .train import torch_engine as engine
-        options["nproc"] = args.nproc
-    trainer.resolve_head(args.head, args.gap_head)
-    metrics = engine.train(args.dataset, out, pool=args.pool, gap_head=args.gap_head,
-                           head=args.head,
-                           epochs=args.epochs, batch_size=args.batch_size,
-                           optimizer=args.optimizer, lr=args.lr, seed=args.seed,
-                           resume=args.resume, progress=not args.quiet, **options)
+    from . import train as trainer
+    config = trainer.TrainConfig(
+        dataset=args.dataset, out=args.out or None, engine=args.engine, pool=args.pool,
+        head=args.head, gap_head=args.gap_head, epochs=args.epochs, batch_size=args.batch_size,
+        optimizer=args.optimizer, lr=args.lr, seed=args.seed, resume=args.resume,
+        nproc=args.nproc, progress=not args.quiet, flags=True)
+    metrics = trainer.train(config)
     settings = metrics["settings"]
     where = "" if args.engine == "numpy" else (
         f" (torch, {args.nproc} process{'es' if args.nproc > 1 else ''})")
@@ -245,7 +224,7 @@ def train(args) -> None:
           f"{metrics['epochs_run']} epochs, {metrics['train_time_s']:.1f} s of training")
     print(f"plot: {metrics['plot']}")
     print(f"checkpoint: {metrics['checkpoint']}")
-    print(f"metrics: {os.path.join(out, trainer.METRICS)}")
+    print(f"metrics: {os.path.join(config.out, trainer.METRICS)}")
 
 
 def study(args) -> None:
@@ -289,8 +268,8 @@ def bench(args) -> None:
 
 def explain(args) -> None:
     from .explain import figures as explainer
-    from . import nn
-    nn.check_pool(args.kind, explainer.KINDS, "--kind")
+    from .tools.choices import check_choice
+    check_choice(args.kind, explainer.KINDS, "--kind")
     if args.invariance:
         result = explainer.explain_invariance(args.source, args.out, kernel=args.kernel,
                                               batch=args.batch or 100, seed=args.seed)

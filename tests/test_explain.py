@@ -216,8 +216,9 @@ def test_npy_file_and_invariance(tmp_path):
 
 def test_checkpoint_pooling_layer_on_real_examples(tmp_path):
     pytest.importorskip("sklearn")
-    from poolgrad.train import numpy_engine as train
-    train.train("digits", str(tmp_path / "run"), epochs=1, progress=False, plot=False)
+    from poolgrad import train
+    train.train(train.TrainConfig("digits", str(tmp_path / "run"), epochs=1, progress=False,
+                                  plot=False))
     done = run_cli("--source", f"checkpoint:{tmp_path / 'run'}", "--channel", "3",
                    "--out", str(tmp_path / "figures"))
     assert done.returncode == 0, done.stderr
@@ -276,9 +277,9 @@ def test_without_matplotlib_the_figures_say_what_to_install(tmp_path, monkeypatc
 
 def test_checkpoint_without_a_sliding_pool_says_so(tmp_path):
     pytest.importorskip("sklearn")
-    from poolgrad.train import numpy_engine as train
-    train.train("digits", str(tmp_path / "run"), pool="strided-conv", gap_head=True, epochs=1,
-                progress=False, plot=False)
+    from poolgrad import train
+    train.train(train.TrainConfig("digits", str(tmp_path / "run"), pool="strided-conv",
+                                  gap_head=True, epochs=1, progress=False, plot=False))
     done = run_cli("--source", f"checkpoint:{tmp_path / 'run'}", "--out", str(tmp_path / "f"))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "has no max, avg or lp pooling layer" in done.stderr.strip().splitlines()[-1]

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import nn, ops
 from ..tools import datasets
+from ..tools.choices import check_choice
 from ..tools.figures import figure_class, save_png
 from ..tools.files import check_output_folder
 from . import sequences as plots
@@ -89,7 +90,7 @@ def route(x, kind: str = "max", kernel=2, stride=None, padding=0, ties: str = "f
           p: float = 2.0, dy=None) -> Routing:
     """Pool ``x`` (``(N, H, W)`` maps, or ``(N, L)`` sequences) and pull back ``dy``
     (default: ones), with the core's vjp."""
-    nn.check_pool(kind, KINDS, "kind", ExplainError)
+    check_choice(kind, KINDS, "kind", ExplainError)
     x = np.asarray(x, dtype=np.float64)
     if x.ndim not in (2, 3):
         raise ExplainError(f"x must be (N, H, W), (N, L) or one (H, W) map, got shape {x.shape}")
@@ -167,11 +168,11 @@ def load_batch(source: str, batch: int = 16, seed: int = 0, channel: int = 0):
 
 def _checkpoint_batch(folder, batch, seed, channel):
     """The input of a trained model's first pooling layer, on real test examples."""
-    from ..train import numpy_engine as train
-    weights, _, meta = train.load_checkpoint(os.path.join(folder, train.CHECKPOINT))
+    from ..train import checkpoints, numpy_engine
+    weights, _, meta = checkpoints.load_numpy(os.path.join(folder, numpy_engine.CHECKPOINT))
     settings = meta["settings"]
     data = datasets.load(settings["dataset"])
-    model = train.build_model(data.x_train.shape[1], data.spatial, data.classes,
+    model = numpy_engine.build_model(data.x_train.shape[1], data.spatial, data.classes,
                               pool=settings["pool"], widths=settings["widths"],
                               conv_kernel=settings["conv_kernel"],
                               gap_head=settings["gap_head"], head=settings.get("head"),

@@ -131,7 +131,7 @@ def consistency(model, x: torch.Tensor, reach: int, mode: str, seed: int) -> flo
 
 
 def first_downsampling(model) -> tuple:
-    """``(before, block)``: the layers of a :func:`poolgrad.train_torch.build_model`
+    """``(before, block)``: the layers of a :func:`poolgrad.train.torch_engine.build_model`
     network before its first downsampling (the first convolution and its ReLU), and
     the downsampling itself (a pooling layer, or a strided convolution without the ReLU
     after it: a ReLU's zeros would count as outputs a shift leaves unchanged)."""
