@@ -2,8 +2,8 @@
 
 ``poolgrad demo``: max-pool a random batch and print where each example's gradient goes.
 ``poolgrad bench``: time the speed suite against PyTorch (see :mod:`poolgrad.bench`);
-``--torch``: poolgrad's PyTorch front end against eager and compiled PyTorch (see
-:mod:`poolgrad.bench_torch`).
+``--torch``: poolgrad's PyTorch front end against eager and compiled PyTorch;
+``--device cuda``: its Triton kernels on a GPU.
 ``poolgrad train``: train a small CNN on a local dataset (see :mod:`poolgrad.train`).
 ``poolgrad explain``: draw where each example's gradient goes (see :mod:`poolgrad.explain`).
 ``poolgrad study shift``: does pooling make a network shift-invariant? (see
@@ -244,7 +244,7 @@ def study(args) -> None:
 
 
 def bench(args) -> None:
-    from .bench import numpy_api as suite
+    from .bench import suite
     if args.models and not args.torch:
         raise ValueError("--models times models through poolgrad.torch: give --torch too")
     if args.device == "cuda" and args.torch:
@@ -257,7 +257,8 @@ def bench(args) -> None:
         from .bench import torch_api as timer
         options = {"models": args.models}
     else:
-        timer, options = suite, {}
+        from .bench import numpy_api as timer
+        options = {}
     result = timer.run(quick=args.quick, repeats=args.repeats, threads=args.threads,
                        progress=lambda text: print(f"  timing {text}", file=sys.stderr),
                        **options)
