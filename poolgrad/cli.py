@@ -268,12 +268,14 @@ def bench(args) -> None:
 
 
 def explain(args) -> None:
-    from .explain import figures as explainer
-    from .tools.choices import check_choice
-    check_choice(args.kind, explainer.KINDS, "--kind")
-    if args.invariance:
-        result = explainer.explain_invariance(args.source, args.out, kernel=args.kernel,
-                                              batch=args.batch or 100, seed=args.seed)
+    from . import explain as explainer
+    config = explainer.ExplainConfig(
+        source=args.source, out=args.out, kind=args.kind, kernel=args.kernel,
+        stride=args.stride, padding=args.padding, ties=args.ties, p=args.p, batch=args.batch,
+        examples=args.examples, seed=args.seed, channel=args.channel, dy=args.dy,
+        invariance=args.invariance, flags=True)
+    if config.invariance:
+        result = explainer.explain_invariance(config)
         print(f"translation invariance, {args.kernel}x{args.kernel} windows with stride "
               f"{args.kernel}, on {result['description']}")
         print("shift  max: outputs unchanged  avg: outputs unchanged")
@@ -281,10 +283,7 @@ def explain(args) -> None:
             inside = "inside the window" if row["shift"] < args.kernel else ""
             print(f"{row['shift']:5d}  {row['max']:22.1%}  {row['avg']:22.1%}  {inside}")
     else:
-        result = explainer.explain(args.source, args.out, kind=args.kind, kernel=args.kernel,
-                                   stride=args.stride, padding=args.padding, ties=args.ties,
-                                   p=args.p, batch=args.batch or 16, examples=args.examples,
-                                   seed=args.seed, channel=args.channel, dy=args.dy)
+        result = explainer.explain(config)
         summary = result["summary"]
         rendered = explainer.render_terminal(result["routing"], color=not args.no_color)
         _print_rich(rendered)

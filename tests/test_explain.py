@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import poolgrad as pg
-from poolgrad import cli
-from poolgrad.explain import figures as explain
+from poolgrad import cli, explain
+from poolgrad.explain import figures
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -83,19 +83,19 @@ def test_one_dimensional_sequences():
 def drawn_figures(monkeypatch, routing, tmp_path):
     """The three routing figures of ``routing``, laid out as saved, with a renderer."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    figures, save = [], explain._save
+    drawn, save = [], figures.save
 
     def keep(figure, path, **options):
-        figures.append(figure)
+        drawn.append(figure)
         return save(figure, path, **options)
 
-    monkeypatch.setattr(explain, "_save", keep)
+    monkeypatch.setattr(figures, "save", keep)
     explain.draw_examples(routing, str(tmp_path / "examples.png"), 3)
     explain.draw_batch(routing, str(tmp_path / "batch.png"))
     explain.draw_overlap(routing, str(tmp_path / "overlap.png"))
-    for figure in figures:
+    for figure in drawn:
         FigureCanvasAgg(figure).draw()
-    return figures
+    return drawn
 
 
 def assert_readable(figure):

@@ -11,8 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
 
-from poolgrad import cli, ops  # noqa: E402
-from poolgrad.explain import figures as explain  # noqa: E402
+from poolgrad import cli, explain, ops  # noqa: E402
 from poolgrad.study import findings, make_plan, report, shifts  # noqa: E402
 from poolgrad.study.runner import StudyError  # noqa: E402
 

@@ -76,8 +76,7 @@ def test_the_head_flags():
 
 
 def test_pool_and_dataset_names_have_one_check_each():
-    from poolgrad import nn
-    from poolgrad.explain import figures as explain
+    from poolgrad import explain, nn
     assert train.POOLS == tuple(menu.DOWNSAMPLING) == (
         "max", "avg", "lp", "blur", "max-blur", "avg-blur", "soft", "stochastic", "fractional",
         "gem", "mixed", "gated", "strided-conv")
