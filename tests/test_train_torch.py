@@ -14,10 +14,10 @@ import time
 
 import numpy as np
 import pytest
+from test_train import toy_data, write_mnist
 
 from poolgrad import cli, train
 from poolgrad.train import TrainConfig, TrainError, checkpoints, config, numpy_engine
-from test_train import toy_data, write_mnist
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                  reason="needs PyTorch")
@@ -116,6 +116,7 @@ def test_a_resumed_two_rank_run_equals_an_uninterrupted_one(runs):
 @needs_torch
 def test_ranks_batches_together_are_the_one_process_batches():
     import torch
+
     from poolgrad.train import torch_engine
     n, batch = TRAIN_EXAMPLES, BATCH
 
@@ -140,6 +141,7 @@ def test_ranks_batches_together_are_the_one_process_batches():
 @pytest.mark.parametrize("spatial", [(8, 8), (40,)])
 def test_the_torch_models_have_the_numpy_models_layers(pool, spatial):
     import torch
+
     from poolgrad.train import torch_engine
     for head in ("flatten", "gap", "attention"):
         options = {"pool": pool, "widths": (4, 8), "conv_kernel": 3, "head": head}

@@ -22,9 +22,22 @@ import numpy as np
 
 from .. import ops
 from .roofline import Roofline
-from .suite import (LAYOUTS, PASSES, QUICK_NOTE, SUITE, Layer, best_pytorch, channels_last,
-                    copy_bandwidth, header, machine_info, must_move, summarize, torch_input,
-                    torch_passes)
+from .suite import (
+    LAYOUTS,
+    PASSES,
+    QUICK_NOTE,
+    SUITE,
+    Layer,
+    best_pytorch,
+    channels_last,
+    copy_bandwidth,
+    header,
+    machine_info,
+    must_move,
+    summarize,
+    torch_input,
+    torch_passes,
+)
 from .timing import thread_count, timed_samples
 
 

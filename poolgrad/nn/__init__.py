@@ -18,11 +18,39 @@ Example:
     (2, 10)
 """
 
-from .layers import (AdaptiveAvgPool, AdaptiveMaxPool, AvgPool, Conv, Conv1d, Conv2d,
-                     Dropout, Flatten, GlobalAvgPool, GlobalMaxPool, Layer, Linear, LpPool,
-                     MaxPool, Pool, ReLU, Sequential, SoftmaxCrossEntropy)
-from .pools import (POOLING, AttentionPool, AvgBlurPool, BlurPool, FractionalMaxPool,
-                    GatedPool, GeMPool, MaxBlurPool, MixedPool, SoftPool, StochasticPool)
+from .layers import (
+    AdaptiveAvgPool,
+    AdaptiveMaxPool,
+    AvgPool,
+    Conv,
+    Conv1d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    GlobalAvgPool,
+    GlobalMaxPool,
+    Layer,
+    Linear,
+    LpPool,
+    MaxPool,
+    Pool,
+    ReLU,
+    Sequential,
+    SoftmaxCrossEntropy,
+)
+from .pools import (
+    POOLING,
+    AttentionPool,
+    AvgBlurPool,
+    BlurPool,
+    FractionalMaxPool,
+    GatedPool,
+    GeMPool,
+    MaxBlurPool,
+    MixedPool,
+    SoftPool,
+    StochasticPool,
+)
 
 __all__ = ["AdaptiveAvgPool", "AdaptiveMaxPool", "AttentionPool", "AvgBlurPool", "AvgPool",
            "BlurPool", "Conv", "Conv1d", "Conv2d", "Dropout", "Flatten", "FractionalMaxPool",

@@ -197,6 +197,7 @@ def _centred(images: np.ndarray) -> np.ndarray:
 def run_one(run: dict, plan: Plan, device: str = "cpu") -> dict:
     """Train and measure one run; returns its record (settings, figures, history)."""
     import torch
+
     from ..train import torch_engine
     from . import shifts
     data = load(run["dataset"], plan)
