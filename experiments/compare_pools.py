@@ -15,8 +15,9 @@ import platform
 import sys
 import tempfile
 
-from poolgrad import datasets, train, train_torch
-from poolgrad._files import write_atomically
+from poolgrad import train
+from poolgrad.tools import datasets
+from poolgrad.tools.files import write_atomically
 
 DATASETS = ("digits", "mnist1d")
 ENGINES = ("numpy", "torch")
@@ -28,11 +29,11 @@ def main(out: str = os.path.join(os.path.dirname(__file__), "results.json")) -> 
     for name in DATASETS:
         data = datasets.load(name)
         for engine in ENGINES:
-            trainer = train if engine == "numpy" else train_torch
             for pool, head in RUNS:
                 with tempfile.TemporaryDirectory() as folder:
-                    metrics = trainer.train(name, folder, pool=pool, head=head,
-                                            progress=False, data=data, plot=False)
+                    metrics = train.train(train.TrainConfig(
+                        name, folder, engine=engine, pool=pool, head=head, progress=False,
+                        plot=False, data=data))
                 rows.append({"dataset": name, "engine": engine, "pool": pool, "head": head,
                              "test_accuracy": metrics["test_accuracy"],
                              "train_time_s": metrics["train_time_s"],

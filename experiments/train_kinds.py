@@ -10,7 +10,8 @@ import time
 
 import numpy as np
 
-from poolgrad import datasets, nn, optim
+from poolgrad import nn, optim
+from poolgrad.tools import datasets
 
 data = datasets.digits()
 KINDS = {

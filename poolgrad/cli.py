@@ -2,8 +2,8 @@
 
 ``poolgrad demo``: max-pool a random batch and print where each example's gradient goes.
 ``poolgrad bench``: time the speed suite against PyTorch (see :mod:`poolgrad.bench`);
-``--torch``: poolgrad's PyTorch front end against eager and compiled PyTorch (see
-:mod:`poolgrad.bench_torch`).
+``--torch``: poolgrad's PyTorch front end against eager and compiled PyTorch;
+``--device cuda``: its Triton kernels on a GPU.
 ``poolgrad train``: train a small CNN on a local dataset (see :mod:`poolgrad.train`).
 ``poolgrad explain``: draw where each example's gradient goes (see :mod:`poolgrad.explain`).
 ``poolgrad study shift``: does pooling make a network shift-invariant? (see
@@ -20,7 +20,7 @@ import numpy as np
 
 from . import __doc__ as _ABOUT  # the package's first line: what poolgrad is
 from . import ops
-from ._files import check_output_file
+from .tools.files import check_output_file
 
 
 def _format_grid(values: np.ndarray, width: int = 6) -> str:
@@ -209,33 +209,13 @@ def _positive_float(text: str) -> float:
 
 
 def train(args) -> None:
-    from . import datasets, nn
     from . import train as trainer
-    nn.check_pool(args.pool, what="--pool")
-    datasets.kind_of(args.dataset, what="--dataset")
-    trainer.check_nproc(args.nproc, None if args.resume else args.batch_size, args.engine)
-    if args.resume:
-        given = [flag for flag, value, default in [
-            ("--pool", args.pool, "max"),
-            ("--gap-head", args.gap_head, False), ("--head", args.head, None),
-            ("--batch-size", args.batch_size, 100),
-            ("--optimizer", args.optimizer, None), ("--lr", args.lr, None),
-            ("--seed", args.seed, 0)] if value != default]
-        if given:
-            raise ValueError(f"--resume takes its settings from the checkpoint; only --epochs "
-                             f"may change, but {', '.join(given)} was given")
-    out = args.out or os.path.join("runs", args.dataset.replace("idx:", "idx-").replace(
-        os.sep, "_"))
-    engine, options = trainer, {}
-    if args.engine == "torch":
-        from . import train_torch as engine
-        options["nproc"] = args.nproc
-    trainer.resolve_head(args.head, args.gap_head)
-    metrics = engine.train(args.dataset, out, pool=args.pool, gap_head=args.gap_head,
-                           head=args.head,
-                           epochs=args.epochs, batch_size=args.batch_size,
-                           optimizer=args.optimizer, lr=args.lr, seed=args.seed,
-                           resume=args.resume, progress=not args.quiet, **options)
+    config = trainer.TrainConfig(
+        dataset=args.dataset, out=args.out or None, engine=args.engine, pool=args.pool,
+        head=args.head, gap_head=args.gap_head, epochs=args.epochs, batch_size=args.batch_size,
+        optimizer=args.optimizer, lr=args.lr, seed=args.seed, resume=args.resume,
+        nproc=args.nproc, progress=not args.quiet, flags=True)
+    metrics = trainer.train(config)
     settings = metrics["settings"]
     where = "" if args.engine == "numpy" else (
         f" (torch, {args.nproc} process{'es' if args.nproc > 1 else ''})")
@@ -244,7 +224,7 @@ def train(args) -> None:
           f"{metrics['epochs_run']} epochs, {metrics['train_time_s']:.1f} s of training")
     print(f"plot: {metrics['plot']}")
     print(f"checkpoint: {metrics['checkpoint']}")
-    print(f"metrics: {os.path.join(out, trainer.METRICS)}")
+    print(f"metrics: {os.path.join(config.out, trainer.METRICS)}")
 
 
 def study(args) -> None:
@@ -264,20 +244,21 @@ def study(args) -> None:
 
 
 def bench(args) -> None:
-    from . import bench as suite
+    from .bench import suite
     if args.models and not args.torch:
         raise ValueError("--models times models through poolgrad.torch: give --torch too")
     if args.device == "cuda" and args.torch:
         raise ValueError("--device cuda times poolgrad.torch already: leave out --torch")
     check_output_file(args.out)  # before the minutes of timing, not after them
     if args.device == "cuda":
-        from . import bench_cuda as timer
+        from .bench import cuda as timer
         options = {"device": "cuda"}
     elif args.torch:
-        from . import bench_torch as timer
+        from .bench import torch_api as timer
         options = {"models": args.models}
     else:
-        timer, options = suite, {}
+        from .bench import numpy_api as timer
+        options = {}
     result = timer.run(quick=args.quick, repeats=args.repeats, threads=args.threads,
                        progress=lambda text: print(f"  timing {text}", file=sys.stderr),
                        **options)
@@ -288,11 +269,13 @@ def bench(args) -> None:
 
 def explain(args) -> None:
     from . import explain as explainer
-    from . import nn
-    nn.check_pool(args.kind, explainer.KINDS, "--kind")
-    if args.invariance:
-        result = explainer.explain_invariance(args.source, args.out, kernel=args.kernel,
-                                              batch=args.batch or 100, seed=args.seed)
+    config = explainer.ExplainConfig(
+        source=args.source, out=args.out, kind=args.kind, kernel=args.kernel,
+        stride=args.stride, padding=args.padding, ties=args.ties, p=args.p, batch=args.batch,
+        examples=args.examples, seed=args.seed, channel=args.channel, dy=args.dy,
+        invariance=args.invariance, flags=True)
+    if config.invariance:
+        result = explainer.explain_invariance(config)
         print(f"translation invariance, {args.kernel}x{args.kernel} windows with stride "
               f"{args.kernel}, on {result['description']}")
         print("shift  max: outputs unchanged  avg: outputs unchanged")
@@ -300,10 +283,7 @@ def explain(args) -> None:
             inside = "inside the window" if row["shift"] < args.kernel else ""
             print(f"{row['shift']:5d}  {row['max']:22.1%}  {row['avg']:22.1%}  {inside}")
     else:
-        result = explainer.explain(args.source, args.out, kind=args.kind, kernel=args.kernel,
-                                   stride=args.stride, padding=args.padding, ties=args.ties,
-                                   p=args.p, batch=args.batch or 16, examples=args.examples,
-                                   seed=args.seed, channel=args.channel, dy=args.dy)
+        result = explainer.explain(config)
         summary = result["summary"]
         rendered = explainer.render_terminal(result["routing"], color=not args.no_color)
         _print_rich(rendered)

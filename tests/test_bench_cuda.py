@@ -7,9 +7,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from poolgrad import bench, bench_cuda, cli  # noqa: E402
+from poolgrad import cli  # noqa: E402
+from poolgrad.bench import cuda as bench_cuda  # noqa: E402
+from poolgrad.bench import suite  # noqa: E402
 
-LAYERS = (bench.SUITE[0], bench.SUITE[7])  # a max and an average layer
+LAYERS = (suite.SUITE[0], suite.SUITE[7])  # a max and an average layer
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +24,7 @@ def test_every_layer_layout_dtype_and_pass_is_timed_against_both_baselines(quick
     assert len(rows) == len(LAYERS) * 2 * 2 * 3
     assert {(r["layer"], r["layout"], r["dtype"], r["pass"]) for r in rows} == {
         (layer.name, layout, dtype, pass_name) for layer in LAYERS
-        for layout in bench.LAYOUTS for dtype in bench_cuda.DTYPES
+        for layout in suite.LAYOUTS for dtype in bench_cuda.DTYPES
         for pass_name in bench_cuda.PASSES}
     for row in rows:
         assert row["poolgrad_ms"] > 0 and row["eager_ms"] > 0
@@ -61,7 +63,7 @@ def test_summary_and_table(quick_result):
     assert len(summary["rows_slower_than_best_torch"]) == len(slower)
     table = bench_cuda.format_table(quick_result)
     assert table.count("\n") > len(quick_result["rows"])
-    assert bench.QUICK_NOTE in table  # quick mode gives no verdict
+    assert suite.QUICK_NOTE in table  # quick mode gives no verdict
 
 
 def test_a_wrong_result_stops_the_benchmark(monkeypatch):
@@ -70,7 +72,7 @@ def test_a_wrong_result_stops_the_benchmark(monkeypatch):
     monkeypatch.setattr(front_end, "max_pool2d", lambda x, *args: torch.nn.functional.max_pool2d(
         x, *args) + 1)
     with pytest.raises(AssertionError, match="poolgrad and eager PyTorch disagree"):
-        bench_cuda.run(quick=True, device="cpu", layers=(bench.SUITE[0],))
+        bench_cuda.run(quick=True, device="cpu", layers=(suite.SUITE[0],))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")
@@ -86,5 +88,5 @@ def test_without_a_gpu_the_cli_says_so_in_one_line(tmp_path, capsys):
 
 def test_the_result_is_json(quick_result, tmp_path):
     path = tmp_path / "r.json"
-    bench.write_json(quick_result, str(path))
+    suite.write_json(quick_result, str(path))
     assert json.loads(path.read_text())["mode"] == "cuda"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import poolgrad as pg
-from poolgrad.bench import channels_last
+from poolgrad.bench.suite import channels_last
 
 # (spatial, keyword arguments): 1, 2 and 3 dims, the row-pass geometries and others,
 # padding, dilation, ceil_mode, overlapping windows

@@ -10,6 +10,7 @@ import pytest
 
 import poolgrad as pg
 from poolgrad import cli, explain
+from poolgrad.explain import figures
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -82,19 +83,19 @@ def test_one_dimensional_sequences():
 def drawn_figures(monkeypatch, routing, tmp_path):
     """The three routing figures of ``routing``, laid out as saved, with a renderer."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    figures, save = [], explain._save
+    drawn, save = [], figures.save
 
     def keep(figure, path, **options):
-        figures.append(figure)
+        drawn.append(figure)
         return save(figure, path, **options)
 
-    monkeypatch.setattr(explain, "_save", keep)
+    monkeypatch.setattr(figures, "save", keep)
     explain.draw_examples(routing, str(tmp_path / "examples.png"), 3)
     explain.draw_batch(routing, str(tmp_path / "batch.png"))
     explain.draw_overlap(routing, str(tmp_path / "overlap.png"))
-    for figure in figures:
+    for figure in drawn:
         FigureCanvasAgg(figure).draw()
-    return figures
+    return drawn
 
 
 def assert_readable(figure):
@@ -216,7 +217,8 @@ def test_npy_file_and_invariance(tmp_path):
 def test_checkpoint_pooling_layer_on_real_examples(tmp_path):
     pytest.importorskip("sklearn")
     from poolgrad import train
-    train.train("digits", str(tmp_path / "run"), epochs=1, progress=False, plot=False)
+    train.train(train.TrainConfig("digits", str(tmp_path / "run"), epochs=1, progress=False,
+                                  plot=False))
     done = run_cli("--source", f"checkpoint:{tmp_path / 'run'}", "--channel", "3",
                    "--out", str(tmp_path / "figures"))
     assert done.returncode == 0, done.stderr
@@ -276,8 +278,8 @@ def test_without_matplotlib_the_figures_say_what_to_install(tmp_path, monkeypatc
 def test_checkpoint_without_a_sliding_pool_says_so(tmp_path):
     pytest.importorskip("sklearn")
     from poolgrad import train
-    train.train("digits", str(tmp_path / "run"), pool="strided-conv", gap_head=True, epochs=1,
-                progress=False, plot=False)
+    train.train(train.TrainConfig("digits", str(tmp_path / "run"), pool="strided-conv",
+                                  gap_head=True, epochs=1, progress=False, plot=False))
     done = run_cli("--source", f"checkpoint:{tmp_path / 'run'}", "--out", str(tmp_path / "f"))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "has no max, avg or lp pooling layer" in done.stderr.strip().splitlines()[-1]

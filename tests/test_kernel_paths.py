@@ -305,7 +305,7 @@ def test_fast_paths_on_arrays_that_run_in_parallel(monkeypatch):
 def test_inference_forward_gives_the_values_of_the_recorded_forward(case, dtype):
     """A forward without pullback or indices folds values only (row passes and
     channels-last); it must give the bits of the forward that records the winners."""
-    from poolgrad.bench import channels_last
+    from poolgrad.bench.suite import channels_last
 
     spatial, kernel, stride, padding, kernels = CASES[case]
     rng = np.random.default_rng(case)
@@ -361,7 +361,7 @@ def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, st
     and 1-d windows of two to four taps in one pass over C: the bits of the general
     kernel, with ties, -0, infinities and NaN payloads, on a C of several vectors plus a
     tail."""
-    from poolgrad.bench import channels_last
+    from poolgrad.bench.suite import channels_last
 
     rng = np.random.default_rng(len(spatial) * 10 + np.ndim(kernel))
     x = rng.integers(-2, 3, (2, 37) + spatial).astype(dtype)  # many ties

@@ -146,7 +146,6 @@ def test_the_numba_kernels_import_neither_torch_nor_triton():
     assert offenders == {}
 
 
-@pytest.mark.xfail(strict=True, reason="tools still lie flat: being moved")
 def test_the_library_imports_no_tool():
     graph = _internal(import_graph())
     offenders = {m: sorted(d for d in deps if _is_tool(d))

@@ -66,8 +66,8 @@ def test_measures_on_networks_whose_invariance_is_known():
 
 
 def test_layer_invariance_is_explains_measure_on_the_first_pooling():
-    from poolgrad import train_torch
-    model = train_torch.build_model(1, (12, 12), 10, pool="max", widths=(4, 8), seed=0)
+    from poolgrad.train import torch_engine
+    model = torch_engine.build_model(1, (12, 12), 10, pool="max", widths=(4, 8), seed=0)
     x = torch.rand((6, 1, 12, 12), generator=torch.Generator().manual_seed(0))
     before, block = shifts.first_downsampling(model)
     assert len(block) == 1 and type(block[0]).__name__ == "MaxPool2d"
@@ -78,7 +78,7 @@ def test_layer_invariance_is_explains_measure_on_the_first_pooling():
     measured = shifts.layer_invariance(model, x, range(5))
     np.testing.assert_allclose(measured["unchanged"], [row["max"] for row in expected])
     assert measured["unchanged"][0] == 1.0 and measured["unchanged"][1] < 1.0
-    strided = train_torch.build_model(1, (12, 12), 10, pool="strided-conv", widths=(4, 8))
+    strided = torch_engine.build_model(1, (12, 12), 10, pool="strided-conv", widths=(4, 8))
     _, block = shifts.first_downsampling(strided)
     assert [type(layer).__name__ for layer in block] == ["Conv2d"]  # its ReLU left out
     assert block[0].stride == (2, 2)

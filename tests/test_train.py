@@ -12,7 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from poolgrad import datasets, train
+from poolgrad import train
+from poolgrad.tools import datasets
+from poolgrad.train import TrainConfig, TrainError, checkpoints, config, menu, numpy_engine
+from poolgrad.train.run import plot_history
 
 
 def toy_data(n_train=200, n_test=60, seed=0):
@@ -32,7 +35,7 @@ def toy_data(n_train=200, n_test=60, seed=0):
 def run(tmp_path, name, **kwargs):
     options = {"epochs": 2, "batch_size": 32, "progress": False, "data": toy_data()}
     options.update(kwargs)
-    return train.train("digits", str(tmp_path / name), **options)
+    return train.train(TrainConfig("digits", str(tmp_path / name), **options))
 
 
 def test_training_lowers_the_loss_and_writes_its_files(tmp_path):
@@ -63,33 +66,35 @@ def test_every_pool_and_head_train(tmp_path, pool):
 
 
 def test_the_head_flags():
-    assert train.resolve_head(None, True) == "gap" == train.resolve_head("gap", False)
-    assert train.resolve_head(None, False) == "flatten"
-    with pytest.raises(train.TrainError, match="cannot go with --head attention"):
-        train.resolve_head("attention", True)
-    with pytest.raises(train.TrainError, match="^unknown head 'mean': choose one of flatten, "
-                                               "gap, attention$"):
-        train.build_model(1, (8, 8), 2, head="mean")
+    assert config.resolve_head(None, True) == "gap" == config.resolve_head("gap", False)
+    assert config.resolve_head(None, False) == "flatten"
+    with pytest.raises(TrainError, match="cannot go with --head attention"):
+        config.resolve_head("attention", True)
+    with pytest.raises(TrainError, match="^unknown head 'mean': choose one of flatten, "
+                                         "gap, attention$"):
+        numpy_engine.build_model(1, (8, 8), 2, head="mean")
 
 
 def test_pool_and_dataset_names_have_one_check_each():
     from poolgrad import explain, nn
-    assert train.POOLS == nn.POOLS == ("max", "avg", "lp", "blur", "max-blur", "avg-blur",
-                                       "soft", "stochastic", "fractional", "gem", "mixed",
-                                       "gated", "strided-conv")
+    assert train.POOLS == tuple(menu.DOWNSAMPLING) == (
+        "max", "avg", "lp", "blur", "max-blur", "avg-blur", "soft", "stochastic", "fractional",
+        "gem", "mixed", "gated", "strided-conv")
     assert explain.KINDS == tuple(nn.POOLING) == ("max", "avg", "lp")
-    for call in (lambda: train.build_model(1, (8, 8), 2, pool="median"),
-                 lambda: train.train("digits", "unused", pool="median", data=toy_data())):
-        with pytest.raises(train.TrainError, match="^unknown pool 'median': choose one of "
-                                                   "max, avg, lp, blur, .*, strided-conv$"):
+    for call in (lambda: numpy_engine.build_model(1, (8, 8), 2, pool="median"),
+                 lambda: TrainConfig("digits", "unused", pool="median", data=toy_data())):
+        with pytest.raises(TrainError, match="^unknown pool 'median': choose one of "
+                                             "max, avg, lp, blur, .*, strided-conv$"):
             call()
+    with pytest.raises(TrainError, match="^unknown --pool 'median'"):  # as the CLI says it
+        TrainConfig(pool="median", flags=True)
     with pytest.raises(explain.ExplainError, match="^unknown kind 'strided-conv': choose one "
                                                    "of max, avg, lp$"):
         explain.route(np.zeros((1, 4, 4)), "strided-conv")
     allowed = r"choose digits, mnist1d or idx:PATH \(a folder of MNIST-style IDX files\)$"
     for name in ("cifar", "idx:", None):
-        with pytest.raises(train.TrainError, match=f"^unknown dataset {name!r}: {allowed}"):
-            train.defaults_for(name)
+        with pytest.raises(TrainError, match=f"^unknown dataset {name!r}: {allowed}"):
+            config.defaults_for(name)
         with pytest.raises(datasets.DatasetError, match=f"^unknown dataset {name!r}: {allowed}"):
             datasets.load(name)
     assert [datasets.kind_of(n) for n in ("digits", "mnist1d", "idx:/data")] == [
@@ -100,30 +105,33 @@ def test_without_matplotlib_training_stops_before_it_starts(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails
     message = (r"^matplotlib is needed for the training plot: pip install matplotlib \(or "
                r"pip install 'poolgrad\[train\]'\)$")
-    with pytest.raises(train.TrainError, match=message):
+    with pytest.raises(TrainError, match=message):
         run(tmp_path, "no-plot")
     assert not (tmp_path / "no-plot").exists()  # nothing trained, nothing written
-    with pytest.raises(train.TrainError, match=message):
-        train.plot_history([], str(tmp_path / "plot.png"))
+    with pytest.raises(TrainError, match=message):
+        plot_history([], str(tmp_path / "plot.png"))
     assert run(tmp_path, "plot-off", plot=False)["plot"] is None  # trains without a plot
 
 
 def test_resume_cannot_go_back_or_change_dataset(tmp_path):
     run(tmp_path, "done", epochs=2)
-    with pytest.raises(train.TrainError, match="already run 2 epochs"):
-        train.train("digits", str(tmp_path / "done"), epochs=1, resume=True, progress=False,
-                    data=toy_data())
-    with pytest.raises(train.TrainError, match="trained on digits, not mnist1d"):
-        train.train("mnist1d", str(tmp_path / "done"), epochs=3, resume=True, progress=False)
+    with pytest.raises(TrainError, match="already run 2 epochs"):
+        train.train(TrainConfig("digits", str(tmp_path / "done"), epochs=1, resume=True,
+                                progress=False, data=toy_data()))
+    with pytest.raises(TrainError, match="trained on digits, not mnist1d"):
+        train.train(TrainConfig("mnist1d", str(tmp_path / "done"), epochs=3, resume=True,
+                                progress=False))
+    with pytest.raises(TrainError, match="only --epochs may change, but --lr was given"):
+        TrainConfig("digits", str(tmp_path / "done"), lr=0.1, resume=True)
 
 
 def test_resume_reaches_the_weights_of_an_uninterrupted_run(tmp_path):
     run(tmp_path, "straight", epochs=3, optimizer="rmsprop", lr=0.003)
     run(tmp_path, "resumed", epochs=1, optimizer="rmsprop", lr=0.003)
-    resumed = train.train("digits", str(tmp_path / "resumed"), epochs=3, resume=True,
-                          progress=False, data=toy_data())
-    straight_weights = train.load_checkpoint(str(tmp_path / "straight" / "checkpoint.npz"))
-    resumed_weights = train.load_checkpoint(str(tmp_path / "resumed" / "checkpoint.npz"))
+    resumed = train.train(TrainConfig("digits", str(tmp_path / "resumed"), epochs=3,
+                                      resume=True, progress=False, data=toy_data()))
+    straight_weights = checkpoints.load_numpy(str(tmp_path / "straight" / "checkpoint.npz"))
+    resumed_weights = checkpoints.load_numpy(str(tmp_path / "resumed" / "checkpoint.npz"))
     for part in (0, 1):  # weights, optimizer state
         assert straight_weights[part].keys() == resumed_weights[part].keys()
         for key, value in straight_weights[part].items():
@@ -268,7 +276,7 @@ def test_cli_bad_input_gives_one_line_and_non_zero_exit(tmp_path):
 
 
 def test_atomic_write_errors_name_the_file_not_the_temporary(tmp_path):
-    from poolgrad._files import write_atomically
+    from poolgrad.tools.files import write_atomically
     (tmp_path / "folder").mkdir()
     for path in (tmp_path / "folder", tmp_path / "folder" / "x" / "y"):
         if path.name == "y":
@@ -281,7 +289,7 @@ def test_atomic_write_errors_name_the_file_not_the_temporary(tmp_path):
 
 
 def test_atomic_writes_get_the_usual_permissions(tmp_path):
-    from poolgrad._files import write_atomically
+    from poolgrad.tools.files import write_atomically
     old = os.umask(0o022)
     try:
         write_atomically(str(tmp_path / "f.json"), lambda stream: stream.write(b"{}"))

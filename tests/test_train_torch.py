@@ -14,9 +14,10 @@ import time
 
 import numpy as np
 import pytest
+from test_train import toy_data, write_mnist
 
 from poolgrad import cli, train
-from test_train import toy_data, write_mnist
+from poolgrad.train import TrainConfig, TrainError, checkpoints, config, numpy_engine
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                  reason="needs PyTorch")
@@ -41,7 +42,7 @@ def runs(mnist, tmp_path_factory):
     command line's), "one-1" and "one-2" after 1 and 2 epochs in one process."""
     import shutil
 
-    from poolgrad import train_torch
+    from poolgrad.train import torch_engine
     root = tmp_path_factory.mktemp("runs")
     two = str(root / "two")
     assert poolgrad_train("--dataset", mnist, "--nproc", "2", "--epochs", "1",
@@ -53,15 +54,14 @@ def runs(mnist, tmp_path_factory):
              "two": two}
     for epochs in (1, 2):
         one = str(root / f"one-{epochs}")
-        train_torch.train(mnist, one, epochs=epochs, batch_size=BATCH, progress=False,
-                          plot=False)
+        torch_engine.train(TrainConfig(mnist, one, engine="torch", epochs=epochs,
+                                       batch_size=BATCH, progress=False, plot=False))
         paths[f"one-{epochs}"] = os.path.join(one, "checkpoint.pt")
     return paths
 
 
 def checkpoint(path):
-    from poolgrad import train_torch
-    return train_torch.load_checkpoint(path)
+    return checkpoints.load_torch(path)
 
 
 def assert_same_weights(a, b, **tolerance):
@@ -116,13 +116,14 @@ def test_a_resumed_two_rank_run_equals_an_uninterrupted_one(runs):
 @needs_torch
 def test_ranks_batches_together_are_the_one_process_batches():
     import torch
-    from poolgrad import train_torch
+
+    from poolgrad.train import torch_engine
     n, batch = TRAIN_EXAMPLES, BATCH
 
     def batches(ranks, rank):
         sampler = torch.utils.data.distributed.DistributedSampler(
             range(n), num_replicas=ranks, rank=rank, shuffle=True, seed=3)
-        return list(train_torch.epoch_batches(sampler, 5, batch))
+        return list(torch_engine.epoch_batches(sampler, 5, batch))
 
     single = batches(1, 0)
     assert [count for _, _, count in single] == [8] * 7 + [5]
@@ -140,11 +141,12 @@ def test_ranks_batches_together_are_the_one_process_batches():
 @pytest.mark.parametrize("spatial", [(8, 8), (40,)])
 def test_the_torch_models_have_the_numpy_models_layers(pool, spatial):
     import torch
-    from poolgrad import train_torch
+
+    from poolgrad.train import torch_engine
     for head in ("flatten", "gap", "attention"):
         options = {"pool": pool, "widths": (4, 8), "conv_kernel": 3, "head": head}
-        numpy_model = train.build_model(1, spatial, 3, **options)
-        torch_model = train_torch.build_model(1, spatial, 3, **options)
+        numpy_model = numpy_engine.build_model(1, spatial, 3, **options)
+        torch_model = torch_engine.build_model(1, spatial, 3, **options)
         assert ({key.replace(".W", ".weight").replace(".b", ".bias"): value.shape
                  for key, value in numpy_model.state_dict().items()}
                 == {key: tuple(value.shape) for key, value in torch_model.state_dict().items()})
@@ -158,26 +160,28 @@ def test_the_torch_models_have_the_numpy_models_layers(pool, spatial):
 def test_a_failing_rank_ends_the_run_with_one_line(mnist, tmp_path):
     """Rank 0 cannot write its checkpoint after epoch 1 while rank 1 waits for it at the
     next gradient all-reduce: the launcher must stop rank 1, not wait for it."""
-    from poolgrad import datasets, train_torch
+    from poolgrad.tools import datasets
+    from poolgrad.train import torch_engine
+    from poolgrad.train.run import Run
     (tmp_path / "a-file").write_text("a file where the output folder should be")
-    settings = train._settings(mnist, "max", False, 3, BATCH, None, None, 0, "torch")
-    settings["nproc"] = 2
-    job = {"run": train.Run(settings, datasets.load(mnist)), "state": None,
-           "out": str(tmp_path / "a-file" / "run"), "progress": False, "plot": False}
+    job_config = TrainConfig(mnist, str(tmp_path / "a-file" / "run"), engine="torch",
+                             epochs=3, batch_size=BATCH, nproc=2, progress=False, plot=False)
+    job = {"run": Run(job_config.settings(), datasets.load(mnist)), "config": job_config,
+           "state": None}
     started = time.perf_counter()
     with pytest.raises(ChildProcessError, match=r"^rank 0 of 2 failed, so the run stopped: "
                                                 r"NotADirectoryError: .*checkpoint\.pt"):
-        train_torch._launch(2, job)
-    assert time.perf_counter() - started < train_torch.COLLECTIVE_TIMEOUT_S
+        torch_engine._launch(2, job)
+    assert time.perf_counter() - started < torch_engine.COLLECTIVE_TIMEOUT_S
 
 
 def test_the_command_exits_1_with_one_line_when_a_rank_fails(monkeypatch, capsys):
-    from poolgrad import train_torch
+    from poolgrad.train import torch_engine
 
     def failing_run(*args, **kwargs):
         raise ChildProcessError("rank 1 of 2 failed, so the run stopped: MemoryError")
 
-    monkeypatch.setattr(train_torch, "train", failing_run)
+    monkeypatch.setattr(torch_engine, "train", failing_run)
     assert poolgrad_train("--nproc", "2") == 1
     assert last_error_line(capsys) == ("poolgrad train: error: rank 1 of 2 failed, so the run "
                                        "stopped: MemoryError")
@@ -194,8 +198,8 @@ def test_nproc_needs_the_torch_engine(capsys):
     assert cli.main(["train", "--nproc", "2", "--epochs", "1"]) == 2
     assert last_error_line(capsys) == ("poolgrad train: error: --nproc 2 needs --engine "
                                        "torch: the numpy engine trains in one process")
-    with pytest.raises(train.TrainError, match="--nproc 2 needs --engine torch"):
-        train.check_nproc(2, 100)
+    with pytest.raises(TrainError, match="--nproc 2 needs --engine torch"):
+        config.check_nproc(2, 100)
 
 
 def test_the_global_batch_must_split_evenly(capsys):
@@ -206,8 +210,8 @@ def test_the_global_batch_must_split_evenly(capsys):
 
 
 def test_an_engine_resumes_only_its_own_checkpoint(tmp_path, capsys):
-    train.train("digits", str(tmp_path / "numpy"), epochs=1, progress=False, plot=False,
-                data=toy_data(n_train=40, n_test=10))
+    train.train(TrainConfig("digits", str(tmp_path / "numpy"), epochs=1, progress=False,
+                            plot=False, data=toy_data(n_train=40, n_test=10)))
     assert poolgrad_train("--resume", "--out", str(tmp_path / "numpy")) == 2
     assert last_error_line(capsys) == (
         f"poolgrad train: error: the checkpoint in {tmp_path / 'numpy'} (checkpoint.npz) "

@@ -18,16 +18,42 @@ Example:
     (2, 10)
 """
 
-from .layers import (AdaptiveAvgPool, AdaptiveMaxPool, AvgPool, Conv, Conv1d, Conv2d,
-                     Dropout, Flatten, GlobalAvgPool, GlobalMaxPool, Layer, Linear, LpPool,
-                     MaxPool, Pool, ReLU, Sequential, SoftmaxCrossEntropy)
-from .pools import (DOWNSAMPLING, POOLING, POOLS, AttentionPool, AvgBlurPool, BlurPool,
-                    FractionalMaxPool, GatedPool, GeMPool, MaxBlurPool, MixedPool, SoftPool,
-                    StochasticPool, check_pool)
+from .layers import (
+    AdaptiveAvgPool,
+    AdaptiveMaxPool,
+    AvgPool,
+    Conv,
+    Conv1d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    GlobalAvgPool,
+    GlobalMaxPool,
+    Layer,
+    Linear,
+    LpPool,
+    MaxPool,
+    Pool,
+    ReLU,
+    Sequential,
+    SoftmaxCrossEntropy,
+)
+from .pools import (
+    POOLING,
+    AttentionPool,
+    AvgBlurPool,
+    BlurPool,
+    FractionalMaxPool,
+    GatedPool,
+    GeMPool,
+    MaxBlurPool,
+    MixedPool,
+    SoftPool,
+    StochasticPool,
+)
 
 __all__ = ["AdaptiveAvgPool", "AdaptiveMaxPool", "AttentionPool", "AvgBlurPool", "AvgPool",
-           "BlurPool", "Conv", "Conv1d", "Conv2d", "DOWNSAMPLING", "Dropout", "Flatten",
-           "FractionalMaxPool", "GatedPool", "GeMPool", "GlobalAvgPool", "GlobalMaxPool",
-           "Layer", "Linear", "LpPool", "MaxBlurPool", "MaxPool", "MixedPool", "POOLING",
-           "POOLS", "Pool", "ReLU", "Sequential", "SoftPool", "SoftmaxCrossEntropy",
-           "StochasticPool", "check_pool"]
+           "BlurPool", "Conv", "Conv1d", "Conv2d", "Dropout", "Flatten", "FractionalMaxPool",
+           "GatedPool", "GeMPool", "GlobalAvgPool", "GlobalMaxPool", "Layer", "Linear",
+           "LpPool", "MaxBlurPool", "MaxPool", "MixedPool", "POOLING", "Pool", "ReLU",
+           "Sequential", "SoftPool", "SoftmaxCrossEntropy", "StochasticPool"]

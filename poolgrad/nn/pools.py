@@ -1,5 +1,5 @@
-"""The pooling kinds of :mod:`poolgrad.kinds` as layers, and the pooling layers by name
-(``poolgrad train --pool``, ``poolgrad explain --kind``)."""
+"""The pooling kinds of :mod:`poolgrad.kinds` as layers, and the core's pooling layers
+by name."""
 
 from __future__ import annotations
 
@@ -192,33 +192,6 @@ class GatedPool(_LearnedPool):
                          padding=padding)
 
 
-# The pooling layers by name (poolgrad explain's --kind), and poolgrad train's 2x
-# downsampling choices: each pooling kind, built for ``ndim`` spatial dims with draws from
-# ``rng`` where it draws, or a learned strided convolution.
+# The core's pooling layers by name (poolgrad explain's --kind). poolgrad train's
+# downsampling menu, which holds every kind, is poolgrad.train.menu.
 POOLING = {"max": MaxPool, "avg": AvgPool, "lp": LpPool}
-DOWNSAMPLING = {
-    "max": lambda ndim, rng: MaxPool(2),
-    "avg": lambda ndim, rng: AvgPool(2),
-    "lp": lambda ndim, rng: LpPool(2, 2),
-    "blur": lambda ndim, rng: BlurPool(2),
-    "max-blur": lambda ndim, rng: MaxBlurPool(2, 2),
-    "avg-blur": lambda ndim, rng: AvgBlurPool(2, 2),
-    "soft": lambda ndim, rng: SoftPool(2),
-    "stochastic": lambda ndim, rng: StochasticPool(2, rng=rng),
-    # 3-wide windows: 2-wide ones at a ratio of 1/2 fall exactly where MaxPool(2)'s do
-    "fractional": lambda ndim, rng: FractionalMaxPool(3, output_ratio=0.5, rng=rng),
-    "gem": lambda ndim, rng: GeMPool(3.0, kernel_size=2),
-    "mixed": lambda ndim, rng: MixedPool(2),
-    "gated": lambda ndim, rng: GatedPool(2, ndim=ndim),
-}
-POOLS = (*DOWNSAMPLING, "strided-conv")
-
-
-def check_pool(name, choices=POOLS, what: str = "pool",
-               error: type[ValueError] = ValueError) -> str:
-    """``name`` if it is one of ``choices`` (names from :data:`POOLS`); otherwise
-    ``error`` saying ``unknown {what} ...`` and what is allowed. The one check of pool
-    names."""
-    if name not in choices:
-        raise error(f"unknown {what} {name!r}: choose one of {', '.join(choices)}")
-    return name

@@ -15,7 +15,8 @@ import os
 import platform
 from dataclasses import asdict
 
-from .._files import check_output_folder
+from ..tools import processes
+from ..tools.files import check_output_folder
 from .runner import DATASETS, HEADS, POOLS, Plan, StudyError, make_plan
 
 __all__ = ["DATASETS", "HEADS", "POOLS", "Plan", "StudyError", "make_plan", "shift_study"]
@@ -23,7 +24,7 @@ __all__ = ["DATASETS", "HEADS", "POOLS", "Plan", "StudyError", "make_plan", "shi
 
 def resolve_device(device: str) -> str:
     """``"cpu"`` or ``"cuda"``; ``"auto"``: the GPU when torch sees one."""
-    from ..train_torch import require_torch
+    from ..train.config import require_torch
     torch = require_torch()
     if device not in ("auto", "cpu", "cuda"):
         raise StudyError(f"unknown device {device!r}: choose auto, cpu or cuda")
@@ -45,8 +46,7 @@ def shift_study(out: str, plan: Plan | None = None, *, device: str = "auto",
     report.check_plotting(StudyError)
     device = resolve_device(device)
     if workers is None:
-        from ..train_torch import _cores
-        workers = _cores() if device == "cpu" else 1
+        workers = processes.cores() if device == "cpu" else 1
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise StudyError(f"workers must be an integer >= 1, got {workers!r}")
     records = runner.run_all(out, plan, device=device, workers=workers, progress=progress)

@@ -15,8 +15,8 @@ import os
 
 import numpy as np
 
-from .._figures import figure_class, save_png
-from .._files import write_atomically
+from ..tools.figures import figure_class, save_png
+from ..tools.files import write_atomically
 
 METRICS = {"test_accuracy": "accuracy", "consistency": "consistency",
            "flip_1px": "1-px flips", "stride_agreement": "agreement at the stride",
@@ -34,7 +34,7 @@ def check_plotting(error=ValueError) -> None:
 
 def _figures_of(record: dict) -> dict:
     natural = record["curves"][record["mode"]]
-    layer = dict(zip(record["layer"]["shift"], record["layer"]["unchanged"]))
+    layer = dict(zip(record["layer"]["shift"], record["layer"]["unchanged"], strict=True))
     return {"test_accuracy": record["test_accuracy"], "consistency": record["consistency"],
             "flip_1px": record["flip_1px"],
             "stride_agreement": natural["agreement"][record["stride"]],
@@ -130,7 +130,7 @@ def plot_curves(summary: list[dict], mode: str, path: str) -> str:
     for row, dataset in enumerate(datasets):
         for column, head in enumerate(heads):
             panel = axes[row, column]
-            for pool, colour in zip(pools, colours):
+            for pool, colour in zip(pools, colours, strict=True):
                 cell = next((c for c in summary if (c["dataset"], c["pool"], c["head"]) ==
                              (dataset, pool, head)), None)
                 if cell is not None:
@@ -156,11 +156,12 @@ def plot_scatter(summary: list[dict], path: str) -> str:
     dataset, a colour per downsampling and a marker per head."""
     datasets = list(dict.fromkeys(c["dataset"] for c in summary))
     pools = list(dict.fromkeys(c["pool"] for c in summary))
-    markers = dict(zip(dict.fromkeys(c["head"] for c in summary), "os^"))
+    # a marker per head: at most three heads (HEADS), so the markers may be more
+    markers = dict(zip(dict.fromkeys(c["head"] for c in summary), "os^", strict=False))
     figure = figure_class("the study's plots", "train")(figsize=(5 * len(datasets), 4.4))
     axes = np.atleast_1d(figure.subplots(1, len(datasets), squeeze=False)[0])
-    colours = dict(zip(pools, _colours(len(pools))))
-    for panel, dataset in zip(axes, datasets):
+    colours = dict(zip(pools, _colours(len(pools)), strict=True))
+    for panel, dataset in zip(axes, datasets, strict=True):
         for cell in (c for c in summary if c["dataset"] == dataset):
             x, y = cell["consistency"], cell["test_accuracy"]
             panel.errorbar(100 * x["mean"], 100 * y["mean"], xerr=100 * x["spread"],

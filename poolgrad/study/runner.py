@@ -2,7 +2,7 @@
 the folder that keeps finished runs so that a study stopped halfway goes on.
 
 A run is one (dataset, downsampling, head, seed): the CNN of ``poolgrad train --engine
-torch`` (:func:`poolgrad.train_torch.build_model`) trained with Adam, then measured by
+torch`` (:func:`poolgrad.train.torch_engine.build_model`) trained with Adam, then measured by
 :mod:`poolgrad.study.shifts` on the test set. Each finished run is written atomically
 to ``OUT/runs/DATASET/POOL-HEAD-seedK.json`` with the settings it was made with; a run
 whose file is there is never redone, and a study whose settings differ from the ones
@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..datasets import load as load_source
-from .._files import write_atomically
+from ..tools import processes
+from ..tools.datasets import load as load_source
+from ..tools.files import write_atomically
 
 POOLS = ("max", "avg", "lp", "strided-conv", "blur", "max-blur", "gem", "soft",
          "stochastic", "fractional")
@@ -196,16 +197,17 @@ def _centred(images: np.ndarray) -> np.ndarray:
 def run_one(run: dict, plan: Plan, device: str = "cpu") -> dict:
     """Train and measure one run; returns its record (settings, figures, history)."""
     import torch
-    from .. import train_torch
+
+    from ..train import torch_engine
     from . import shifts
     data = load(run["dataset"], plan)
     settings = plan.settings(run["dataset"])
     seed = run["seed"]
     torch.manual_seed(seed)
-    model = train_torch.build_model(1, tuple(data.x_train.shape[2:]), 10, pool=run["pool"],
-                                    widths=settings["widths"],
-                                    conv_kernel=settings["conv_kernel"], head=run["head"],
-                                    seed=seed).to(device)
+    model = torch_engine.build_model(1, tuple(data.x_train.shape[2:]), 10, pool=run["pool"],
+                                     widths=settings["widths"],
+                                     conv_kernel=settings["conv_kernel"], head=run["head"],
+                                     seed=seed).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
     x_train, y_train = data.x_train.to(device), data.y_train.to(device)
     draws = torch.Generator().manual_seed(seed)
@@ -263,10 +265,9 @@ def run_all(out: str, plan: Plan, *, device: str = "cpu", workers: int = 1,
     todo = [run for run in plan.runs() if run_path(out, run) not in done]
     report = progress or (lambda text: None)
     report(f"{len(done)} of {len(plan.runs())} runs already in {out}; {len(todo)} to go")
-    from ..train_torch import _cores, _threads
-    cores = _cores()
+    cores = processes.cores()
     if workers == 1 or len(todo) <= 1:
-        with _threads(cores if device == "cpu" else 1):
+        with processes.threads(cores if device == "cpu" else 1):
             for k, run in enumerate(todo):
                 _announce(report, k, len(todo), _record(out, run, plan, device))
     else:
@@ -276,9 +277,7 @@ def run_all(out: str, plan: Plan, *, device: str = "cpu", workers: int = 1,
 
 def _run_spawned(out, plan, todo, device, workers, threads, report) -> None:
     import multiprocessing
-    from ..train_torch import RANK_THREADING_LAYER, _environment
-    layer = os.environ.get("NUMBA_THREADING_LAYER") or RANK_THREADING_LAYER
-    with _environment(NUMBA_THREADING_LAYER=layer):
+    with processes.spawning():  # Numba's threading layer that is safe in the workers
         pool = concurrent.futures.ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("spawn"),
             initializer=_start_worker, initargs=(threads,))

@@ -13,7 +13,7 @@ of ``poolgrad study shift``.
   range as wide as the network's total stride, centred on the unshifted input.
 - :func:`layer_invariance`: ``poolgrad explain --invariance``'s measure (the fraction
   of pooled outputs unchanged by a shift of the maps, see
-  :func:`poolgrad.explain.unchanged_outputs`) for a trained network's first
+  :func:`poolgrad.explain.translation.unchanged_outputs`) for a trained network's first
   downsampling, on the maps it receives.
 
 Fractional max pooling draws new windows at every call; every pass here reseeds it, so
@@ -27,7 +27,7 @@ import contextlib
 import numpy as np
 import torch
 
-from .. import explain
+from ..explain.translation import unchanged_outputs
 
 MODES = ("zero", "circular")
 
@@ -131,7 +131,7 @@ def consistency(model, x: torch.Tensor, reach: int, mode: str, seed: int) -> flo
 
 
 def first_downsampling(model) -> tuple:
-    """``(before, block)``: the layers of a :func:`poolgrad.train_torch.build_model`
+    """``(before, block)``: the layers of a :func:`poolgrad.train.torch_engine.build_model`
     network before its first downsampling (the first convolution and its ReLU), and
     the downsampling itself (a pooling layer, or a strided convolution without the ReLU
     after it: a ReLU's zeros would count as outputs a shift leaves unchanged)."""
@@ -155,8 +155,8 @@ def _starts_stage(layer) -> bool:
 def layer_invariance(model, x: torch.Tensor, shifts, window: int = 2) -> dict:
     """``{"shift", "unchanged"}``: the fraction of the first downsampling's outputs that
     a shift of its input maps (those of the examples ``x``) leaves unchanged, for each
-    of ``shifts``, by :func:`poolgrad.explain.unchanged_outputs` with ``window``-sized
-    windows."""
+    of ``shifts``, by :func:`poolgrad.explain.translation.unchanged_outputs` with
+    ``window``-sized windows."""
     before, block = first_downsampling(model)
     parameter = next(model.parameters())
 
@@ -167,7 +167,7 @@ def layer_invariance(model, x: torch.Tensor, shifts, window: int = 2) -> dict:
 
     with _evaluating(model):
         maps = before(x).double().cpu().numpy()
-        rows = explain.unchanged_outputs(maps, {"block": pooled},
-                                         (window,) * (x.dim() - 2), list(shifts))
+        rows = unchanged_outputs(maps, {"block": pooled}, (window,) * (x.dim() - 2),
+                                 list(shifts))
     return {"shift": [row["shift"] for row in rows],
             "unchanged": [row["block"] for row in rows]}

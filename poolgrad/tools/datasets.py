@@ -1,4 +1,5 @@
-"""Datasets for ``poolgrad train``, made or read locally: nothing is downloaded.
+"""Datasets for ``poolgrad train``, ``explain`` and ``study``, made or read locally:
+nothing is downloaded.
 
 - ``digits``: scikit-learn's bundled 8x8 handwritten digits (1,797 images, shipped
   inside scikit-learn). Split: a permutation drawn with ``numpy.random.default_rng(0)``;

@@ -1,12 +1,12 @@
-"""What train and explain share to draw: matplotlib's Figure without pyplot (which
-would change the caller's backend and keep figures alive), a clear error when
-matplotlib is missing, and PNGs written atomically."""
+"""What the tools share to draw (train's plot, explain's figures, the study's plots):
+matplotlib's Figure without pyplot (which would change the caller's backend and keep
+figures alive), a clear error when matplotlib is missing, and PNGs written atomically."""
 
 from __future__ import annotations
 
 import io
 
-from ._files import write_atomically
+from .files import write_atomically
 
 
 def figure_class(purpose: str, extra: str, error: type[ValueError] = ValueError):

@@ -1,7 +1,7 @@
 """``poolgrad bench --device cuda``: poolgrad.torch on a CUDA device (its Triton kernels)
 against eager and ``torch.compile``d PyTorch, in one process.
 
-For every layer of :data:`poolgrad.bench.SUITE` and a large VGG layer
+For every layer of :data:`poolgrad.bench.suite.SUITE` and a large VGG layer
 (256x64x224x224), in NCHW and channels-last, in float32 and bfloat16, three passes are
 timed for three implementations of the same ``torch.nn.functional`` call
 (poolgrad.torch, eager PyTorch, and that call compiled by Inductor with static shapes):
@@ -12,8 +12,9 @@ timed for three implementations of the same ``torch.nn.functional`` call
 
 Times are medians of CUDA-event timings, the implementations taking turns round after
 round after a warm-up. The roofline of a pass is the bytes it must read and write
-(:func:`poolgrad.bench.must_move`) over the device's copy bandwidth, measured in the
-same run by ``Tensor.copy_`` of a large buffer and counted as bytes read plus written.
+(:func:`poolgrad.bench.suite.must_move`) over the device's copy bandwidth, measured in
+the same run by ``Tensor.copy_`` of a large buffer and counted as bytes read plus
+written.
 Each backward also runs twice and records whether the two gradients have the same bits.
 
 Before anything is timed, every implementation's result of every pass is checked
@@ -28,12 +29,12 @@ import types
 import warnings
 from dataclasses import asdict
 
-from . import bench, bench_torch
+from . import suite, torch_api
 
-LARGE = bench.Layer("VGG 2x2/2 large", "max", (256, 64, 224, 224), 2, 2)
-LAYERS = bench.SUITE + (LARGE,)
+LARGE = suite.Layer("VGG 2x2/2 large", "max", (256, 64, 224, 224), 2, 2)
+LAYERS = suite.SUITE + (LARGE,)
 DTYPES = ("float32", "bfloat16")
-PASSES = bench.PASSES
+PASSES = suite.PASSES
 IMPLEMENTATIONS = {"poolgrad": "poolgrad_ms", "eager": "eager_ms", "compiled": "compiled_ms"}
 WARMUP_CALLS = 3
 COPY_BYTES = 2**30  # the roofline's copy: far beyond any cache (quick: 1 MiB)
@@ -129,15 +130,16 @@ def _compiled(layer, torch):
     # Dynamo keeps compiled graphs per code object, and every layer's wrapper shares
     # one: without a reset, later layers would reach its recompile limit and run eager
     torch._dynamo.reset()
-    return torch.compile(bench_torch.functional_call(layer, torch.nn.functional),
+    return torch.compile(torch_api.functional_call(layer, torch.nn.functional),
                          dynamic=False, fullgraph=True)
 
 
 def _bytes(layer, pass_name: str, x, y) -> int:
-    """What the pass must read and write, in bytes (:func:`poolgrad.bench.must_move`)."""
+    """What the pass must read and write, in bytes
+    (:func:`poolgrad.bench.suite.must_move`)."""
     def sized(t):
         return types.SimpleNamespace(nbytes=t.numel() * t.element_size(), size=t.numel())
-    return sum(bench.must_move(layer, pass_name, sized(x), sized(y)))
+    return sum(suite.must_move(layer, pass_name, sized(x), sized(y)))
 
 
 def _time_layer(layer, front_end, torch, device, repeats, compile_variants, bandwidth,
@@ -147,17 +149,17 @@ def _time_layer(layer, front_end, torch, device, repeats, compile_variants, band
     base = torch.randn(layer.shape, generator=generator, device=device)
     for dtype_name in DTYPES:
         dtype = getattr(torch, dtype_name)
-        for layout in bench.LAYOUTS:
+        for layout in suite.LAYOUTS:
             x = layout_input(base.to(dtype), layout, torch)
-            calls = {"poolgrad": bench_torch.functional_call(layer, front_end),
-                     "eager": bench_torch.functional_call(layer, torch.nn.functional)}
+            calls = {"poolgrad": torch_api.functional_call(layer, front_end),
+                     "eager": torch_api.functional_call(layer, torch.nn.functional)}
             compile_start = time.perf_counter()
             if (layout, dtype_name) in compile_variants:
                 calls["compiled"] = _compiled(layer, torch)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", "`torch.jit.script_method` is deprecated",
                                         DeprecationWarning)
-                passes = {name: bench._torch_passes(call, x, torch)
+                passes = {name: suite.torch_passes(call, x, torch)
                           for name, call in calls.items()}
                 _check_agree(passes, f"{layer.name} {layout} {dtype_name}", torch)
             compile_s = (time.perf_counter() - compile_start) if "compiled" in calls else None
@@ -189,10 +191,10 @@ def _time_layer(layer, front_end, torch, device, repeats, compile_variants, band
 def summarize(rows: list[dict]) -> dict:
     """The figures issue 19 sets targets for."""
     def geomean(pass_name, column, max_only=False):
-        return bench.geometric_mean(
+        return suite.geometric_mean(
             r[column] for r in rows
             if r["pass"] == pass_name and r[column] is not None
-            and (not max_only or bench._is_max(r["layer"]) or r["layer"] == LARGE.name))
+            and (not max_only or suite.is_max(r["layer"]) or r["layer"] == LARGE.name))
     bf16_ratio = {}
     for row in rows:
         if row["dtype"] == "bfloat16":
@@ -237,16 +239,16 @@ def machine_info(torch, device: str, bandwidth: float) -> dict:
 
 
 def run(quick: bool = False, repeats: int | None = None, threads: int | None = None,
-        device: str = "cuda", layers: tuple[bench.Layer, ...] = LAYERS,
+        device: str = "cuda", layers: tuple[suite.Layer, ...] = LAYERS,
         progress=None) -> dict:
     """Time the layers on ``device``; returns the JSON-ready result. ``quick``: tiny
     shapes, one round, and one compiled variant (to run the path). ``threads`` is
     accepted for the CLI's sake and unused: the work is on the device."""
     torch = _import_torch(device)
-    front_end = bench_torch._front_end()
+    front_end = torch_api.import_front_end()
     repeats = repeats or (1 if quick else 50)
     timed_layers = tuple(layer.quick() if quick else layer for layer in layers)
-    every_variant = {(layout, dtype) for layout in bench.LAYOUTS for dtype in DTYPES}
+    every_variant = {(layout, dtype) for layout in suite.LAYOUTS for dtype in DTYPES}
     seconds = _timer(torch, device)
     bandwidth = copy_bandwidth(torch, device, 2**20 if quick else COPY_BYTES, repeats, seconds)
     rows = []
@@ -256,7 +258,7 @@ def run(quick: bool = False, repeats: int | None = None, threads: int | None = N
         rows += _time_layer(layer, front_end, torch, device, repeats, variants, bandwidth,
                             seconds, progress)
     # the best PyTorch time of each layer, dtype and pass: eager or compiled, either layout
-    bench._best_pytorch(rows, ("layer", "dtype", "pass"), ("eager_ms", "compiled_ms"))
+    suite.best_pytorch(rows, ("layer", "dtype", "pass"), ("eager_ms", "compiled_ms"))
     return {"machine": machine_info(torch, device, bandwidth), "mode": "cuda", "quick": quick,
             "repeats": repeats, "layers": [asdict(layer) for layer in layers], "rows": rows,
             "summary": summarize(rows)}
@@ -292,7 +294,7 @@ def format_table(result: dict) -> str:
                  "poolgrad's; roofline: the pass's bytes at the copy bandwidth over\n"
                  "poolgrad's time; same bits: two backward runs gave identical gradients")
     if result["quick"]:
-        return "\n".join(lines + ["", bench.QUICK_NOTE])
+        return "\n".join(lines + ["", suite.QUICK_NOTE])
     summary = result["summary"]
     for key, label in [("forward_geomean_speedup_vs_eager", "forward, all rows"),
                        ("max_forward_geomean_speedup_vs_eager", "forward, max layers"),

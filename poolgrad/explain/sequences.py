@@ -61,8 +61,8 @@ def bars(axes, centers, values, widths, title, length, color, skip_zeros=True):
     upright = widest <= 0.9 * slot
     # the numbers' reach beyond the bar ends, in points, on each side that has them
     reach = (FONT * 1.3 if upright else widest) + 3
-    sides = int(any(v > 0 for v, t in zip(values, labels) if t)) + int(
-        any(v < 0 for v, t in zip(values, labels) if t))
+    sides = int(any(v > 0 for v, t in zip(values, labels, strict=True) if t)) + int(
+        any(v < 0 for v, t in zip(values, labels, strict=True) if t))
     height = figure.get_figheight() * box.height * 72
     low, high = min(values.min(), 0.0), max(values.max(), 0.0)
     span = (high - low) or 1.0

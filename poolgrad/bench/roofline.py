@@ -38,6 +38,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .timing import timed_samples
+
 _ALIGN = 64  # round every size up to whole cache lines of float32
 READ_PROBES = ("read by sum", "read by copy")
 WRITE_PROBES = ("write by fill", "write by copy", "write by zeroing")
@@ -71,11 +73,6 @@ def _stream_zero(a):
 def _stream_copy(source, target):
     for i in numba.prange(source.size):
         target[i] = source[i]
-
-
-def _samples(functions: dict, repeats: int) -> dict:
-    from .bench import timed_samples  # imported here: poolgrad.bench imports this module
-    return timed_samples(functions, repeats)
 
 
 class Roofline:
@@ -121,12 +118,12 @@ class Roofline:
     def seconds(self, read_bytes: int, write_bytes: int) -> float:
         """The bound of a pass from probes timed on their own (``repeats`` rounds)."""
         probes = self.probes(read_bytes, write_bytes)
-        return self.bound(_samples(probes, self.repeats))
+        return self.bound(timed_samples(probes, self.repeats))
 
     def _fresh_write_seconds(self, nbytes: int) -> float:
         n = self._elements(nbytes)
         source = np.ones(n, np.float32)
-        fill = _samples({"fill": lambda: _stream_fill(np.empty(n, np.float32),
+        fill = timed_samples({"fill": lambda: _stream_fill(np.empty(n, np.float32),
                                                       np.float32(1)),
                          "copy": lambda: _stream_copy(source, np.empty(n, np.float32))},
                         self.repeats)
@@ -135,7 +132,8 @@ class Roofline:
     def bandwidths(self, nbytes: int) -> dict:
         """GB/s of reading, of writing memory written before and of writing a fresh
         array, at ``nbytes`` (for the JSON and the table's header)."""
-        read, write = self._fastest(_samples(self.probes(nbytes, nbytes), self.repeats))
+        probes = self.probes(nbytes, nbytes)
+        read, write = self._fastest(timed_samples(probes, self.repeats))
         return {"bytes": nbytes, "read_GBps": round(nbytes / read / 1e9, 2),
                 "write_GBps": round(nbytes / write / 1e9, 2),
                 "fresh_write_GBps": round(nbytes / self._fresh_write_seconds(nbytes) / 1e9,

@@ -1,8 +1,8 @@
 """``poolgrad bench --torch``: poolgrad's PyTorch front end against eager and compiled
 PyTorch, in one process at the same thread count.
 
-For every layer of :data:`poolgrad.bench.SUITE`, in NCHW and channels-last, two passes
-are timed for three implementations of the same ``torch.nn.functional`` call:
+For every layer of :data:`poolgrad.bench.suite.SUITE`, in NCHW and channels-last, two
+passes are timed for three implementations of the same ``torch.nn.functional`` call:
 
 - ``poolgrad.torch``, the front end (the same function names and signatures);
 - ``eager``: ``torch.nn.functional`` itself;
@@ -29,7 +29,8 @@ from dataclasses import asdict
 
 import numpy as np
 
-from . import bench, ops
+from .. import ops
+from . import suite, timing
 
 IMPLEMENTATIONS = ("poolgrad.torch", "eager", "compiled")
 PASSES = ("forward", "forward+backward")
@@ -56,14 +57,14 @@ def _import_torch():
     return torch
 
 
-def _front_end():
+def import_front_end():
     """``poolgrad.torch``: functions with ``torch.nn.functional``'s names, and
     ``replace_pooling``."""
-    from . import torch as front_end  # imported late: it imports PyTorch
+    from .. import torch as front_end  # imported late: it imports PyTorch
     return front_end
 
 
-def functional_call(layer: bench.Layer, functional):
+def functional_call(layer: suite.Layer, functional):
     """The layer as a call of ``functional`` (``torch.nn.functional`` or poolgrad.torch,
     which has its names): the global average is the adaptive average pool to size 1."""
     if layer.kind == "global_avg":
@@ -123,8 +124,8 @@ def _time_layer(layer, base, front_end, torch, repeats, compile_layouts, progres
     rows = []
     eager_call = functional_call(layer, torch.nn.functional)
     ours_call = functional_call(layer, front_end)
-    for layout in bench.LAYOUTS:
-        x = bench.torch_input(base if layout == "NCHW" else bench.channels_last(base),
+    for layout in suite.LAYOUTS:
+        x = suite.torch_input(base if layout == "NCHW" else suite.channels_last(base),
                               layout, torch)
         with torch.no_grad():
             dy = torch.ones_like(eager_call(x))  # in the layout PyTorch's output has
@@ -138,7 +139,7 @@ def _time_layer(layer, base, front_end, torch, repeats, compile_layouts, progres
             if layout in compile_layouts:
                 contenders["compiled"], compile_seconds = _compile(
                     layer, pass_name, x, dy, eager[pass_name], torch)
-            seconds = bench.median_seconds(contenders, repeats)
+            seconds = timing.median_seconds(contenders, repeats)
             row = {"layer": layer.name, "shape": list(layer.shape), "layout": layout,
                    "pass": pass_name, "compile_s": compile_seconds}
             for name in IMPLEMENTATIONS:
@@ -171,7 +172,7 @@ def call_overhead(front_end, torch, quick: bool, repeats: int) -> dict:
     calls = 3 if quick else SMALL_CALLS
     micros = {}
     for pass_name in PASSES:
-        seconds = bench.median_seconds({"poolgrad.torch": ours[pass_name],
+        seconds = timing.median_seconds({"poolgrad.torch": ours[pass_name],
                                         "numpy": numpy_passes[pass_name],
                                         "eager": eager[pass_name]}, repeats, calls)
         micros[pass_name] = {name: s * 1e6 for name, s in seconds.items()}
@@ -184,13 +185,13 @@ def call_overhead(front_end, torch, quick: bool, repeats: int) -> dict:
 def large_layer_overhead(front_end, torch, quick: bool, repeats: int) -> dict:
     """What the front end adds to poolgrad's NumPy API on a large layer: the two run in
     turn on the same data (the NumPy API on the tensor's memory, viewed as an array)."""
-    layer = next(layer for layer in bench.SUITE if layer.name == LARGE_LAYER)
+    layer = next(layer for layer in suite.SUITE if layer.name == LARGE_LAYER)
     layer = layer.quick() if quick else layer
     base = np.random.default_rng(2).standard_normal(layer.shape, dtype=np.float32)
     args = (layer.kernel, layer.stride, layer.padding)
     rows = []
-    for layout in bench.LAYOUTS:
-        x = bench.torch_input(base if layout == "NCHW" else bench.channels_last(base),
+    for layout in suite.LAYOUTS:
+        x = suite.torch_input(base if layout == "NCHW" else suite.channels_last(base),
                               layout, torch)
         array = x.numpy()  # shares the tensor's memory and strides
         y = ops.max_pool(array, *args)
@@ -204,7 +205,7 @@ def large_layer_overhead(front_end, torch, quick: bool, repeats: int) -> dict:
         numpy_passes = {"forward": lambda array=array: ops.max_pool(array, *args),
                         "forward+backward": numpy_forward_backward}
         for pass_name in PASSES:
-            seconds = bench.median_seconds({"poolgrad.torch": ours[pass_name],
+            seconds = timing.median_seconds({"poolgrad.torch": ours[pass_name],
                                             "numpy": numpy_passes[pass_name]}, repeats)
             rows.append({"layout": layout, "pass": pass_name,
                          "poolgrad_torch_ms": seconds["poolgrad.torch"] * 1e3,
@@ -237,7 +238,7 @@ def _pooling_alone(model, x, front_end, torch, repeats: int) -> dict:
         front_end.replace_pooling(swapped)
         with torch.no_grad():
             dy = torch.ones_like(module(pooled))
-        seconds = bench.median_seconds({
+        seconds = timing.median_seconds({
             POOLING[0]: _passes(module, pooled, dy, torch)["forward+backward"],
             POOLING[1]: _passes(swapped[0], pooled, dy, torch)["forward+backward"]}, repeats)
         for name in POOLING:
@@ -263,7 +264,7 @@ def model_steps(front_end, torch, quick: bool, repeats: int | None = None,
     ``models`` (name: function building it; default VGG-11 and ResNet-18) with PyTorch's
     pooling modules and with poolgrad's, in turn, median of ``repeats`` (default 3,
     quick 1)."""
-    from .torch import zoo
+    from ..torch import zoo
     models = models or {"vgg11": zoo.vgg11, "resnet18": zoo.resnet18}
     batch, size = (QUICK_MODEL_BATCH, QUICK_MODEL_SIZE) if quick else (MODEL_BATCH,
                                                                        MODEL_SIZE)
@@ -276,7 +277,7 @@ def model_steps(front_end, torch, quick: bool, repeats: int | None = None,
         replaced = front_end.replace_pooling(swapped)
         x = torch.randn(batch, 3, size, size)
         target = torch.randint(0, 1000, (batch,))
-        seconds = bench.median_seconds({
+        seconds = timing.median_seconds({
             POOLING[0]: _training_step(stock.train(), x, target, torch),
             POOLING[1]: _training_step(swapped.train(), x, target, torch)}, repeats,
             settle=False)  # a step takes seconds: switching costs nothing beside it
@@ -299,13 +300,13 @@ def summarize(rows: list[dict]) -> dict:
     where poolgrad.torch is slower than the baseline in its faster layout."""
     summary = {}
     for baseline in ("eager", "compiled"):
-        numbers = bench.summarize(rows, "poolgrad_torch_ms", COLUMNS[baseline])
+        numbers = suite.summarize(rows, "poolgrad_torch_ms", COLUMNS[baseline])
         for pass_name in PASSES:
             speedups = [r[f"speedup_vs_{baseline}"] for r in rows
                         if r["layout"] == "NCHW" and r["pass"] == pass_name
                         and r[f"speedup_vs_{baseline}"] is not None]
             key = pass_name.replace("+", "_")
-            numbers[f"all_{key}_geomean_speedup_nchw"] = bench.geometric_mean(speedups)
+            numbers[f"all_{key}_geomean_speedup_nchw"] = suite.geometric_mean(speedups)
         numbers["rows_slower_than_fastest_layout"] = numbers.pop(
             "rows_slower_than_torch_fastest_layout")
         summary[baseline] = numbers
@@ -313,21 +314,21 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def run(quick: bool = False, repeats: int | None = None, threads: int | None = None,
-        layers: tuple[bench.Layer, ...] = bench.SUITE, models: bool = False,
+        layers: tuple[suite.Layer, ...] = suite.SUITE, models: bool = False,
         progress=None) -> dict:
     """Time the suite through poolgrad.torch, eager and compiled PyTorch; returns the
     JSON-ready result."""
     torch = _import_torch()
-    front_end = _front_end()
+    front_end = import_front_end()
     model_repeats = repeats  # the model steps take seconds: fewer rounds unless given
     repeats = repeats or (1 if quick else 5)
     timed_layers = tuple(layer.quick() if quick else layer for layer in layers)
     # compiling takes seconds a variant: quick mode compiles one layer and layout (its
     # two passes), so that the path runs
-    compiled = {layer.name: bench.LAYOUTS if not quick else ("NCHW",) if index == 0 else ()
+    compiled = {layer.name: suite.LAYOUTS if not quick else ("NCHW",) if index == 0 else ()
                 for index, layer in enumerate(timed_layers)}
-    with bench.thread_count(threads, torch) as threads:
-        bandwidth = bench.copy_bandwidth(2**20 if quick else 256 * 2**20, repeats)
+    with timing.thread_count(threads, torch) as threads:
+        bandwidth = suite.copy_bandwidth(2**20 if quick else 256 * 2**20, repeats)
         rng = np.random.default_rng(0)
         rows = []
         for layer in timed_layers:
@@ -342,7 +343,7 @@ def run(quick: bool = False, repeats: int | None = None, threads: int | None = N
         if models and progress:
             progress("training steps of VGG-11 and ResNet-18")
         steps = model_steps(front_end, torch, quick, model_repeats) if models else None
-    machine = bench.machine_info(threads, bandwidth)
+    machine = suite.machine_info(threads, bandwidth)
     machine["torch"] = torch.__version__
     return {"machine": machine, "mode": "torch", "quick": quick, "repeats": repeats,
             "layers": [asdict(layer) for layer in layers], "rows": rows,
@@ -359,7 +360,7 @@ def _times(value, width: int) -> str:
 
 
 def format_table(result: dict) -> str:
-    lines = [bench.header(result, "poolgrad bench --torch"), "",
+    lines = [suite.header(result, "poolgrad bench --torch"), "",
              f"{'layer':<22} {'layout':<14} {'pass':<17} {'poolgrad.torch ms':>17} "
              f"{'eager ms':>9} {'compiled ms':>11} {'vs eager':>9} {'vs compiled':>11}"]
     for row in result["rows"]:
@@ -386,7 +387,7 @@ def format_table(result: dict) -> str:
     if result["model_steps"]:
         lines += _format_models(result["model_steps"])
     if result["quick"]:  # no speed verdict from shapes this small
-        return "\n".join(lines + ["", bench.QUICK_NOTE])
+        return "\n".join(lines + ["", suite.QUICK_NOTE])
     return "\n".join(lines + _format_summary(result["summary"], len(result["rows"])))
 
 

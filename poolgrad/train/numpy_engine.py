@@ -1,0 +1,126 @@
+"""The NumPy engine of ``poolgrad train``: mini-batch training of a small CNN built
+from :mod:`poolgrad.nn`'s layers and stepped by :mod:`poolgrad.optim`.
+
+One training step is the textbook one. The forward pass runs on every example of the
+batch and each pooling layer keeps each example's own argmax; the backward pass routes
+each example's gradient through it; the weight gradients (of the convolutions and the
+linear layer) are averaged over the batch by the mean loss; then the optimizer steps.
+
+Runs are reproducible: the weights start from ``seed`` and epoch ``e`` shuffles with
+``numpy.random.default_rng([seed, e])``, so a run resumed from its checkpoint reaches
+the same weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from .. import nn, optim
+from . import checkpoints
+from .config import TrainConfig, TrainError, resolve_head
+from .menu import DOWNSAMPLING, Stage, check_pool
+from .run import Progress, begin, finish, record_epoch
+
+CHECKPOINT = checkpoints.CHECKPOINTS["numpy"]
+
+
+def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, pool: str = "max",
+                widths=(16, 32), conv_kernel: int = 3, gap_head: bool = False,
+                head: str | None = None, seed: int = 0, dtype=np.float32) -> nn.Sequential:
+    """Stages of conv -> ReLU -> downsample (2x, by ``pool``: one of
+    :data:`poolgrad.train.menu.POOLS`), then a linear head on the flattened features
+    (``head="flatten"``), on their global average (``"gap"``, or ``gap_head``) or on an
+    attention pooling's readout (``"attention"``: one query, one head). Every weight is
+    drawn from one generator seeded with ``seed``, layer after layer."""
+    check_pool(pool, error=TrainError)
+    head = resolve_head(head, gap_head)
+    rng = np.random.default_rng(seed)
+    ndim = len(spatial)
+    layers: list[nn.Layer] = []
+    channels = in_channels
+    for index, width in enumerate(widths):
+        layers += [nn.Conv(channels, width, conv_kernel, padding=conv_kernel // 2, ndim=ndim,
+                           rng=rng, dtype=dtype), nn.ReLU()]
+        layers += DOWNSAMPLING[pool].numpy(Stage(index, width, ndim, seed, rng, dtype))
+        channels = width
+    if head == "gap":
+        layers.append(nn.GlobalAvgPool())
+    elif head == "attention":
+        layers.append(nn.AttentionPool(channels, rng=rng))
+    layers.append(nn.Flatten())
+    probe = nn.Sequential(*layers).eval()  # eval: the probe saves no state
+    features = probe.forward(np.zeros((1, in_channels) + tuple(spatial), dtype=dtype)).shape[1]
+    probe.train()
+    layers.append(nn.Linear(features, classes, rng=rng, dtype=dtype))
+    return nn.Sequential(*layers)
+
+
+def evaluate(model: nn.Sequential, x: np.ndarray, y: np.ndarray, batch: int = 500):
+    """(mean loss, accuracy) of ``model`` in evaluation mode; its mode is restored."""
+    was_training = model.training
+    model.eval()
+    loss_fn = nn.SoftmaxCrossEntropy()
+    total_loss, correct = 0.0, 0
+    for start in range(0, len(y), batch):
+        logits = model.forward(x[start:start + batch])
+        total_loss += loss_fn.forward(logits, y[start:start + batch]) * len(logits)
+        correct += int((logits.argmax(axis=1) == y[start:start + batch]).sum())
+    model.train(was_training)
+    return total_loss / len(y), correct / len(y)
+
+
+def train(config: TrainConfig) -> dict:
+    """Train as ``config`` says (its ``engine`` aside), evaluate and write
+    ``checkpoint.npz``, ``metrics.json`` and ``training.png`` into ``config.out``;
+    returns the metrics. With ``config.resume``, the settings come from
+    ``checkpoint.npz`` and training continues from its last epoch."""
+    if config.engine != "numpy":
+        raise TrainError(f"the numpy engine cannot run a config for --engine {config.engine}")
+    checkpoint_path = os.path.join(config.out, CHECKPOINT)
+    meta = None
+    if config.resume:
+        checkpoints.refuse_other_engine(config.out, "numpy")
+        weights, optimizer_state, meta = checkpoints.load_numpy(checkpoint_path)
+    run = begin(config, meta)
+    settings, data = run.settings, run.data
+
+    model = build_model(data.x_train.shape[1], data.spatial, data.classes,
+                        pool=settings["pool"], widths=settings["widths"],
+                        conv_kernel=settings["conv_kernel"], head=settings["head"],
+                        seed=settings["seed"])
+    opt = optim.OPTIMIZERS[settings["optimizer"]](model.parameters(), lr=settings["lr"])
+    if meta is not None:
+        model.load_state_dict(weights)
+        opt.load_state_dict(optimizer_state)
+    loss_fn = nn.SoftmaxCrossEntropy()
+    bar = Progress(enabled=config.progress)
+    n, batch = len(data.y_train), settings["batch_size"]
+    batches = -(-n // batch)
+    for epoch in range(run.start_epoch, settings["epochs"]):
+        started = time.perf_counter()
+        order = np.random.default_rng([settings["seed"], epoch]).permutation(n)
+        seen, loss_sum, correct = 0, 0.0, 0
+        model.train()
+        for b in range(batches):
+            chosen = order[b * batch:(b + 1) * batch]
+            xb, yb = data.x_train[chosen], data.y_train[chosen]
+            logits = model.forward(xb)
+            loss = loss_fn.forward(logits, yb)
+            model.backward(loss_fn.backward())
+            opt.step()
+            seen += len(yb)
+            loss_sum += loss * len(yb)
+            correct += int((logits.argmax(axis=1) == yb).sum())
+            bar.update(epoch + 1, settings["epochs"], b + 1, batches, loss_sum / seen,
+                       correct / seen)
+        run.train_time += time.perf_counter() - started
+        record_epoch(run, epoch, loss_sum, correct, seen,
+                     *evaluate(model, data.x_test, data.y_test))
+        bar.update(epoch + 1, settings["epochs"], batches, batches, loss_sum / seen,
+                   correct / seen, final=True)
+        checkpoints.save_numpy(checkpoint_path, model, opt, run, epoch + 1)
+    return finish(run, config.out, checkpoint_path,
+                  *evaluate(model, data.x_test, data.y_test), plot=config.plot)
