@@ -12,8 +12,16 @@ import pytest
 
 import poolgrad
 from poolgrad import (
-    adaptive_avg_pool, adaptive_max_pool, avg_pool, global_avg_pool, global_lp_pool,
-    global_max_pool, lp_pool, max_pool, max_unpool, vjp,
+    adaptive_avg_pool,
+    adaptive_max_pool,
+    avg_pool,
+    global_avg_pool,
+    global_lp_pool,
+    global_max_pool,
+    lp_pool,
+    max_pool,
+    max_unpool,
+    vjp,
 )
 
 OPS = {  # name -> (operator, default arguments)

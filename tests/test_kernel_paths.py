@@ -281,13 +281,12 @@ def test_fast_paths_on_arrays_that_run_in_parallel(monkeypatch):
         put_nan_payloads(x[1, 7])
         for op, args in ((pg.max_pool, (2,)), (pg.max_pool, (3, 2, 1)), (pg.avg_pool, (2,)),
                          (pg.avg_pool, (3, 2, 1))):
-            def run(op=op, args=args):
+            def run(op=op, args=args, x=x):
+                rng = np.random.default_rng(10)
                 y, pullback = pg.vjp(op, x, *args)
                 return op(x, *args), y, pullback(rng.standard_normal(y.shape,
                                                                      dtype=np.float32))
-            rng = np.random.default_rng(10)
             fast = run()
-            rng = np.random.default_rng(10)
             with monkeypatch.context() as patch:
                 patch.setattr(dispatch, "choose", dispatch.general)
                 slow = run()
@@ -341,7 +340,8 @@ def test_dispatch_lists_its_rules_and_refuses_what_it_has_no_kernel_for():
     cl = np.ascontiguousarray(x.transpose(0, 2, 3, 4, 1)).transpose(0, 4, 1, 2, 3)
     for array, layout in ((x, "nchw"), (cl, "channels_last")):
         kernel = dispatch.choose("max", "forward", plan, dispatch.operand(array), record=True)
-        assert kernel.records and dispatch.stored_as(kernel.channels_last, np.float32).layout == layout
+        stored = dispatch.stored_as(kernel.channels_last, np.float32)
+        assert kernel.records and stored.layout == layout
 
 
 @pytest.mark.parametrize("spatial, kernel, stride, padding, dilation", [

@@ -33,11 +33,12 @@ def reference(x, pre, kernel, stride, size, pads, mode):
     weights = binomial(size[0])
     for f in size[1:]:
         weights = np.multiply.outer(weights, binomial(f))
-    out_spatial = [(p - f) // s + 1 for p, f, s in zip(padded.shape[2:], size, stride)]
+    out_spatial = [(p - f) // s + 1 for p, f, s in zip(padded.shape[2:], size, stride,
+                                                           strict=True)]
     y = np.zeros(x.shape[:2] + tuple(out_spatial))
     for o in itertools.product(*(range(n) for n in out_spatial)):
         window = padded[(slice(None), slice(None)) + tuple(
-            slice(i * s, i * s + f) for i, s, f in zip(o, stride, size))]
+            slice(i * s, i * s + f) for i, s, f in zip(o, stride, size, strict=True))]
         y[(slice(None), slice(None)) + o] = np.sum(window * weights, axis=tuple(
             range(2, 2 + ndim)))
     return y

@@ -44,7 +44,7 @@ def test_output_ratio_truncates_as_pytorch():
 
 def reference(x, starts, ends):
     """Window-by-window maxima of a (C, L) input over per-plane [start, end) windows."""
-    return np.array([[x[c, a:b].max() for a, b in zip(starts[c], ends[c])]
+    return np.array([[x[c, a:b].max() for a, b in zip(starts[c], ends[c], strict=True)]
                      for c in range(x.shape[0])])
 
 

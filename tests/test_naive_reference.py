@@ -3,10 +3,10 @@ asymmetric and oversized padding (ONNX allows pads beyond half the kernel), "sam
 dilation for every kind, ceil_mode, count_include_pad, divisor_override, both tie
 rules, Lp with any p, adaptive bins, unpooling with coinciding indices."""
 
+import naive
 import numpy as np
 import pytest
 
-import naive
 import poolgrad as pg
 
 

@@ -9,8 +9,8 @@ import poolgrad as pg
 
 torch = pytest.importorskip("torch")
 import poolgrad.torch as pt  # noqa: E402
-from poolgrad.torch.kinds import _draw  # noqa: E402
 from poolgrad.torch import _ops  # noqa: E402
+from poolgrad.torch.kinds import _draw  # noqa: E402
 
 
 def _check_against_numpy(torch_fn, numpy_op, x, args, kwargs, params=()):

@@ -212,7 +212,7 @@ def test_split_ties_give_the_cpu_bits(name, ndim, window):
     """``ties="split"``: each tied maximum gets ``dy / ties``, a NaN window its winner."""
     for seed, dtype in ((4, torch.float32), (5, torch.float64)):
         x = special(SHAPES[ndim], dtype, seed)
-        for layout, xs in layouts(x):
+        for _, xs in layouts(x):
             y, _ = cpu("max_pool")(xs, window, "first")
             dy = special(y.shape, dtype, seed + 30).nan_to_num(1.5, 2.0, -2.0)
             same_bits(triton_impl("max_pool_split_backward")(on_device(dy), on_device(xs),

@@ -5,11 +5,10 @@ maps. Checked against the naive reference and against PyTorch."""
 
 import numpy as np
 import pytest
-
-import poolgrad as pg
-
 from naive import adaptive_windows, pool, sliding_windows
 from test_torch_parity import autograd as torch_autograd
+
+import poolgrad as pg
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
