@@ -223,7 +223,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def machine_info(torch, device: str, bandwidth: float) -> dict:
-    info = {"device": device, "copy_bandwidth_GBps": round(bandwidth / 1e9, 1),
+    info = {"device": device, "copy_bandwidth_GBps": bandwidth / 1e9,
             "torch": torch.__version__}
     if device == "cuda":
         properties = torch.cuda.get_device_properties(0)
@@ -274,7 +274,7 @@ def format_table(result: dict) -> str:
     machine = result["machine"]
     where = machine.get("gpu", machine["device"])
     lines = [f"poolgrad bench --device cuda: {where}, copy roofline "
-             f"{machine['copy_bandwidth_GBps']} GB/s (read + written), torch "
+             f"{machine['copy_bandwidth_GBps']:.1f} GB/s (read + written), torch "
              f"{machine['torch']}, triton {machine['triton']}, median of {result['repeats']}"
              + (" (quick mode: tiny shapes, see the note below)" if result["quick"] else ""),
              "",

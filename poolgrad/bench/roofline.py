@@ -131,10 +131,10 @@ class Roofline:
 
     def bandwidths(self, nbytes: int) -> dict:
         """GB/s of reading, of writing memory written before and of writing a fresh
-        array, at ``nbytes`` (for the JSON and the table's header)."""
+        array, at ``nbytes`` (for the JSON and the table's header), as measured: the
+        header rounds them."""
         probes = self.probes(nbytes, nbytes)
         read, write = self._fastest(timed_samples(probes, self.repeats))
-        return {"bytes": nbytes, "read_GBps": round(nbytes / read / 1e9, 2),
-                "write_GBps": round(nbytes / write / 1e9, 2),
-                "fresh_write_GBps": round(nbytes / self._fresh_write_seconds(nbytes) / 1e9,
-                                          2)}
+        return {"bytes": nbytes, "read_GBps": nbytes / read / 1e9,
+                "write_GBps": nbytes / write / 1e9,
+                "fresh_write_GBps": nbytes / self._fresh_write_seconds(nbytes) / 1e9}

@@ -149,7 +149,7 @@ def machine_info(threads: int, bandwidth: float) -> dict:
     import numba
     return {"cpu": cpu, "cpu_family": fields.get("cpu family"), "cpu_model": fields.get("model"),
             "simd": simd, "cores": os.cpu_count(), "threads": threads,
-            "copy_bandwidth_GBps": round(bandwidth / 1e9, 2), "python": platform.python_version(),
+            "copy_bandwidth_GBps": bandwidth / 1e9, "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__}
 
 
@@ -227,10 +227,10 @@ def header(result: dict, command: str = "poolgrad bench") -> str:
     """The first line of a table: the machine, threads, bandwidth and repeats."""
     machine = result["machine"]
     roofline = machine.get("roofline")
-    bandwidth = (f"read {roofline['read_GBps']} GB/s, write {roofline['write_GBps']} "
-                 f"GB/s, fresh write {roofline['fresh_write_GBps']} GB/s at "
+    bandwidth = (f"read {roofline['read_GBps']:.2f} GB/s, write {roofline['write_GBps']:.2f} "
+                 f"GB/s, fresh write {roofline['fresh_write_GBps']:.2f} GB/s at "
                  f"{roofline['bytes'] / 2**20:.0f} MiB"
-                 if roofline else f"NumPy copy {machine['copy_bandwidth_GBps']} GB/s")
+                 if roofline else f"NumPy copy {machine['copy_bandwidth_GBps']:.2f} GB/s")
     return (f"{command}: {machine['cpu']} (family {machine.get('cpu_family')} model "
             f"{machine.get('cpu_model')}, {machine.get('simd')}), {machine['threads']} "
             f"threads, {bandwidth}, float32, median of {result['repeats']}"
