@@ -76,8 +76,16 @@ def _at_least(minimum: int):
 _positive = _at_least(1)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, as poolgrad's own are: what was
+    wrong, and where the allowed values are (argparse prints its usage block first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poolgrad", description=_ABOUT.splitlines()[0])
+    parser = _Parser(prog="poolgrad", description=_ABOUT.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND",
                                      title="commands (poolgrad COMMAND --help for each)")
     p = commands.add_parser("demo", help="show where a max-pool layer routes a batch's gradient")
@@ -94,7 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "training steps of --models: 3)")
     b.add_argument("--threads", type=_positive, default=None,
                    help="threads for both libraries (default: all cores)")
-    b.add_argument("--out", default="bench.json", help="where to write the JSON results")
+    b.add_argument("--out", default=None,
+                   help="where to write the JSON results (default: runs/bench.json; "
+                        "runs/bench-torch.json with --torch, runs/bench-cuda.json with "
+                        "--device cuda)")
     b.add_argument("--torch", action="store_true",
                    help="time poolgrad.torch against eager and torch.compiled PyTorch instead, "
                         "with the per-call overhead")
@@ -249,6 +260,9 @@ def bench(args) -> None:
         raise ValueError("--models times models through poolgrad.torch: give --torch too")
     if args.device == "cuda" and args.torch:
         raise ValueError("--device cuda times poolgrad.torch already: leave out --torch")
+    if args.out is None:
+        mode = "-cuda" if args.device == "cuda" else "-torch" if args.torch else ""
+        args.out = os.path.join("runs", f"bench{mode}.json")
     check_output_file(args.out)  # before the minutes of timing, not after them
     if args.device == "cuda":
         from .bench import cuda as timer
@@ -326,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError) as error:
         print(f"poolgrad {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: files are written atomically, so none is half done
+        print(f"poolgrad {args.command}: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -1,5 +1,7 @@
 """The ``poolgrad`` command: the demo runs, and bad arguments give one line and exit 2."""
 
+import json
+import signal
 import subprocess
 import sys
 
@@ -55,3 +57,48 @@ def test_the_package_exports_exactly_the_public_operators():
     for name in [*ops.__all__, *kinds.__all__]:
         if name not in ("vjp", "Pullback"):
             assert getattr(poolgrad, name) in autodiff.operators(), name
+
+
+@pytest.mark.parametrize("args", [
+    ["demo", "--kernel", "x"],           # a bad value
+    ["nonsense"],                        # an unknown command
+    ["study"],                           # a missing sub-command
+    ["train", "--epochs"],               # a missing value
+    ["bench", "--no-such-flag"],         # an unknown flag
+])
+def test_argument_errors_are_one_line_without_the_usage_block(args):
+    run = subprocess.run([sys.executable, "-m", "poolgrad.cli", *args],
+                         capture_output=True, text=True)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "usage:" not in run.stderr, run.stderr
+    assert lines[0].startswith("poolgrad") and ": error: " in lines[0]
+    assert lines[0].endswith("--help)")  # where the allowed values are
+
+
+def test_ctrl_c_stops_with_one_line_and_exit_130(tmp_path):
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "poolgrad.cli", "train", "--epochs",
+                                "10000", "--out", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = b""
+    while b"epoch " not in seen:  # training has begun: the first epoch's line
+        byte = process.stderr.read(1)
+        assert byte, seen.decode(errors="replace")
+        seen += byte
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert b"Traceback" not in err
+    assert err.decode().strip().splitlines()[-1] == "poolgrad train: interrupted"
+    assert not list(out.glob(".poolgrad-*"))  # files are written whole or not at all
+
+
+def test_bench_writes_under_runs_by_default(tmp_path, monkeypatch):
+    """A clone's root stays clean: the default JSON goes to runs/ (git-ignored)."""
+    monkeypatch.chdir(tmp_path)
+    from poolgrad.bench import numpy_api
+    monkeypatch.setattr(numpy_api, "run", lambda **kwargs: {"quick": kwargs["quick"]})
+    monkeypatch.setattr(numpy_api, "format_table", lambda result: "table")
+    assert cli.main(["bench", "--quick"]) == 0
+    assert json.loads((tmp_path / "runs" / "bench.json").read_text()) == {"quick": True}
