@@ -283,3 +283,12 @@ def test_checkpoint_without_a_sliding_pool_says_so(tmp_path):
     done = run_cli("--source", f"checkpoint:{tmp_path / 'run'}", "--out", str(tmp_path / "f"))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "has no max, avg or lp pooling layer" in done.stderr.strip().splitlines()[-1]
+
+
+def test_a_missing_checkpoint_folder_is_named_as_such(tmp_path):
+    done = run_cli("--source", f"checkpoint:{tmp_path / 'nowhere'}", "--out",
+                   str(tmp_path / "f"))
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"no checkpoint in {tmp_path / 'nowhere'} to explain" in last
+    assert "resume" not in last  # explain resumes nothing

@@ -248,7 +248,16 @@ def bad_cases(tmp_path):
     (tmp_path / "a-file").write_text("not a folder")
     (tmp_path / "corrupt").mkdir()
     (tmp_path / "corrupt" / "checkpoint.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    (tmp_path / "not-zip").mkdir()
+    (tmp_path / "not-zip" / "checkpoint.npz").write_bytes(b"plain bytes")
+    (tmp_path / "npy").mkdir()
+    with open(tmp_path / "npy" / "checkpoint.npz", "wb") as stream:
+        np.save(stream, np.zeros(3))  # an .npy array where the .npz archive should be
     return [
+        (["--resume", "--out", str(tmp_path / "not-zip")],
+         "checkpoint.npz is not a poolgrad checkpoint (not a .npz archive)"),
+        (["--resume", "--out", str(tmp_path / "npy")],
+         "checkpoint.npz is not a poolgrad checkpoint (not a .npz archive)"),
         (["--resume", "--out", str(tmp_path / "corrupt")], "is not a poolgrad checkpoint"),
         (["--resume", "--lr", "0.1", "--out", str(tmp_path / "corrupt")],
          "--resume takes its settings from the checkpoint; only --epochs may change"),
@@ -273,6 +282,7 @@ def test_cli_bad_input_gives_one_line_and_non_zero_exit(tmp_path):
         assert done.returncode != 0, args
         assert "Traceback" not in done.stderr, (args, done.stderr)
         assert message in done.stderr.strip().splitlines()[-1], (args, done.stderr)
+        assert "allow_pickle" not in done.stderr  # NumPy's advice is not ours to give
 
 
 def test_atomic_write_errors_name_the_file_not_the_temporary(tmp_path):

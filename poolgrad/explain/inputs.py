@@ -56,7 +56,8 @@ def load_batch(source: str, batch: int = 16, seed: int = 0, channel: int = 0):
 def _checkpoint_batch(folder, batch, seed, channel):
     """The input of a trained model's first pooling layer, on real test examples."""
     from ..train import checkpoints, numpy_engine
-    weights, _, meta = checkpoints.load_numpy(os.path.join(folder, numpy_engine.CHECKPOINT))
+    weights, _, meta = checkpoints.load_numpy(os.path.join(folder, numpy_engine.CHECKPOINT),
+                                              purpose=f"in {folder} to explain")
     settings = meta["settings"]
     data = datasets.load(settings["dataset"])
     model = numpy_engine.build_model(data.x_train.shape[1], data.spatial, data.classes,

@@ -55,15 +55,19 @@ def save_numpy(path: str, model, optimizer, run, epoch: int) -> None:
     write_atomically(path, lambda stream: np.savez(stream, **arrays))
 
 
-def load_numpy(path: str):
+def load_numpy(path: str, purpose: str = "to resume from"):
     """``(weights, optimizer_state, meta)`` of a checkpoint written by
-    :func:`save_numpy`."""
+    :func:`save_numpy`; ``purpose`` says in an error what was looked for."""
     try:
+        if not zipfile.is_zipfile(path):  # NumPy would try it as a pickle and say so
+            if not os.path.exists(path):
+                raise FileNotFoundError(path)
+            raise ValueError("not a .npz archive")
         with np.load(path, allow_pickle=False) as archive:
             arrays = {k: archive[k] for k in archive.files}
         meta = check_meta(json.loads(str(arrays.pop("meta"))))
     except FileNotFoundError:
-        raise TrainError(f"no checkpoint to resume from: {path} does not exist") from None
+        raise TrainError(f"no checkpoint {purpose}: {path} does not exist") from None
     except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
         raise TrainError(f"{path} is not a poolgrad checkpoint ({error})") from None
     weights = {k[len("weight/"):]: v for k, v in arrays.items() if k.startswith("weight/")}
