@@ -500,7 +500,9 @@ def test_replace_pooling_on_torchvision_architectures(architecture, source):
     (lambda: pt.max_pool2d(torch.randn(1, 1, 4, 4), "2"), TypeError, "kernel_size"),
     (lambda: pt.max_pool2d(torch.randn(1, 1, 4, 4), 2, ties="all"), ValueError, "ties"),
     (lambda: pt.max_pool2d(torch.randn(1, 1, 4, 4), 9), ValueError, "kernel"),
-    (lambda: pt.max_pool2d(torch.ones(1, 1, 4, 4, dtype=torch.int64), 2), TypeError, "float"),
+    (lambda: pt.max_pool2d(torch.ones(1, 1, 4, 4, dtype=torch.bool), 2), TypeError, "float"),
+    (lambda: pt.lp_pool2d(torch.ones(1, 1, 4, 4, dtype=torch.int64), 2, 2), TypeError,
+     "float"),
     (lambda: pt.max_pool2d(np.ones((1, 1, 4, 4)), 2), TypeError, "torch.Tensor"),
     (lambda: pt.max_pool2d(torch.randn(1, 1, 4, 4, device="meta"), 2), ValueError, "CPU"),
     (lambda: pt.avg_pool2d(torch.randn(1, 1, 4, 4), 2, divisor_override=0), ValueError,
@@ -531,3 +533,42 @@ def test_inputs_are_never_modified():
     forward_backward(lambda t: pt.lp_pool2d(t, 3, 2), x)
     forward_backward(lambda t: pt.avg_pool2d(t, 3, 1, 1), x)
     assert torch.equal(x, kept)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32,
+                                   torch.int64])
+def test_integer_max_pooling_matches_torch(dtype):
+    """Integers pool as torch's own max pooling does, values and indices, every layout;
+    they carry no gradient (torch refuses requires_grad on them). torch has no integer
+    adaptive max pooling: there its float64 result is the reference, exact below 2**52."""
+    generator = torch.Generator().manual_seed(3)
+    info = torch.iinfo(dtype)
+    low, high = max(info.min, -2**52), min(info.max, 2**52)
+    # (torch's int8 max pooling numbers a plane's positions in int8: at most 127 of them)
+    for shape, args in (((2, 3, 9), (3, 2, 1)), ((2, 3, 9, 10), (3, 2, 1)),
+                        ((1, 2, 4, 5, 6), (2, 2))):
+        x = torch.randint(low, high, shape, generator=generator, dtype=torch.int64)
+        x = x.to(dtype)
+        ndim = x.dim() - 2
+        ours, theirs = getattr(pt, f"max_pool{ndim}d"), getattr(F, f"max_pool{ndim}d")
+        layouts = [x] if ndim == 1 else [x, x.contiguous(memory_format=torch.channels_last
+                                                        if ndim == 2 else
+                                                        torch.channels_last_3d)]
+        for xs in layouts:
+            y, indices = ours(xs, *args, return_indices=True)
+            expected, expected_indices = theirs(xs, *args, return_indices=True)
+            assert y.dtype == dtype and torch.equal(y, expected)
+            assert torch.equal(indices, expected_indices)
+            assert torch.equal(ours(xs, *args), expected)
+            adaptive, adaptive_indices = getattr(pt, f"adaptive_max_pool{ndim}d")(
+                xs, 2, return_indices=True)
+            reference, reference_indices = getattr(F, f"adaptive_max_pool{ndim}d")(
+                xs.double(), 2, return_indices=True)
+            assert adaptive.dtype == dtype and torch.equal(adaptive.double(), reference)
+            assert torch.equal(adaptive_indices, reference_indices)
+    with pytest.raises(TypeError, match=r"avg_pool2d: input must be float16, bfloat16, "
+                                        r"float32 or float64, got torch.int64"):
+        pt.avg_pool2d(torch.zeros(1, 1, 4, 4, dtype=torch.int64), 2)
+    with pytest.raises(TypeError, match=r"max_pool2d: input must be .* or int64, got "
+                                        r"torch.bool"):
+        pt.max_pool2d(torch.zeros(1, 1, 4, 4, dtype=torch.bool), 2)

@@ -244,6 +244,28 @@ def test_unpooling_gives_the_cpu_bits_with_colliding_indices():
                                   sliding(2, 2, 2, 0, 0, 1, False), [7, 9])
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64])
+def test_integer_max_pooling_gives_the_cpu_bits(dtype):
+    """Integers are compared as int64 (float32 would round int64s beyond 2**24 together
+    and pick the wrong winner): values, winners and indices equal the CPU's."""
+    info = torch.iinfo(dtype)
+    x = torch.randint(info.min, info.max, (2, 3, 7, 9), dtype=torch.int64,
+                      generator=torch.Generator().manual_seed(8)).to(dtype)
+    if dtype == torch.int64:  # the maxima of a plane, neighbours float32 cannot tell apart
+        x[0, 0] = 0
+        x[0, 0, 0, :3] = torch.tensor([2**40 + 1, 2**40 + 3, 2**40 + 2])
+    for window in (sliding(2, 3, 2, 1, 1, 1, False), sliding(2, 2, 2, 0, 0, 1, True),
+                   _ops.adaptive_window((3, 4))):
+        for _, xs in layouts(x):
+            y, winners = cpu("max_pool")(xs, window, "first")
+            got_y, got_winners = triton_impl("max_pool")(on_device(xs), window, "first")
+            same_bits(got_y, y)
+            same_bits(got_winners, winners)
+            same_bits(triton_impl("max_pool_values")(on_device(xs), window), y)
+            same_bits(triton_impl("max_pool_indices")(got_winners, window, list(xs.shape)),
+                      cpu("max_pool_indices")(winners, window, list(xs.shape)))
+
+
 def test_the_dispatch_chooses_one_triton_kernel_per_pass():
     """The Triton dispatch's choices, by pass and by whether the winners are kept; an
     unknown pass is a ValueError naming the known ones."""
@@ -313,6 +335,8 @@ f32, bf16 = "*fp32", "*bf16"
 cases = {
     "max_forward bf16 channels-last i64": (K.max_forward, {"x": bf16, "y": bf16, "pos": "*u8"},
         dict(ADAPTIVE=False, CHANNELS_LAST=True, RECORD=True, ACC=tl.float32, BLOCK=256), "i64"),
+    "max_forward i64 values": (K.max_forward, {"x": "*i64", "y": "*i64", "pos": "*i64"},
+        dict(ADAPTIVE=False, CHANNELS_LAST=False, RECORD=False, ACC=tl.int64, BLOCK=256), "i32"),
     "max_forward f16 adaptive values": (K.max_forward, {"x": "*fp16", "y": "*fp16", "pos": "*fp16"},
         dict(ADAPTIVE=True, CHANNELS_LAST=False, RECORD=False, ACC=tl.float32, BLOCK=256), "i32"),
     "max_backward bf16 u16": (K.max_backward, {"dy": bf16, "pos": "*u16", "dx": bf16},

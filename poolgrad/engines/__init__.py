@@ -14,8 +14,8 @@ how poolgrad.torch's backward operators run.
 
 from .averages import avg_engine, avg_pullback
 from .lp import lp_engine, lp_pullback
-from .maxima import TIE_RULES, max_engine, max_gather, max_pullback, winner_indices
+from .maxima import TIE_RULES, max_engine, max_forward, max_gather, max_pullback, winner_indices
 from .pullback import Pullback
 
 __all__ = ["Pullback", "TIE_RULES", "avg_engine", "avg_pullback", "lp_engine", "lp_pullback",
-           "max_engine", "max_gather", "max_pullback", "winner_indices"]
+           "max_engine", "max_forward", "max_gather", "max_pullback", "winner_indices"]

@@ -18,6 +18,21 @@ from .pullback import Pullback, empty, owned, routing
 TIE_RULES = ("first", "split")
 
 
+def max_forward(x, layout, plan, *, record: bool):
+    """``(xk, yk, pos, kernel)``: the checked ``x`` as a kernel view, its window maxima
+    and, when ``record`` (or the chosen kernel records anyway), each window's winning tap
+    (None otherwise), as kernel views in the compute dtype, and the kernel that ran. Any
+    dtype max pooling takes: integers too, which have no gradient."""
+    xk = inputs.compute_view(x, layout)
+    forward = dispatch.choose("max", "forward", plan, dispatch.operand(xk), record=record)
+    out_shape = layout.kernel_shape(plan.out_spatial)
+    yk = empty(out_shape, xk.dtype, forward.channels_last)
+    pos = empty(out_shape, geometry.position_dtype(plan.window_size),
+                forward.channels_last) if forward.records else None
+    forward(xk, yk, pos)
+    return xk, yk, pos, forward
+
+
 def max_engine(x, layout, plan, *, return_indices, ties, want_pullback, op):
     """``(y, pullback or None)``: the window maxima of the checked ``x`` along ``plan``,
     ``y`` a ``(values, indices)`` pair with ``return_indices``."""
@@ -26,16 +41,11 @@ def max_engine(x, layout, plan, *, return_indices, ties, want_pullback, op):
         raise ValueError(f"ties must be one of {TIE_RULES}, got {ties!r}")
     if want_pullback:
         inputs.gradient_input(x, op)
-    xk = inputs.compute_view(x, layout)
-    out_shape = layout.kernel_shape(plan.out_spatial)
     # inference (no pullback, no indices) may fold the values only, as PyTorch's forward
     # without autograd keeps no indices; the general kernel records winners anyway
-    forward = dispatch.choose("max", "forward", plan, dispatch.operand(xk),
-                              record=want_pullback or return_indices)
-    yk = empty(out_shape, xk.dtype, forward.channels_last)
-    pos = empty(out_shape, geometry.position_dtype(plan.window_size),
-                 forward.channels_last) if forward.records else None
-    forward(xk, yk, pos)
+    xk, yk, pos, forward = max_forward(x, layout, plan,
+                                       record=want_pullback or return_indices)
+    out_shape = yk.shape
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if return_indices:
         y = (y, winner_indices(pos, plan).reshape(y.shape))

@@ -62,14 +62,13 @@ def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
     """Values and each window's winning tap (uint8 up to 256 taps, then uint16)."""
     _on_cpu(x)
     xa = _array(x)
-    ndim = _ops.window_ndim(window)
-    layout = _layout(xa.shape, ndim)
-    y, pullback = engines.max_engine(xa, layout, _ops.plan_of(window, xa.shape[2:]),
-                                     return_indices=False, ties="first", want_pullback=True,
-                                     op="max_pool")
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    plan = _ops.plan_of(window, xa.shape[2:])
+    _, yk, winners, _ = engines.max_forward(xa, layout, plan, record=True)
+    out_shape = layout.user_shape(plan.out_spatial)
     fmt = _ops.memory_format(x)
-    winners = pullback.saved["window_positions"].reshape(y.shape)
-    return _tensor(y, fmt, x.dtype), _tensor(winners, fmt)
+    y = yk.astype(xa.dtype, copy=False).reshape(out_shape)
+    return _tensor(y, fmt, x.dtype), _tensor(winners.reshape(out_shape), fmt)
 
 
 @_ops.implement(_ops.max_pool_values, "cpu")

@@ -45,6 +45,8 @@ from .. import geometry
 
 SLIDING, ADAPTIVE = 0, 1
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# max pooling also takes integers (values and indices; integers carry no gradient)
+MAX_DTYPES = (*FLOAT_DTYPES, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 DEVICES = ("cpu", "cuda")
 
 

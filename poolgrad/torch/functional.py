@@ -35,16 +35,18 @@ __all__ = [f"{name}{n}d" for name in ("max_pool", "avg_pool", "lp_pool", "adapti
 
 
 
-def batched(input, ndim: int, name: str) -> tuple[Tensor, bool]:
-    """``input`` as ``(N, C, *spatial)``, and whether it came unbatched."""
+def batched(input, ndim: int, name: str, dtypes=ops.FLOAT_DTYPES) -> tuple[Tensor, bool]:
+    """``input`` as ``(N, C, *spatial)``, and whether it came unbatched; its dtype one of
+    ``dtypes``."""
     if not isinstance(input, Tensor):
         raise TypeError(f"{name}: input must be a torch.Tensor, got {type(input).__name__}")
     if input.dim() not in (ndim + 1, ndim + 2):
         raise ValueError(
             f"{name}: input must have {ndim + 1} dims (C, *spatial) or {ndim + 2} dims "
             f"(N, C, *spatial) for {ndim} spatial dim(s), got shape {tuple(input.shape)}")
-    if input.dtype not in ops.FLOAT_DTYPES:
-        raise TypeError(f"{name}: input must be float16, bfloat16, float32 or float64, got "
+    if input.dtype not in dtypes:
+        names = [str(d).removeprefix("torch.") for d in dtypes]
+        raise TypeError(f"{name}: input must be {', '.join(names[:-1])} or {names[-1]}, got "
                         f"{input.dtype}")
     if input.device.type not in ("cpu", "cuda"):
         raise ValueError(f"{name}: poolgrad.torch runs on CPU and CUDA tensors, got a "
@@ -96,7 +98,7 @@ def _unbatch(t: Tensor, unbatched: bool) -> Tensor:
 def _max_pool(input, ndim, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
               ties):
     name = f"max_pool{ndim}d"
-    x, unbatched = batched(input, ndim, name)
+    x, unbatched = batched(input, ndim, name, ops.MAX_DTYPES)
     if ties not in TIE_RULES:
         raise ValueError(f"{name}: ties must be one of {TIE_RULES}, got {ties!r}")
     window = sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
@@ -115,7 +117,7 @@ def max_result(x, window, unbatched, return_indices, ties):
 
 
 def _adaptive_max_pool(input, ndim, output_size, return_indices):
-    x, unbatched = batched(input, ndim, f"adaptive_max_pool{ndim}d")
+    x, unbatched = batched(input, ndim, f"adaptive_max_pool{ndim}d", ops.MAX_DTYPES)
     window = ops.adaptive_window(inputs.adaptive_sizes(output_size, x.shape[2:], ndim))
     return max_result(x, window, unbatched, return_indices, "first")
 
@@ -127,8 +129,9 @@ _MAX_DOC = """Max pooling over {n} spatial dim(s): ``torch.nn.functional.max_poo
     byte (uint8; uint16 beyond 256 taps) for the backward, where PyTorch keeps int64.
 
     Args:
-        input: ``(N, C, *spatial)`` or ``(C, *spatial)``, float16, bfloat16, float32 or
-            float64, on the CPU; channels-last input gives channels-last output.
+        input: ``(N, C, *spatial)`` or ``(C, *spatial)``, float16, bfloat16, float32,
+            float64 or an integer dtype (uint8, int8 to int64: values and indices, no
+            gradient), on the CPU or CUDA; channels-last input gives channels-last output.
         kernel_size, stride (default: kernel_size), dilation: an int or one per dim.
         padding: an int or one per dim, as in torch; also ``"same"``, ``"valid"`` or one
             ``(before, after)`` pair per dim.

@@ -45,6 +45,14 @@ def _axes(plan) -> tuple[tuple[int, ...], ...]:
     return tuple(axes)
 
 
+def _accumulator(dtype: torch.dtype):
+    """What a kernel compares and sums in: float64 for float64, int64 for integers (max
+    pooling's; float32 is exact only up to 2**24), float32 for the rest."""
+    if dtype == torch.float64:
+        return tl.float64
+    return tl.float32 if dtype.is_floating_point else tl.int64
+
+
 def _launch(kernel, plan, out, tensors, strided, scalars=(), *, accumulate=True,
             **constants):
     """Launch ``kernel`` with one lane per element of ``out``, the tensor it writes, in
@@ -53,7 +61,7 @@ def _launch(kernel, plan, out, tensors, strided, scalars=(), *, accumulate=True,
     tensors, a tuple each; the compile-time constants every kernel takes (and ``ACC``
     if ``accumulate``) besides ``constants``. Lanes walk ``out`` in its memory order."""
     if accumulate:
-        constants["ACC"] = tl.float64 if _ops.compute_dtype(out) == torch.float64 else tl.float32
+        constants["ACC"] = _accumulator(out.dtype)
     kernel[(triton.cdiv(out.numel(), BLOCK),)](
         *tensors, out.numel(), out.shape[1], *scalars, _axes(plan),
         *(tuple(t.stride()) for t in strided), ADAPTIVE=_adaptive(plan),
