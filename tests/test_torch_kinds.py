@@ -196,3 +196,27 @@ def test_compiled_matches_eager():
 def test_bad_input(call, error, message):
     with pytest.raises(error, match=message):
         call(torch.ones(1, 3, 4, 4))
+
+
+@pytest.mark.parametrize("p", [0, -1, -2.0, float("nan"), float("inf")])
+def test_gem_p_is_checked_as_numpy_checks_it(p):
+    """GeM's p must be finite and > 0, in both front ends, at construction and at call:
+    p = 0 gave the window maximum with a NaN gradient, a negative p a wrong answer, and
+    gem_pool(x, 0) a ZeroDivisionError."""
+    from poolgrad import nn as numpy_nn
+    x = torch.rand(1, 3, 4, 4)
+    numpy_error = "p must be a finite number > 0"
+    for build in (pt.GeMPool, numpy_nn.GeMPool):
+        with pytest.raises(ValueError, match=numpy_error):
+            build(p)
+    with pytest.raises(ValueError, match=numpy_error):
+        pt.gem_pool(x, p)
+    with pytest.raises(ValueError, match=numpy_error):
+        pg.gem_pool(x.numpy(), p)
+    with pytest.raises(ValueError, match=r"gem_pool: p must be finite and > 0"):
+        pt.gem_pool(x, torch.tensor(float(p)))  # a learnable p that training drove there
+    module = pt.GeMPool(3.0)
+    with torch.no_grad():
+        module.p.fill_(p)
+    with pytest.raises(ValueError, match=r"gem_pool: p must be finite and > 0"):
+        module(x)

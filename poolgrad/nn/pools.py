@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _inputs as inputs
 from .. import kinds, ops
 from ..geometry import per_dim
 from .layers import AvgPool, Layer, LpPool, MaxPool, Pool
@@ -167,7 +168,9 @@ class GeMPool(_LearnedPool):
     op = staticmethod(kinds.gem_pool)
 
     def __init__(self, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, learn=True):
-        super().__init__(p, learn, kernel_size=kernel_size, stride=stride, eps=eps)
+        # refused here, not at the first forward: the operator's own check of p
+        super().__init__(inputs.check_p(p), learn, kernel_size=kernel_size, stride=stride,
+                         eps=eps)
 
 
 class MixedPool(_LearnedPool):

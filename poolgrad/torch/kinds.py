@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .. import _inputs as inputs
 from .. import geometry
 from ..kinds import blur as numpy_blur
 from ..kinds import fractional as numpy_fractional
@@ -295,10 +296,23 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
 # ----------------------------------------------------------------- learnable parameters
 
 
+def _check_gem_p(p) -> None:
+    """GeM's ``p``: finite and > 0, as :func:`poolgrad.gem_pool` checks it (the same
+    check for a number). A tensor's values are read in eager calls only: under
+    ``torch.compile`` reading them would break the graph."""
+    if not isinstance(p, Tensor):
+        inputs.check_p(p)
+    elif not torch.compiler.is_compiling():
+        values = p.detach()
+        if not bool((torch.isfinite(values) & (values > 0)).all()):
+            raise ValueError(f"gem_pool: p must be finite and > 0, got {values.tolist()}")
+
+
 def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6):
     """:func:`poolgrad.gem_pool` on a tensor; ``p`` a number or a tensor (learnable: its
-    gradient is the composition's)."""
+    gradient is the composition's), finite and > 0."""
     ndim = _batched(x, "gem_pool")
+    _check_gem_p(p)
     z = x.clamp_min(eps)
     if kernel_size is None:
         if stride is not None:
@@ -458,7 +472,7 @@ class GeMPool(nn.Module):
 
     def __init__(self, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, learn=True):
         super().__init__()
-        value = torch.tensor(float(p), dtype=torch.float64)
+        value = torch.tensor(inputs.check_p(p), dtype=torch.float64)
         self.p = nn.Parameter(value) if learn else value
         self.kernel_size, self.stride, self.eps = kernel_size, stride, eps
 
