@@ -241,3 +241,34 @@ def test_without_torch_the_engine_says_how_to_install_it(tmp_path, capsys, monke
     assert last_error_line(capsys) == ('poolgrad train: error: --engine torch needs PyTorch: '
                                        'pip install -e ".[torch]" (or pip install torch)')
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("engine", ["numpy", "torch"])
+def test_a_fresh_run_never_writes_over_another(tmp_path, capsys, engine):
+    """Either engine refuses a folder that holds a run, of either engine, unless it
+    resumes it; the refused run leaves the old one's files as they were."""
+    if engine == "torch":
+        pytest.importorskip("torch")
+    for first in ("numpy", "torch"):
+        out = tmp_path / f"{first}-then-{engine}"
+        train.train(TrainConfig("digits", str(out), engine=first, epochs=1, progress=False,
+                                plot=False, data=toy_data(n_train=40, n_test=10)))
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        assert cli.main(["train", "--engine", engine, "--epochs", "1", "--quiet",
+                         "--out", str(out)]) == 2
+        assert last_error_line(capsys) == (
+            f"poolgrad train: error: {out} holds another run "
+            f"({'checkpoint.npz' if first == 'numpy' else 'checkpoint.pt'}, metrics.json): "
+            "--resume continues it; to start afresh, give another --out or remove that run")
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_folder_that_looks_writable_but_is_not_is_refused_before_training(capsys):
+    """/proc passes every check of permissions and kinds of path, and refuses the write:
+    the probe file finds out before the training, not when the run saves."""
+    assert cli.main(["train", "--epochs", "1", "--out", "/proc/poolgrad_out"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith(
+        "poolgrad train: error: cannot write to the output folder /proc/poolgrad_out: ")
+    assert "epoch" not in err  # nothing was trained

@@ -33,6 +33,21 @@ def check_output_file(path: str, error: type[Exception] = ValueError) -> None:
         raise error(f"cannot write the output file {path or repr(path)}: {problem}")
 
 
+def probe_folder(path: str, error: type[Exception] = ValueError) -> None:
+    """Make the folder ``path`` and write and remove a file in it, or raise ``error``:
+    a folder can look writable and not be (``/proc``, a full disk), and a run that learns
+    it when it saves has lost its work. Call it just before the work."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".poolgrad-probe-{secrets.token_hex(4)}")
+        with open(probe, "wb") as stream:
+            stream.write(b"poolgrad")
+        os.remove(probe)
+    except OSError as problem:
+        reason = problem.strerror or str(problem)
+        raise error(f"cannot write to the output folder {path}: {reason}") from None
+
+
 def _folder_problem(folder: str, called: str) -> str | None:
     """What stops files being written into ``folder`` (None if nothing does), found from
     the nearest part of the path that exists; ``folder`` itself is ``called`` so."""

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from ..tools import datasets
 from ..tools.figures import figure_class, save_png
-from ..tools.files import check_output_folder, write_atomically
+from ..tools.files import check_output_folder, probe_folder, write_atomically
+from .checkpoints import CHECKPOINTS
 from .config import TrainConfig, TrainError, check_nproc
 
 METRICS, PLOT = "metrics.json", "training.png"
@@ -49,15 +50,27 @@ def begin(config: TrainConfig, meta: dict | None) -> Run:
             settings["epochs"] = config.epochs
     else:
         settings = config.settings()
+        _refuse_another_run(config.out)
     check_nproc(config.nproc, settings["batch_size"], config.engine)
     settings["nproc"] = config.nproc
     check_output_folder(config.out, TrainError)
     if config.plot:
         _figure_class()  # fail before training, not after, when matplotlib is missing
     data = config.data if config.data is not None else datasets.load(settings["dataset"])
+    probe_folder(config.out, TrainError)  # the last check: it makes the folder
     if meta is None:
         return Run(settings, data)
     return Run(settings, data, meta["history"], meta["epoch"], meta["train_time_s"])
+
+
+def _refuse_another_run(out: str) -> None:
+    """A TrainError when a fresh run would write over the files of another run in
+    ``out`` (either engine's checkpoint, or its metrics)."""
+    found = [name for name in (*CHECKPOINTS.values(), METRICS)
+             if os.path.exists(os.path.join(out, name))]
+    if found:
+        raise TrainError(f"{out} holds another run ({', '.join(found)}): --resume continues "
+                         f"it; to start afresh, give another --out or remove that run")
 
 
 class Progress:
