@@ -76,18 +76,27 @@ def test_argument_errors_are_one_line_without_the_usage_block(args):
     assert lines[0].endswith("--help)")  # where the allowed values are
 
 
+def _default_sigint():
+    # pytest-xdist's workers ignore SIGINT, and an ignored signal stays ignored across
+    # exec: Python would then never raise KeyboardInterrupt, as a user's terminal would
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_with_one_line_and_exit_130(tmp_path):
     out = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-m", "poolgrad.cli", "train", "--epochs",
-                                "10000", "--out", str(out)],
+                                "10000", "--out", str(out)], preexec_fn=_default_sigint,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    seen = b""
-    while b"epoch " not in seen:  # training has begun: the first epoch's line
-        byte = process.stderr.read(1)
-        assert byte, seen.decode(errors="replace")
-        seen += byte
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
+    try:
+        seen = b""
+        while b"epoch " not in seen:  # training has begun: the first epoch's line
+            byte = process.stderr.read(1)
+            assert byte, seen.decode(errors="replace")
+            seen += byte
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()  # a no-op once it has stopped; never left training otherwise
     assert process.returncode == 130
     assert b"Traceback" not in err
     assert err.decode().strip().splitlines()[-1] == "poolgrad train: interrupted"
