@@ -424,7 +424,7 @@ def test_modules_have_torch_constructors_and_no_state(name):
             "AdaptiveAvgPool": (3,)}.get(name[:-2], (2,))
     module = ours(*args)
     assert not list(module.parameters()) and not list(module.buffers())
-    assert repr(module) == repr(theirs(*args))
+    assert repr(module) == f"poolgrad.{repr(theirs(*args))}"  # torch's, named as ours
 
 
 def test_functions_have_torch_signatures():
@@ -458,6 +458,10 @@ def test_replace_pooling_swaps_every_pooling_module():
     assert pt.replace_pooling(model) == 0
     torch.testing.assert_close(model(x), expected)
     assert type(model[1]) is pt.MaxPool2d and model[1].ceil_mode
+    # print(model) shows what changed: every pooling module is poolgrad's, the rest not
+    printed = str(model)
+    assert printed.count("poolgrad.") == 5 and "(0): Conv2d(" in printed
+    assert "(1): poolgrad.MaxPool2d(kernel_size=3, stride=2, padding=1" in printed
     with pytest.raises(TypeError, match="torch.nn.Module"):
         pt.replace_pooling([model])
 

@@ -1,8 +1,10 @@
 """``torch.nn``'s pooling modules on poolgrad's operators, and :func:`replace_pooling`.
 
-Each module subclasses its ``torch.nn`` namesake, so it has the same constructor, the
-same attributes and ``repr``, no parameters or buffers, and passes ``isinstance`` checks
-written for torch's; only ``forward`` changes, to :mod:`poolgrad.torch.functional`.
+Each module subclasses its ``torch.nn`` namesake, so it has the same constructor and
+attributes, no parameters or buffers, and passes ``isinstance`` checks written for
+torch's; only ``forward`` changes, to :mod:`poolgrad.torch.functional`. Its ``repr`` is
+torch's with the name ``poolgrad.MaxPool2d`` and so on, so that ``print(model)`` after
+:func:`replace_pooling` shows which modules are poolgrad's.
 poolgrad's extras (``ties``, ``dilation`` for average and Lp, padding for Lp) are
 keyword-only constructor arguments.
 """
@@ -123,6 +125,7 @@ def _make_max_unpool(ndim):
 def _named(cls, name):
     cls.__name__ = cls.__qualname__ = name
     cls.__module__ = __name__
+    cls._get_name = lambda self: f"poolgrad.{name}"  # the name repr and print(model) show
     return cls
 
 
