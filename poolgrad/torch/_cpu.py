@@ -21,11 +21,7 @@ from . import _ops
 
 
 def _on_cpu(*tensors: Tensor) -> None:
-    for t in tensors:
-        if t.device.type != "cpu":
-            raise ValueError(
-                f"poolgrad.torch runs on CPU and CUDA tensors; got a tensor on {t.device}: "
-                f"move it with .cpu() or .cuda()")
+    _ops.check_devices(*tensors, allowed=("cpu",))
 
 
 def _array(t: Tensor) -> np.ndarray:

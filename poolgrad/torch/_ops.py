@@ -186,13 +186,19 @@ def implement(op, device: str):
     return register
 
 
-def refuse_device(*tensors: Tensor) -> None:
-    """A ValueError unless every tensor is on the CPU or a CUDA device."""
+def check_devices(*tensors: Tensor, allowed=DEVICES) -> None:
+    """A ValueError naming the first tensor whose device type is not ``allowed``."""
     for t in tensors:
-        if t.device.type not in DEVICES:
+        if t.device.type not in allowed:
             raise ValueError(
                 f"poolgrad.torch runs on CPU and CUDA tensors; got a tensor on {t.device}: "
                 f"move it with .cpu() or .cuda()")
+
+
+def refuse_device(*tensors: Tensor) -> None:
+    """Every operator's default, for a device with no implementation: a ValueError that
+    names the tensor off the CPU and CUDA, or the devices that lack one."""
+    check_devices(*tensors)
     raise ValueError(f"poolgrad.torch has no implementation for tensors on "
                      f"{sorted({str(t.device) for t in tensors})}")
 
