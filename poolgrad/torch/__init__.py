@@ -9,7 +9,8 @@ autograd, gradients of gradients, ``torch.compile`` and deterministic mode work,
 CPU tensors (poolgrad's Numba kernels) and CUDA tensors (its Triton kernels). The
 other pooling kinds (``blur_pool``, ``soft_pool``, ``GeMPool``, ``AttentionPool`` and
 the rest, :mod:`poolgrad.torch.kinds`) are compositions of these operators and torch's
-own. Needs PyTorch: ``pip install -e ".[torch]"``.
+own. :mod:`poolgrad.torch.onnx` exports them as standard ONNX nodes. Needs PyTorch:
+``pip install -e ".[torch]"``.
 """
 
 try:
@@ -21,7 +22,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     ) from error
 
 # define torch.ops.poolgrad.*, then register their CPU and CUDA kernels and autograd
-from . import _autograd, _cpu, _cuda, _ops  # noqa: F401
+from . import _autograd, _cpu, _cuda, _ops, onnx  # noqa: F401
 from .functional import *  # noqa: F401,F403
 from .functional import __all__ as _functional_all
 from .kinds import *  # noqa: F401,F403

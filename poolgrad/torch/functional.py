@@ -59,7 +59,11 @@ def batched(input, ndim: int, name: str, dtypes=ops.FLOAT_DTYPES) -> tuple[Tenso
 
 
 def _needs_grad(x: Tensor) -> bool:
-    return torch.is_grad_enabled() and x.requires_grad
+    """Whether max pooling should keep its winners for a backward: not under no_grad,
+    nor in an export or a JIT trace, whose graph must not depend on the grad mode (the
+    values-only op's backward, if one comes, recomputes them)."""
+    return (torch.is_grad_enabled() and x.requires_grad and not torch.compiler.is_exporting()
+            and not torch.jit.is_tracing())
 
 
 def sliding(x: Tensor, ndim, kernel_size, stride, padding, dilation, ceil_mode) -> list[int]:

@@ -50,6 +50,7 @@ from . import _ops as ops
 from ._autograd import call, windows
 from .functional import batched as _check_input
 from .functional import max_result, sliding
+from .onnx import refuse_export
 
 __all__ = ["attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool",
            "gated_pool", "gem_pool", "max_blur_pool", "mixed_pool", "soft_pool",
@@ -207,6 +208,9 @@ def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
     generator=generator)`` (float64, on x's device); the output is poolgrad's gather at
     the drawn tap, whose gradient is max pooling's routing."""
     _batched(x, "stochastic_pool")
+    refuse_export("stochastic_pool cannot be exported: it draws at random in training, and "
+                  "checks x >= 0 on the data in evaluation, which a graph cannot; export "
+                  "a model with max_pool or avg_pool in its place")
     window = _window(x, kernel_size, stride, padding)
     if not bool(x.detach().min() >= 0):  # NaN, the min's too, fails as a negative does
         raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
@@ -245,6 +249,8 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     ``_random_samples`` (``(N, C, ndim)``, PyTorch's order); without it they are
     ``torch.rand`` draws in x's dtype on the CPU (``generator`` a CPU generator or seed)."""
     _batched(x, "fractional_max_pool")
+    refuse_export("fractional_max_pool cannot be exported: its windows are drawn at random "
+                  "on the host at every call; export a model with max_pool in its place")
     ndim, kernel, out = numpy_fractional.fractional_arguments(x, kernel_size, output_size,
                                                               output_ratio, sequence)
     n, c = x.shape[:2]

@@ -1,0 +1,368 @@
+"""poolgrad.torch's operators as standard ONNX nodes, for ``torch.onnx.export``.
+
+A model whose pooling :func:`~poolgrad.torch.replace_pooling` swapped holds
+``torch.ops.poolgrad.*`` operators, which ONNX does not know. :func:`translations`
+gives the exporter (``torch.onnx.export(..., dynamo=True)``, the default) one
+translation per operator, into the nodes torch's own pooling exports to:
+
+=======================  ===================================================================
+operator                 ONNX
+=======================  ===================================================================
+max pooling              ``MaxPool`` (``GlobalMaxPool`` for a global window), its pads,
+                         ``ceil_mode`` and dilations; int16/int32 through float64 (exact)
+indices                  a ``Gather`` of the window taps and ``ArgMax``, then the tap's
+                         flat position in its ``(n, c)`` plane (PyTorch's indices)
+average pooling          ``AveragePool`` (``GlobalAveragePool``), ``count_include_pad``;
+                         ``divisor_override`` as a window sum over the divisor
+Lp pooling               ``LpPool`` for an integer ``p``, else ``Abs``, ``Pow``, a window
+                         sum and ``Pow`` again
+adaptive pooling         the pool of equal windows where the sizes divide, else a
+                         ``Gather`` of each bin's taps and its reduction
+unpooling                ``MaxUnpool`` (indices made flat over the whole tensor, as ONNX's)
+=======================  ===================================================================
+
+Every translation is the operator's own semantics: outputs equal torch's (max bit for
+bit, the rest to float rounding), tested with ONNX Runtime. The ``abs`` of poolgrad's Lp
+pooling is ONNX LpPool's own. What ONNX cannot express is refused with
+:class:`ExportRefused` (a ValueError) that says what to change; so are the kinds that
+draw at random (``stochastic_pool``, ``fractional_max_pool``). The other kinds export as
+their compositions of standard nodes. Opset 19 or newer is needed (dilated
+``AveragePool``). ONNX Runtime's MaxPool skips NaN where torch propagates it, for
+torch's own pooling as for poolgrad's.
+
+Example::
+
+    import poolgrad.torch as pt
+    pt.replace_pooling(model)
+    pt.onnx.export(model.eval(), (x,), "model.onnx")      # or:
+    torch.onnx.export(model, (x,), "model.onnx", custom_translation_table=pt.onnx.translations())
+
+``torch.jit.trace`` records the operators themselves (``poolgrad::max_pool`` and so on),
+so a traced model runs where poolgrad is imported; ``torch.jit.script`` cannot compile
+the functions' keyword-only arguments; export with ``torch.export`` or ONNX instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .. import geometry
+from ._ops import ADAPTIVE, plan_of, sliding_args, window_ndim
+
+__all__ = ["MIN_OPSET", "ExportRefused", "export", "translations"]
+
+MIN_OPSET = 19  # AveragePool's dilations
+
+
+class ExportRefused(ValueError):
+    """What an export cannot express: a translation's refusal, or a kind that cannot be
+    exported (random draws, a check on the data), with what to do instead."""
+
+
+def refuse_export(message: str) -> None:
+    """Raise :class:`ExportRefused` while ``torch.export`` (so ONNX export) traces."""
+    if torch.compiler.is_exporting():
+        raise ExportRefused(message)
+
+
+def _onnxscript():
+    try:
+        import onnx_ir
+        import onnxscript
+    except ImportError:
+        raise ImportError("exporting poolgrad.torch's operators to ONNX needs onnxscript "
+                          "(pip install onnxscript onnx), as torch.onnx.export does") from None
+    return onnxscript.opset19, onnx_ir
+
+
+def export(model, args=(), f=None, **kwargs):
+    """``torch.onnx.export(model, args, f, **kwargs)`` with poolgrad's translations
+    (merged under any ``custom_translation_table`` given), the dynamo exporter and an
+    opset of at least 19. The export runs under ``torch.no_grad()``: an ONNX graph is
+    for inference, and max pooling then needs no winners. Returns the ONNXProgram."""
+    if kwargs.get("dynamo", True) is not True:
+        raise ValueError("poolgrad.torch.onnx.export needs the dynamo exporter (dynamo=True, "
+                         "the default): TorchScript's exporter cannot translate custom ops")
+    opset = kwargs.pop("opset_version", None)
+    if opset is not None and opset < MIN_OPSET:
+        raise ValueError(f"poolgrad's ONNX translations need opset_version >= {MIN_OPSET}, "
+                         f"got {opset}")
+    table = {**translations(), **(kwargs.pop("custom_translation_table", None) or {})}
+    kwargs.pop("dynamo", None)
+    try:
+        with torch.no_grad():
+            return torch.onnx.export(model, args, f, dynamo=True, opset_version=opset,
+                                     custom_translation_table=table, **kwargs)
+    except Exception as error:
+        refusal = _refusal(error)
+        if refusal is None:
+            raise
+        raise refusal from None
+
+
+def _refusal(error: BaseException) -> ExportRefused | None:
+    """poolgrad's refusal inside the exporter's chain of errors, if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, ExportRefused):
+            return ExportRefused(str(error))
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def translations() -> dict:
+    """``{torch.ops.poolgrad.<op>.default: translation}`` for ``torch.onnx.export``'s
+    ``custom_translation_table``: every forward operator of poolgrad.torch."""
+    _onnxscript()  # a clear error now rather than inside the exporter
+    ops = torch.ops.poolgrad
+    return {ops.max_pool.default: _max_pool, ops.max_pool_values.default: _max_pool_values,
+            ops.max_pool_indices.default: _max_pool_indices, ops.avg_pool.default: _avg_pool,
+            ops.lp_pool.default: _lp_pool, ops.max_unpool.default: _max_unpool}
+
+
+# ----------------------------------------------------------------------- the windows
+
+
+def _static_spatial(value, what: str) -> tuple[int, ...]:
+    dims = tuple(value.shape)[2:] if value.shape is not None else ()
+    if not dims or not all(isinstance(d, int) for d in dims):
+        raise ExportRefused(f"poolgrad.torch.onnx: {what} needs static spatial sizes, got "
+                         f"{value.shape}; export without dynamic spatial dims")
+    return dims
+
+
+def _equal_windows(window, in_spatial) -> dict | None:
+    """``window`` as ONNX pooling attributes: a sliding window's own, an adaptive
+    one's where every size divides (equal bins, ``kernel = stride = in / out``); None
+    for adaptive bins of unequal sizes."""
+    if window[0] == ADAPTIVE:
+        outs = window[1:]
+        if any(length % out for length, out in zip(in_spatial, outs, strict=True)):
+            return None
+        kernel = [length // out for length, out in zip(in_spatial, outs, strict=True)]
+        n = len(kernel)
+        return dict(kernel_shape=kernel, strides=kernel, pads=[0] * 2 * n, dilations=[1] * n,
+                    ceil_mode=0)
+    kernel, stride, pads, dilation, ceil_mode = sliding_args(window)
+    return dict(kernel_shape=list(kernel), strides=list(stride),
+                pads=[lo for lo, _ in pads] + [hi for _, hi in pads],
+                dilations=list(dilation), ceil_mode=int(ceil_mode))
+
+
+def _is_global(window) -> bool:
+    return window[0] == ADAPTIVE and all(o == 1 for o in window[1:])
+
+
+def _spatial(x, window) -> tuple[int, ...] | None:
+    """The static spatial sizes where the translation needs them (adaptive windows),
+    else None."""
+    if window[0] == ADAPTIVE and not _is_global(window):
+        return _static_spatial(x, "adaptive pooling")
+    return None
+
+
+def _tap_table(plan) -> tuple[np.ndarray, np.ndarray]:
+    """Each output position's window taps (numbered row-major, as the winners are): the
+    tap's flat position in the input plane (clipped into it) and whether the tap lies
+    inside the input, as two ``(*out, taps)`` arrays."""
+    ndim = len(plan.axes)
+    out = tuple(axis.count for axis in plan.axes)
+    taps = tuple(axis.extent for axis in plan.axes)
+    position = np.zeros(out + taps, np.int64)
+    inside = np.ones(out + taps, bool)
+    for d, axis in enumerate(plan.axes):
+        shape = [1] * (2 * ndim)
+        shape[d], shape[ndim + d] = axis.count, axis.extent
+        j = np.arange(axis.extent)[None, :]
+        coordinate = axis.start[:, None] + j * axis.dilation
+        plane_stride = math.prod(a.length for a in plan.axes[d + 1:])
+        position = position + np.clip(coordinate, 0, axis.length - 1).reshape(shape) * (
+            plane_stride)
+        inside = inside & ((j >= axis.first[:, None]) & (j < axis.end[:, None])).reshape(shape)
+    return position.reshape(*out, -1), inside.reshape(*out, -1)
+
+
+def _gathered(op, ir, x, plan):
+    """``x``'s window taps as ``(N, C, *out, taps)`` (a ``Gather`` from the flat planes),
+    and the constant mask of those inside the input."""
+    position, inside = _tap_table(plan)
+    planes = op.Reshape(x, op.Constant(value_ints=[0, 0, -1]))
+    taps = op.Gather(planes, op.Constant(value=ir.tensor(position)), axis=2)
+    return taps, op.Constant(value=ir.tensor(inside))
+
+
+
+
+# ---------------------------------------------------------------------------- dtypes
+
+
+def _integers_as_float64(op, ir, x):
+    """ONNX MaxPool takes floats, int8 and uint8: int16 and int32 go through float64
+    (exact); int64 cannot. Returns ``x`` to pool, its NumPy dtype and the cast back."""
+    if x.dtype in (ir.DataType.INT16, ir.DataType.INT32):
+        dtype = x.dtype
+        return (op.Cast(x, to=ir.DataType.DOUBLE), np.dtype(np.float64),
+                lambda y: op.Cast(y, to=dtype))
+    if x.dtype in (ir.DataType.INT64, ir.DataType.UINT16, ir.DataType.UINT32,
+                   ir.DataType.UINT64):
+        raise ExportRefused(f"poolgrad.torch.onnx: ONNX max pooling takes floats, int8, uint8 "
+                         f"(and int16, int32 as float64), not {x.dtype.name.lower()}")
+    return x, x.dtype.numpy(), lambda y: y
+
+
+def _in_float32(op, ir, x):
+    """Half precisions are computed in float32, as poolgrad computes them. Returns ``x``
+    to compute with, its NumPy dtype and the cast back."""
+    if x.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        dtype = x.dtype
+        return (op.Cast(x, to=ir.DataType.FLOAT), np.dtype(np.float32),
+                lambda y: op.Cast(y, to=dtype))
+    return x, x.dtype.numpy(), lambda y: y
+
+
+def _scalar(op, ir, value, dtype):
+    return op.Constant(value=ir.tensor(np.array(value, dtype)))
+
+
+def _lowest(dtype) -> float | int:
+    """The fill no element beats: -inf, or an integer type's minimum."""
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+# ------------------------------------------------------------------------ max pooling
+
+
+def _max_values(op, ir, x, window):
+    """The maxima, and ``x`` as pooled (int16 and int32 as float64) with its dtype."""
+    spatial = _spatial(x, window)
+    x, dtype, cast_back = _integers_as_float64(op, ir, x)
+    if _is_global(window):
+        return cast_back(op.GlobalMaxPool(x)), x, dtype
+    attributes = _equal_windows(window, spatial)
+    if attributes is not None:
+        return cast_back(op.MaxPool(x, **attributes)[0]), x, dtype
+    taps, inside = _gathered(op, ir, x, plan_of(window, spatial))
+    y = op.ReduceMax(op.Where(inside, taps, _scalar(op, ir, _lowest(dtype), dtype)),
+                     op.Constant(value_ints=[-1]), keepdims=0)
+    return cast_back(y), x, dtype
+
+
+def _max_pool_values(x, window):
+    op, ir = _onnxscript()
+    return _max_values(op, ir, x, window)[0]
+
+
+def _max_pool(x, window, ties):
+    """Values, and each window's winning tap: the first tap inside the input equal to
+    the maximum (a NaN matching a NaN), for either tie rule (``"split"`` shares the
+    gradient, not the winner)."""
+    op, ir = _onnxscript()
+    plan = plan_of(window, _static_spatial(x, "max pooling's indices"))
+    y, pooled, dtype = _max_values(op, ir, x, window)
+    taps, inside = _gathered(op, ir, pooled, plan)
+    maximum = op.Unsqueeze(op.CastLike(y, pooled), op.Constant(value_ints=[-1]))
+    hit = op.Equal(taps, maximum)
+    if dtype.kind == "f":
+        hit = op.Or(hit, op.And(op.IsNaN(taps), op.IsNaN(maximum)))
+    tap = op.ArgMax(op.Cast(op.And(hit, inside), to=ir.DataType.INT32), axis=-1, keepdims=0)
+    tap_dtype = ir.DataType.from_numpy(np.dtype(geometry.position_dtype(plan.window_size)))
+    return y, op.Cast(tap, to=tap_dtype)
+
+
+def _max_pool_indices(winners, window, x_size):
+    """Each winning tap's flat position in its input plane (PyTorch's indices)."""
+    op, ir = _onnxscript()
+    plan = plan_of(window, tuple(x_size[2:]))
+    ndim = len(plan.axes)
+    tap = op.Cast(winners, to=ir.DataType.INT64)
+    start = np.zeros((1, 1, *plan.out_spatial), np.int64)
+    index = None
+    for d, axis in enumerate(plan.axes):
+        plane_stride = math.prod(a.length for a in plan.axes[d + 1:])
+        shape = [1] * (2 + ndim)
+        shape[2 + d] = axis.count
+        start = start + axis.start.reshape(shape) * plane_stride
+        taps_after = math.prod(a.extent for a in plan.axes[d + 1:])
+        along = op.Mod(op.Div(tap, _int64(op, ir, taps_after)), _int64(op, ir, axis.extent))
+        step = op.Mul(along, _int64(op, ir, axis.dilation * plane_stride))
+        index = step if index is None else op.Add(index, step)
+    return op.Add(index, op.Constant(value=ir.tensor(start)))
+
+
+def _int64(op, ir, value: int):
+    return op.Constant(value=ir.tensor(np.array(value, np.int64)))
+
+
+# -------------------------------------------------------------------- average pooling
+
+
+def _window_sum(op, ir, x, dtype, window, in_spatial):
+    """The sum over each window of the input elements (padding adds nothing)."""
+    if _is_global(window):
+        axes = list(range(2, 2 + window_ndim(window)))
+        return op.ReduceSum(x, op.Constant(value_ints=axes), keepdims=1)
+    taps, inside = _gathered(op, ir, x, plan_of(window, in_spatial))
+    return op.ReduceSum(op.Where(inside, taps, _scalar(op, ir, 0, dtype)),
+                        op.Constant(value_ints=[-1]), keepdims=0)
+
+
+def _avg_pool(x, window, count_include_pad, divisor_override):
+    op, ir = _onnxscript()
+    spatial = _spatial(x, window) or _static_spatial(x, "divisor_override")
+    x, dtype, cast_back = _in_float32(op, ir, x)
+    if divisor_override is not None:
+        return cast_back(op.Div(_window_sum(op, ir, x, dtype, window, spatial),
+                                _scalar(op, ir, divisor_override, dtype)))
+    if _is_global(window):
+        return cast_back(op.GlobalAveragePool(x))
+    attributes = _equal_windows(window, spatial)
+    if attributes is not None:
+        return cast_back(op.AveragePool(x, count_include_pad=int(count_include_pad),
+                                        **attributes))
+    counts = _tap_table(plan_of(window, spatial))[1].sum(axis=-1).astype(dtype)
+    return cast_back(op.Div(_window_sum(op, ir, x, dtype, window, spatial),
+                            op.Constant(value=ir.tensor(counts))))
+
+
+# ------------------------------------------------------------------------- Lp pooling
+
+
+def _lp_pool(x, p, window):
+    op, ir = _onnxscript()
+    spatial = _spatial(x, window)
+    if not (_is_global(window) or float(p).is_integer()):
+        spatial = _static_spatial(x, "Lp pooling with a non-integer p")
+    x, dtype, cast_back = _in_float32(op, ir, x)
+    if float(p).is_integer():
+        if _is_global(window):
+            return cast_back(op.GlobalLpPool(x, p=int(p)))
+        attributes = _equal_windows(window, spatial)
+        if attributes is not None:
+            return cast_back(op.LpPool(x, p=int(p), **attributes))
+    powered = op.Pow(op.Abs(x), _scalar(op, ir, p, dtype))
+    return cast_back(op.Pow(_window_sum(op, ir, powered, dtype, window, spatial),
+                            _scalar(op, ir, 1 / p, dtype)))
+
+
+# -------------------------------------------------------------------------- unpooling
+
+
+def _max_unpool(y, indices, window, output_size):
+    """ONNX MaxUnpool numbers positions over the whole output tensor, PyTorch within
+    each ``(n, c)`` plane: each plane's offset is added first."""
+    op, ir = _onnxscript()
+    kernel, stride, pads, _, _ = sliding_args(window)
+    ndim = len(kernel)
+    lead = op.Slice(op.Shape(y), op.Constant(value_ints=[0]), op.Constant(value_ints=[2]))
+    planes = op.ReduceProd(lead, keepdims=0)
+    offsets = op.Mul(op.Range(_int64(op, ir, 0), planes, _int64(op, ir, 1)),
+                     _int64(op, ir, math.prod(output_size)))
+    offsets = op.Reshape(offsets, op.Concat(lead, op.Constant(value_ints=[1] * ndim), axis=0))
+    flat = op.Add(op.Cast(indices, to=ir.DataType.INT64), offsets)
+    shape = op.Concat(lead, op.Constant(value_ints=list(output_size)), axis=0)
+    return op.MaxUnpool(y, flat, shape, kernel_shape=list(kernel), strides=list(stride),
+                        pads=[lo for lo, _ in pads] + [hi for _, hi in pads])
