@@ -1,8 +1,10 @@
 """What the operators receive, checked and put in the kernels' form: arrays and their
 dtypes, the number of spatial dims, the move between the user's shape and the kernels'
-5-d ``(N, C, D, H, W)`` views, and the window plans of the pooling arguments
-(:mod:`poolgrad.geometry`). Every check raises a ``ValueError`` or ``TypeError`` that
-names the argument and what is allowed.
+5-d ``(N, C, D, H, W)`` views, the window plans of the pooling arguments
+(:mod:`poolgrad.geometry`), and the kinds' learned parameters. Every check raises a
+``ValueError`` or ``TypeError`` that names the argument and what is allowed. The checks of
+shapes and parameters take shapes and numbers, not arrays, so that poolgrad.torch's kinds
+call the same ones.
 """
 
 from __future__ import annotations
@@ -48,37 +50,80 @@ def check_array(x, name: str, floating: bool) -> np.ndarray:
     return x
 
 
-def count_spatial_dims(x: np.ndarray, name: str, **per_dim_args) -> int:
-    """Number of spatial dims: from the per-dim sequences given, else ``x.ndim - 2``."""
-    lengths = {
-        k: n for k, v in per_dim_args.items() if (n := geometry.sequence_length(v)) is not None
-    }
-    if len(set(lengths.values())) > 1:
-        described = ", ".join(f"{k} has {n}" for k, n in lengths.items())
-        raise ValueError(f"per-dim arguments disagree on the number of spatial dims: {described}")
-    ndim = next(iter(lengths.values())) if lengths else x.ndim - 2
-    if ndim not in (1, 2, 3):
-        if lengths:
-            source = f"{next(iter(lengths))} has {ndim} per-dim values, so"
-        else:
-            source = f"{name}.ndim - 2 gives"
-        raise ValueError(
-            f"poolgrad pools 1, 2 or 3 spatial dims, but {source} {ndim} spatial dims "
-            f"({name} has shape {x.shape}); {name} must be (N, C, *spatial) or (C, *spatial)"
-        )
-    if x.ndim not in (ndim + 1, ndim + 2):
-        if lengths:
-            source, count = next(iter(lengths.items()))
-            reason = f"{source} has {count} per-dim values, so {ndim} spatial dim(s), which need"
-        else:
-            reason = f"{ndim} spatial dim(s) need"
-        raise ValueError(
-            f"{name} has shape {x.shape} ({x.ndim} dims) but {reason} "
-            f"{ndim + 2} dims (N, C, *spatial) or {ndim + 1} dims (C, *spatial)"
-        )
-    if any(s < 1 for s in x.shape[-ndim:]):
-        raise ValueError(f"{name} has an empty spatial dim: shape {x.shape}")
+def _per_dim_count(per_dim_args, where="") -> tuple[str, int] | None:
+    """``(name, count)`` of the first per-dim sequence among ``per_dim_args``, checked to
+    agree with the others on the number of spatial dims; None without one."""
+    counts = {k: n for k, v in per_dim_args.items()
+              if (n := geometry.sequence_length(v)) is not None}
+    if len(set(counts.values())) > 1:
+        described = ", ".join(f"{k} has {n}" for k, n in counts.items())
+        raise ValueError(f"{where}per-dim arguments disagree on the number of spatial dims: "
+                         f"{described}")
+    return next(iter(counts.items()), None)
+
+
+def _spatial_dims(shape, name, given, how, where) -> int:
+    """The number of spatial dims of an input of ``shape``: ``given`` as ``(why, count)``,
+    else (None) ``len(shape) - 2``, batched. ``how`` tells, for the error, how a caller
+    gives the count; ``where`` prefixes the errors (a function's name)."""
+    shape, rank = tuple(shape), len(shape)
+    if given is None:
+        ndim = rank - 2
+        if ndim not in (1, 2, 3):
+            raise ValueError(
+                f"{where}{name} has shape {shape} ({rank} dims) but must be batched, "
+                f"(N, C, *spatial) with 1-3 spatial dims (3-5 dims), or unbatched, "
+                f"(C, *spatial) (2-4 dims) with {how} saying how many dims are spatial")
+    else:
+        why, ndim = given
+        if ndim not in (1, 2, 3):
+            raise ValueError(f"{where}poolgrad pools 1, 2 or 3 spatial dims, but {why} "
+                             f"({name} has shape {shape})")
+        if rank not in (ndim + 1, ndim + 2):
+            raise ValueError(
+                f"{where}{name} has shape {shape} ({rank} dims) but {why}, which need "
+                f"{ndim + 2} dims (N, C, *spatial) batched or {ndim + 1} dims (C, *spatial) "
+                f"unbatched")
+    if any(s < 1 for s in shape[rank - ndim:]):
+        raise ValueError(f"{where}{name} has an empty spatial dim: shape {shape}")
     return ndim
+
+
+def _given_by(per_dim: tuple[str, int] | None) -> tuple[str, int] | None:
+    if per_dim is None:
+        return None
+    source, count = per_dim
+    return f"{source} has {count} per-dim values, so {count} spatial dim(s)", count
+
+
+def count_spatial_dims(shape, name: str, **per_dim_args) -> int:
+    """The core operators' number of spatial dims of an input of ``shape``: from the
+    per-dim sequences among ``per_dim_args`` (the input then batched or unbatched), else
+    ``len(shape) - 2`` (batched)."""
+    how = f"a per-dim {next(iter(per_dim_args))}"
+    return _spatial_dims(shape, name, _given_by(_per_dim_count(per_dim_args)), how, "")
+
+
+def resolve_spatial_dims(shape, spatial_dims, where: str = "", **per_dim_args) -> int:
+    """The kinds' and the global pools' rule, one for NumPy and torch: the number of
+    spatial dims of an input of ``shape`` is ``spatial_dims`` (1-3) if given, else the
+    length of the per-dim sequences among ``per_dim_args``, else ``len(shape) - 2``. Only
+    a number given so lets the input be unbatched, ``(C, *spatial)``: by ``len(shape) -
+    2``, rank 3 is a batch of 1-d signals (as torch's ``F.interpolate`` reads it).
+    ``where`` prefixes the errors (a function's name)."""
+    per_dim = _per_dim_count(per_dim_args, where)
+    how = "spatial_dims" + (f" or a per-dim {next(iter(per_dim_args))}" if per_dim_args
+                            else "")
+    if spatial_dims is None:
+        return _spatial_dims(shape, "x", _given_by(per_dim), how, where)
+    if not geometry.is_int(spatial_dims) or spatial_dims not in (1, 2, 3):
+        raise ValueError(f"{where}spatial_dims must be 1, 2 or 3, got {spatial_dims!r}")
+    spatial_dims = int(spatial_dims)
+    if per_dim is not None and per_dim[1] != spatial_dims:
+        raise ValueError(f"{where}spatial_dims={spatial_dims} but {per_dim[0]} has "
+                         f"{per_dim[1]} per-dim values; they must agree")
+    why = f"spatial_dims={spatial_dims} gives {spatial_dims} spatial dim(s)"
+    return _spatial_dims(shape, "x", (why, spatial_dims), how, where)
 
 
 class Layout:
@@ -115,16 +160,81 @@ def gradient_input(x: np.ndarray, op: str) -> None:
         raise TypeError(f"vjp({op}): gradients need a floating-point x, got {x.dtype}")
 
 
-def check_p(p) -> float:
-    if not isinstance(p, numbers.Real) or isinstance(p, (bool, np.bool_)):
-        raise TypeError(f"p must be a real number, got {p!r}")
+def check_real(value, name: str, *, positive: bool = False) -> float:
+    """A parameter given as a number: real, finite and, with ``positive``, > 0."""
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
     try:
-        value = float(p)
+        number = float(value)
     except OverflowError:
-        value = math.inf
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"p must be a finite number > 0, got {p!r}")
-    return value
+        number = math.inf
+    if not math.isfinite(number) or (positive and number <= 0):
+        raise ValueError(f"{name} must be a finite number{' > 0' if positive else ''}, got "
+                         f"{value!r}")
+    return number
+
+
+def check_p(p) -> float:
+    """The power of Lp pooling and GeM: a finite number > 0."""
+    return check_real(p, "p", positive=True)
+
+
+def check_values(values, name: str, *, positive: bool = False) -> None:
+    """A parameter given as an array, by its values (a flat list of numbers: an array's or
+    a tensor's ``tolist()``): one value is checked as :func:`check_real` checks a number,
+    more must all be finite (and > 0 with ``positive``)."""
+    if len(values) == 1:
+        check_real(values[0], name, positive=positive)
+        return
+    for value in values:
+        if not math.isfinite(value) or (positive and value <= 0):
+            raise ValueError(f"{name} must hold finite numbers{' > 0' if positive else ''} "
+                             f"only, got {value!r} among its values")
+
+
+def gate_window(kernel_size, spatial_dims=None, ndim=None) -> tuple[int, ...]:
+    """A gated pooling layer's window, its gate's shape: ``kernel_size`` per spatial dim,
+    their number ``spatial_dims`` (or ``ndim``, its older name), else the length of a
+    per-dim ``kernel_size``, else 2."""
+    if spatial_dims is not None and ndim is not None and spatial_dims != ndim:
+        raise ValueError(f"spatial_dims={spatial_dims!r} and ndim={ndim!r} disagree; give "
+                         f"spatial_dims only")
+    count = next((n for n in (spatial_dims, ndim, geometry.sequence_length(kernel_size))
+                  if n is not None), 2)
+    if not geometry.is_int(count) or count not in (1, 2, 3):
+        raise ValueError(f"spatial_dims must be 1, 2 or 3, got {count!r}")
+    return geometry.per_dim(kernel_size, int(count), "kernel_size")
+
+
+def check_gate_shape(shape, window) -> None:
+    """Gated pooling's gate: one weight per tap of the window."""
+    if tuple(shape) != tuple(window):
+        raise ValueError(f"gate must have the window's shape {tuple(window)}, got "
+                         f"{tuple(shape)}")
+
+
+def check_attention_shapes(queries_shape, key_weight_shape, heads, channels) -> None:
+    """Attention pooling's queries ``(M, C)``, key projection ``(C, C)`` and heads (a
+    divisor of C), against the input's ``channels``."""
+    queries_shape, key_weight_shape = tuple(queries_shape), tuple(key_weight_shape)
+    if len(queries_shape) != 2 or queries_shape[1] != channels:
+        raise ValueError(f"queries must be (queries, C) = (M, {channels}), got shape "
+                         f"{queries_shape}")
+    if key_weight_shape != (channels, channels):
+        raise ValueError(f"key_weight must be (C, C) = ({channels}, {channels}), got shape "
+                         f"{key_weight_shape}")
+    if not geometry.is_int(heads) or heads < 1 or channels % heads:
+        raise ValueError(f"heads must be a positive int dividing the {channels} channels, "
+                         f"got {heads!r}")
+
+
+def check_attention_sizes(channels, heads, queries) -> None:
+    """An attention pooling layer's sizes: positive ints, ``heads`` dividing ``channels``."""
+    for name, value in (("channels", channels), ("heads", heads), ("queries", queries)):
+        if not geometry.is_int(value) or value < 1:
+            raise ValueError(f"AttentionPool: {name} must be a positive int, got {value!r}")
+    if channels % heads:
+        raise ValueError(f"AttentionPool: heads ({heads}) must divide channels ({channels})")
 
 
 def check_divisor_override(value, where: str = "") -> int | None:
@@ -172,10 +282,3 @@ def adaptive_plan(x, output_size, ndim):
     spatial = x.shape[-ndim:]
     return geometry.adaptive_plan(spatial, adaptive_sizes(output_size, spatial, ndim))
 
-
-def global_dims(x, spatial_dims) -> int:
-    if spatial_dims is None:
-        return count_spatial_dims(x, "x")
-    if not geometry.is_int(spatial_dims) or spatial_dims not in (1, 2, 3):
-        raise ValueError(f"spatial_dims must be 1, 2 or 3, got {spatial_dims!r}")
-    return count_spatial_dims(x, "x", spatial_dims=(0,) * spatial_dims)

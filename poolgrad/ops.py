@@ -47,7 +47,7 @@ __all__ = [
 def _max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
               return_indices=False, ties="first", *, want_pullback=False):
     x = inputs.check_array(x, "x", floating=False)
-    ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
+    ndim = inputs.count_spatial_dims(x.shape, "x", kernel_size=kernel_size, stride=stride,
                                      padding=padding, dilation=dilation)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
     return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices=return_indices,
@@ -104,7 +104,7 @@ def max_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
 def _avg_pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
               count_include_pad=True, divisor_override=None, *, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
-    ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
+    ndim = inputs.count_spatial_dims(x.shape, "x", kernel_size=kernel_size, stride=stride,
                                      padding=padding, dilation=dilation)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
     divisor_override = inputs.check_divisor_override(divisor_override)
@@ -147,7 +147,7 @@ def _lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fa
              want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
     p = inputs.check_p(p)
-    ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
+    ndim = inputs.count_spatial_dims(x.shape, "x", kernel_size=kernel_size, stride=stride,
                                      padding=padding, dilation=dilation)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, dilation, ceil_mode, ndim)
     return lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback=want_pullback,
@@ -181,7 +181,7 @@ def lp_pool(x, p, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
 
 def _global_max_pool(x, ties="first", *, spatial_dims=None, want_pullback=False):
     x = inputs.check_array(x, "x", floating=False)
-    ndim = inputs.global_dims(x, spatial_dims)
+    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
     return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices=False, ties=ties,
                       want_pullback=want_pullback, op="global_max_pool")
@@ -199,7 +199,7 @@ def global_max_pool(x, ties="first", *, spatial_dims=None):
 
 def _global_avg_pool(x, *, spatial_dims=None, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
-    ndim = inputs.global_dims(x, spatial_dims)
+    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
     return avg_engine(x, inputs.Layout(x.shape, ndim), plan, divisor_mode="real",
                       divisor_override=None, want_pullback=want_pullback,
@@ -217,7 +217,7 @@ def global_avg_pool(x, *, spatial_dims=None):
 def _global_lp_pool(x, p, *, spatial_dims=None, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
     p = inputs.check_p(p)
-    ndim = inputs.global_dims(x, spatial_dims)
+    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims)
     plan = geometry.adaptive_plan(x.shape[-ndim:], (1,) * ndim)
     return lp_engine(x, inputs.Layout(x.shape, ndim), plan, p, want_pullback=want_pullback,
                      op="global_lp_pool")
@@ -234,7 +234,7 @@ def global_lp_pool(x, p, *, spatial_dims=None):
 def _adaptive_max_pool(x, output_size, return_indices=False, ties="first", *,
                        want_pullback=False):
     x = inputs.check_array(x, "x", floating=False)
-    ndim = inputs.count_spatial_dims(x, "x", output_size=output_size)
+    ndim = inputs.count_spatial_dims(x.shape, "x", output_size=output_size)
     plan = inputs.adaptive_plan(x, output_size, ndim)
     return max_engine(x, inputs.Layout(x.shape, ndim), plan, return_indices=return_indices,
                       ties=ties, want_pullback=want_pullback, op="adaptive_max_pool")
@@ -257,7 +257,7 @@ def adaptive_max_pool(x, output_size, return_indices=False, ties="first"):
 
 def _adaptive_avg_pool(x, output_size, *, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
-    ndim = inputs.count_spatial_dims(x, "x", output_size=output_size)
+    ndim = inputs.count_spatial_dims(x.shape, "x", output_size=output_size)
     plan = inputs.adaptive_plan(x, output_size, ndim)
     return avg_engine(x, inputs.Layout(x.shape, ndim), plan, divisor_mode="real",
                       divisor_override=None, want_pullback=want_pullback,
@@ -274,7 +274,7 @@ def _max_unpool(y, indices, kernel_size, stride=None, padding=0, output_size=Non
     y = inputs.check_array(y, "y", floating=False)
     if want_pullback:
         inputs.gradient_input(y, "max_unpool")
-    ndim = inputs.count_spatial_dims(y, "y", kernel_size=kernel_size, stride=stride,
+    ndim = inputs.count_spatial_dims(y.shape, "y", kernel_size=kernel_size, stride=stride,
                                      padding=padding)
     layout = inputs.Layout(y.shape, ndim)
     kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")

@@ -210,6 +210,57 @@ def test_wrong_number_of_per_dim_values(name, shape, param, value):
     raises(ValueError, rf"\b{param}\b.*spatial dim", lambda: call(name, x, **{param: value}), x)
 
 
+# The kinds read x by one rule (issue 33): (N, C, *spatial), or unbatched (C, *spatial)
+# where spatial_dims or a per-dim argument gives the number of spatial dims.
+KINDS = {  # name -> the arguments after x
+    "blur_pool": (), "max_blur_pool": (), "avg_blur_pool": (), "soft_pool": (2,),
+    "stochastic_pool": (2,), "fractional_max_pool": (2, 1), "gem_pool": (),
+    "mixed_pool": (2,), "gated_pool": (np.ones(2), 2),
+    "attention_pool": (np.ones((1, 2)), np.eye(2)),
+}
+NEEDS_A_BATCH = (r"^x has shape \({}\) \({} dims\) but must be batched, \(N, C, \*spatial\) "
+                 r"with 1-3 spatial dims \(3-5 dims\), or unbatched, \(C, \*spatial\) "
+                 r"\(2-4 dims\) with spatial_dims")
+SPATIAL_DIMS_2 = (r"^x has shape \({}\) \({} dims\) but spatial_dims=2 gives 2 spatial "
+                  r"dim\(s\), which need 4 dims \(N, C, \*spatial\) batched or 3 dims "
+                  r"\(C, \*spatial\) unbatched")
+
+
+@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize("shape, spatial_dims, match", [
+    ((4, 6), None, NEEDS_A_BATCH.format("4, 6", 2)),
+    ((1, 2, 2, 2, 2, 2), None, NEEDS_A_BATCH.format("1, 2, 2, 2, 2, 2", 6)),
+    ((1, 2, 4, 4, 4), 2, SPATIAL_DIMS_2.format("1, 2, 4, 4, 4", 5)),
+    ((4, 6), 2, SPATIAL_DIMS_2.format("4, 6", 2)),
+])
+def test_kind_of_x_of_wrong_rank(name, shape, spatial_dims, match):
+    x = np.abs(x_of(shape))
+    op = getattr(poolgrad, name)
+    raises(ValueError, match, lambda: op(x, *KINDS[name], spatial_dims=spatial_dims), x)
+
+
+@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize("spatial_dims", [0, 4, "2", 2.0, True])
+def test_kind_spatial_dims_must_be_1_2_or_3(name, spatial_dims):
+    x = np.abs(X2)
+    raises(ValueError, r"^spatial_dims must be 1, 2 or 3",
+           lambda: getattr(poolgrad, name)(x, *KINDS[name], spatial_dims=spatial_dims), x)
+
+
+PER_DIM = {  # name -> the arguments after x, one of them per dim (2 spatial dims)
+    "blur_pool": ((2, 2),), "max_blur_pool": ((2, 2),), "avg_blur_pool": ((2, 2),),
+    "soft_pool": ((2, 2),), "stochastic_pool": ((2, 2),), "fractional_max_pool": ((2, 2), 1),
+    "gem_pool": (3.0, (2, 2)), "mixed_pool": ((2, 2),), "gated_pool": (np.ones((2, 2)), (2, 2)),
+}
+
+
+@pytest.mark.parametrize("name", PER_DIM)
+def test_kind_spatial_dims_must_agree_with_the_per_dim_arguments(name):
+    x = np.abs(x_of((2, 3, 4, 4, 4)))
+    raises(ValueError, r"^spatial_dims=3 but \w+ has 2 per-dim values; they must agree",
+           lambda: getattr(poolgrad, name)(x, *PER_DIM[name], spatial_dims=3), x)
+
+
 @pytest.mark.parametrize("name", SLIDING)
 @pytest.mark.parametrize("shape, kwargs", [
     ((4,), {"kernel_size": 2, "padding": 2}),  # window 0 covers only the front padding

@@ -289,6 +289,43 @@ def test_inputs_unmodified_and_dtypes_kept(op, args, kwargs):
         np.testing.assert_array_equal(xd, before)
 
 
+UNBATCHED = [  # every kind, with arguments that pool a (C, H, W) image
+    (pg.blur_pool, (), {}),
+    (pg.max_blur_pool, (), {}),
+    (pg.avg_blur_pool, (3, 1), {}),
+    (pg.soft_pool, (2,), {}),
+    (pg.stochastic_pool, (2,), {"rng": 0}),
+    (pg.stochastic_pool, (2,), {"training": False}),
+    (pg.fractional_max_pool, (2, 4), {"rng": 0}),
+    (pg.gem_pool, (), {}),
+    (pg.gem_pool, (3.0, 2), {}),
+    (pg.mixed_pool, (2,), {}),
+    (pg.gated_pool, (np.ones((2, 2)), 2), {}),
+    (pg.attention_pool, (np.ones((2, 3)), np.eye(3)), {}),
+]
+
+
+@pytest.mark.parametrize("op, args, kwargs", UNBATCHED)
+def test_spatial_dims_pools_an_unbatched_image_as_its_batch_of_one(op, args, kwargs):
+    x = np.abs(tie_free((3, 8, 8), seed=18))
+    y, pullback = pg.vjp(op, x, *args, spatial_dims=2, **kwargs)
+    expected, expected_pullback = pg.vjp(op, x[None], *args, **kwargs)
+    np.testing.assert_array_equal(y, expected[0], strict=True)
+    dy = np.random.default_rng(19).standard_normal(y.shape)
+    dx, expected_dx = pullback(dy), expected_pullback(dy[None])
+    if isinstance(dx, tuple):  # (dx, the parameters' gradients)
+        dx, expected_dx = dx[0], expected_dx[0]
+    np.testing.assert_array_equal(dx, expected_dx[0], strict=True)
+
+
+def test_rank_3_is_a_batch_of_1d_signals_unless_spatial_dims_or_a_per_dim_argument_says():
+    x = np.abs(tie_free((3, 8, 8), seed=20))
+    assert pg.max_blur_pool(x).shape == (3, 8, 4)  # torch's F.interpolate reads rank 3 so
+    assert pg.gem_pool(x).shape == (3, 8, 1)
+    np.testing.assert_array_equal(pg.soft_pool(x, (2, 2)), pg.soft_pool(x, 2, spatial_dims=2))
+    np.testing.assert_array_equal(pg.gem_pool(x, 3.0, (2, 2)), pg.gem_pool(x[None], 3.0, 2)[0])
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda x: pg.stochastic_pool(x - 2, 2), ValueError, "x must be >= 0"),
     (lambda x: pg.stochastic_pool(x * np.nan, 2), ValueError, "not NaN"),

@@ -2,6 +2,8 @@
 learnable parameters) in float64, gradients of gradients, PyTorch's fractional max
 pooling given the same samples, seeded draws, the modules, and bad input."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -198,25 +200,147 @@ def test_bad_input(call, error, message):
         call(torch.ones(1, 3, 4, 4))
 
 
-@pytest.mark.parametrize("p", [0, -1, -2.0, float("nan"), float("inf")])
-def test_gem_p_is_checked_as_numpy_checks_it(p):
-    """GeM's p must be finite and > 0, in both front ends, at construction and at call:
-    p = 0 gave the window maximum with a NaN gradient, a negative p a wrong answer, and
-    gem_pool(x, 0) a ZeroDivisionError."""
+# --------------------------------------------------- the input rule and the parameters
+
+S = np.random.default_rng(6).random((3, 2))  # a (3, H, W) image's fractional samples
+UNBATCHED = [  # name, arguments after x (arrays become tensors for torch), keywords
+    ("blur_pool", (), {}), ("max_blur_pool", (), {}), ("avg_blur_pool", (3, 1), {}),
+    ("soft_pool", (2,), {}), ("stochastic_pool", (2,), {"training": False}),
+    ("fractional_max_pool", (2, 4), {"samples": S}), ("gem_pool", (), {}),
+    ("gem_pool", (3.0, 2), {}), ("mixed_pool", (2,), {}), ("gated_pool", (G[:2, :2], 2), {}),
+    ("attention_pool", (Q[:, :3], W[:3, :3]), {}),
+]
+
+
+@pytest.mark.parametrize("name, args, kwargs", UNBATCHED,
+                         ids=[f"{name}-{len(args)}" for name, args, _ in UNBATCHED])
+def test_spatial_dims_pools_an_unbatched_image_as_numpy_and_as_its_batch_of_one(
+        name, args, kwargs):
+    x = np.random.default_rng(11).random((3, 8, 8))
+    xt = torch.tensor(x, requires_grad=True)
+    torch_args = [torch.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+    # torch's samples for an unbatched x are (1, C, ndim), as torch's own
+    torch_kwargs = {k: torch.tensor(v)[None] for k, v in kwargs.items()}
+    fn = getattr(pt, name)
+    y = fn(xt, *torch_args, spatial_dims=2, **torch_kwargs)
+    expected = fn(xt[None], *torch_args, **torch_kwargs)[0]
+    assert torch.equal(y, expected)
+    np.testing.assert_allclose(y.detach().numpy(), getattr(pg, name)(
+        x, *args, spatial_dims=2, **kwargs), rtol=1e-12, atol=1e-14)
+    dy = torch.rand_like(y)
+    (dx,) = torch.autograd.grad(y, xt, dy, retain_graph=True)
+    assert torch.equal(dx, torch.autograd.grad(expected, xt, dy)[0])
+
+
+def test_rank_3_is_a_batch_of_1d_signals_unless_spatial_dims_says_and_modules_take_it():
+    from poolgrad import nn as numpy_nn
+    x = torch.rand(3, 8, 8)
+    assert pt.MaxBlurPool()(x).shape == (3, 8, 4)  # as torch's F.interpolate reads rank 3
+    assert pt.GeMPool()(x).shape == (3, 8, 1)
+    expected = pt.max_blur_pool(x[None])[0]
+    for module in (pt.MaxBlurPool(spatial_dims=2), numpy_nn.MaxBlurPool(spatial_dims=2)):
+        y = module(x) if isinstance(module, torch.nn.Module) else module.forward(x.numpy())
+        torch.testing.assert_close(torch.as_tensor(y), expected)
+    modules = [pt.BlurPool(spatial_dims=2), pt.AvgBlurPool(spatial_dims=2),
+               pt.SoftPool(2, spatial_dims=2), pt.StochasticPool(2, spatial_dims=2),
+               pt.FractionalMaxPool(2, 4, spatial_dims=2), pt.GeMPool(spatial_dims=2),
+               pt.MixedPool(2, spatial_dims=2), pt.GatedPool(2, spatial_dims=2)]
+    assert [tuple(m(x).shape) for m in modules] == [(3, 4, 4)] * 5 + [(3, 1, 1)] + [
+        (3, 4, 4)] * 2
+    assert pt.AttentionPool(3, queries=2, spatial_dims=2)(x).shape == (6,)
+    assert numpy_nn.AttentionPool(3, queries=2, spatial_dims=2).forward(x.numpy()).shape == (6,)
+
+
+TORCH_KINDS = {  # name -> the arguments after x
+    "blur_pool": (), "max_blur_pool": (), "avg_blur_pool": (), "soft_pool": (2,),
+    "stochastic_pool": (2,), "fractional_max_pool": (2, 1), "gem_pool": (),
+    "mixed_pool": (2,), "gated_pool": (torch.ones(2), 2),
+    "attention_pool": (torch.ones(1, 2), torch.eye(2)),
+}
+
+
+@pytest.mark.parametrize("name", TORCH_KINDS)
+@pytest.mark.parametrize("shape, spatial_dims, match", [
+    ((4, 6), None, r"x has shape \(4, 6\) \(2 dims\) but must be batched, \(N, C, "
+                   r"\*spatial\) .*\(3-5 dims\), or unbatched, .*\(2-4 dims\) with spatial_dims"),
+    ((1, 2, 2, 2, 2, 2), None, r"x has shape \(1, 2, 2, 2, 2, 2\) \(6 dims\) but must be "
+                               r"batched"),
+    ((1, 2, 4, 4, 4), 2, r"x has shape \(1, 2, 4, 4, 4\) \(5 dims\) but spatial_dims=2 "
+                         r"gives 2 spatial dim\(s\), which need 4 dims \(N, C, \*spatial\) "
+                         r"batched or 3 dims"),
+    ((1, 2, 4, 4), 4, r"spatial_dims must be 1, 2 or 3"),
+], ids=["rank 2", "rank 6", "rank 5 for spatial_dims=2", "spatial_dims=4"])
+def test_wrong_rank_is_named_as_numpy_names_it(name, shape, spatial_dims, match):
+    x = torch.rand(shape)
+    with pytest.raises(ValueError, match=f"^{name}: {match}"):
+        getattr(pt, name)(x, *TORCH_KINDS[name], spatial_dims=spatial_dims)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _scalar_rows():
+    from poolgrad import nn as numpy_nn
+    gem = (pt.gem_pool, pg.gem_pool, pt.GeMPool, numpy_nn.GeMPool)
+    mixed = (functools.partial(pt.mixed_pool, kernel_size=2),
+             functools.partial(pg.mixed_pool, kernel_size=2),
+             functools.partial(pt.MixedPool, 2), functools.partial(numpy_nn.MixedPool, 2))
+    return [*[("p", v, gem, "p must be a finite number > 0") for v in (0, -1, -2.0, NAN, INF)],
+            *[("alpha", v, mixed, "alpha must be a finite number") for v in (NAN, INF, -INF)]]
+
+
+@pytest.mark.parametrize("name, value, kinds, message", _scalar_rows(),
+                         ids=[f"{row[0]}={row[1]}" for row in _scalar_rows()])
+def test_learnable_scalars_are_checked_as_numpy_checks_them(name, value, kinds, message):
+    """GeM's p and MixedPool's alpha, in both front ends, at construction and at every
+    call, a parameter that training (or a user) drove out of range included: p = 0 gave
+    the window maximum with a NaN gradient, a negative p a wrong answer, gem_pool(x, 0) a
+    ZeroDivisionError, alpha = NaN a NaN output."""
+    function, operator, module, layer = kinds
+    x = torch.rand(1, 3, 4, 4)
+    fixed, trained = module(), layer()
+    with torch.no_grad():
+        getattr(fixed, name).fill_(value)
+    trained.params[name][...] = value
+    for call in (lambda: module(**{name: value}), lambda: layer(**{name: value}),
+                 lambda: function(x, **{name: value}),
+                 lambda: function(x, **{name: torch.tensor(float(value))}),
+                 lambda: operator(x.numpy(), **{name: value}),
+                 lambda: fixed(x), lambda: trained.forward(x.numpy())):
+        with pytest.raises(ValueError, match=f"^{message}"):
+            call()
+
+
+@pytest.mark.parametrize("gate, message", [
+    (np.ones((3, 3)), r"gate must have the window's shape \(2, 2\), got \(3, 3\)"),
+    (np.ones(2), r"gate must have the window's shape \(2, 2\), got \(2,\)"),
+    (np.array([[1.0, NAN], [0, 0]]), "gate must hold finite numbers only, got nan"),
+    (np.array([[1.0, 0], [-INF, 0]]), "gate must hold finite numbers only, got -inf"),
+])
+def test_the_gate_is_checked_as_numpy_checks_it(gate, message):
     from poolgrad import nn as numpy_nn
     x = torch.rand(1, 3, 4, 4)
-    numpy_error = "p must be a finite number > 0"
-    for build in (pt.GeMPool, numpy_nn.GeMPool):
-        with pytest.raises(ValueError, match=numpy_error):
-            build(p)
-    with pytest.raises(ValueError, match=numpy_error):
-        pt.gem_pool(x, p)
-    with pytest.raises(ValueError, match=numpy_error):
-        pg.gem_pool(x.numpy(), p)
-    with pytest.raises(ValueError, match=r"gem_pool: p must be finite and > 0"):
-        pt.gem_pool(x, torch.tensor(float(p)))  # a learnable p that training drove there
-    module = pt.GeMPool(3.0)
-    with torch.no_grad():
-        module.p.fill_(p)
-    with pytest.raises(ValueError, match=r"gem_pool: p must be finite and > 0"):
-        module(x)
+    module, layer = pt.GatedPool(2), numpy_nn.GatedPool(2)
+    module.gate = torch.nn.Parameter(torch.tensor(gate))  # as a user or training set it
+    layer.params["gate"] = gate
+    for call in (lambda: pt.gated_pool(x, torch.tensor(gate), 2),
+                 lambda: pg.gated_pool(x.numpy(), gate, 2),
+                 lambda: module(x), lambda: layer.forward(x.numpy())):
+        with pytest.raises(ValueError, match=f"^{message}"):
+            call()
+
+
+def test_attention_pool_sizes_and_shapes_are_checked_on_both_sides():
+    from poolgrad import nn as numpy_nn
+    for build in (pt.AttentionPool, numpy_nn.AttentionPool):
+        with pytest.raises(ValueError, match=r"^AttentionPool: heads must be a positive int"):
+            build(4, heads=0)  # was a ZeroDivisionError
+        with pytest.raises(ValueError, match=r"^AttentionPool: heads \(3\) must divide"):
+            build(4, heads=3)
+    x = torch.rand(1, 3, 4, 4)  # 3 channels for a 4-channel head
+    with pytest.raises(ValueError, match=r"^queries must be \(queries, C\) = \(M, 3\)"):
+        pt.AttentionPool(4)(x)
+    with pytest.raises(ValueError, match=r"^queries must be \(queries, C\) = \(M, 3\)"):
+        numpy_nn.AttentionPool(4).forward(x.numpy())
+    with pytest.raises(ValueError, match=r"^heads must be a positive int dividing the 3"):
+        pt.attention_pool(x, torch.ones(1, 3), torch.eye(3), heads=0)

@@ -17,22 +17,12 @@ from ..engines.pullback import owned
 
 def _check(x, queries, key_weight, heads, spatial_dims):
     x = inputs.check_array(x, "x", floating=True)
-    layout = inputs.Layout(x.shape, inputs.global_dims(x, spatial_dims))
-    batched = layout.batched
+    layout = inputs.Layout(x.shape, inputs.resolve_spatial_dims(x.shape, spatial_dims))
     channels = layout.lead[-1]
     queries = inputs.check_array(queries, "queries", floating=True)
     key_weight = inputs.check_array(key_weight, "key_weight", floating=True)
-    if queries.ndim != 2 or queries.shape[1] != channels:
-        raise ValueError(f"queries must be (queries, C) = (M, {channels}), got shape "
-                         f"{queries.shape}")
-    if key_weight.shape != (channels, channels):
-        raise ValueError(f"key_weight must be (C, C) = ({channels}, {channels}), got shape "
-                         f"{key_weight.shape}")
-    if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or heads < 1 \
-            or channels % heads:
-        raise ValueError(f"heads must be a positive int dividing the {channels} channels, "
-                         f"got {heads!r}")
-    return x, queries, key_weight, batched, channels
+    inputs.check_attention_shapes(queries.shape, key_weight.shape, heads, channels)
+    return x, queries, key_weight, layout.batched, channels
 
 
 def _attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None,
@@ -91,12 +81,13 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
     gradient reaches every position, by its weight and through the softmax.
 
     Args:
-        x: ``(N, C, *spatial)`` or ``(C, *spatial)``, 1-3 spatial dims; float16/32/64.
+        x: ``(N, C, *spatial)``, 1-3 spatial dims, or ``(C, *spatial)`` where
+            ``spatial_dims`` gives their number; float16/32/64.
         queries: ``(M, C)``, the learned queries.
         key_weight: ``(C, C)``, the key projection ``W_k``.
         heads: how many heads share the channels (a divisor of C).
-        spatial_dims: 1, 2 or 3, for unbatched x (default ``x.ndim - 2``, as the
-            global poolings).
+        spatial_dims: 1, 2 or 3, how many trailing dims are spatial (default ``x.ndim -
+            2``, batched, as the global poolings); lets x be unbatched.
 
     Returns:
         ``(N, M, C)`` (``(M, C)`` for unbatched x). ``vjp``'s pullback returns ``(dx,

@@ -28,14 +28,15 @@ def _filter_sizes(filter_size, ndim):
     return sizes
 
 
-def blur_arguments(x, kernel_size, stride, filter_size, padding, padding_mode):
+def blur_arguments(shape, kernel_size, stride, filter_size, padding, padding_mode,
+                   spatial_dims, where=""):
     """``(ndim, kernel, stride, filter sizes, padding pairs)`` of an anti-aliased pooling
-    of ``x`` (anything with ``shape`` and ``ndim``), checked; the padding is the blur's,
-    around the stride-1 map."""
+    of an input of ``shape``, checked; the padding is the blur's, around the stride-1 map.
+    ``where`` prefixes the errors of the input's shape."""
     per_dim_args = {"kernel_size": kernel_size, "stride": stride, "filter_size": filter_size}
     if padding is not None and not isinstance(padding, str):
         per_dim_args["padding"] = padding
-    ndim = inputs.count_spatial_dims(x, "x", **per_dim_args)
+    ndim = inputs.resolve_spatial_dims(shape, spatial_dims, where, **per_dim_args)
     kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
     stride = geometry.per_dim(stride, ndim, "stride")
     sizes = _filter_sizes(filter_size, ndim)
@@ -43,7 +44,7 @@ def blur_arguments(x, kernel_size, stride, filter_size, padding, padding_mode):
         raise ValueError(f"padding_mode must be one of "
                          f"{', '.join(geometry.BLUR_PADDING_MODES)}, got {padding_mode!r}")
     mapped = tuple(max(length - k + 1, 1)
-                   for length, k in zip(x.shape[-ndim:], kernel, strict=True))
+                   for length, k in zip(shape[-ndim:], kernel, strict=True))
     if padding is None:  # Zhang's and kornia's: (f - 1) // 2 before, the rest after
         pads = tuple(((f - 1) // 2, f - 1 - (f - 1) // 2) for f in sizes)
     else:
@@ -51,11 +52,12 @@ def blur_arguments(x, kernel_size, stride, filter_size, padding, padding_mode):
     return ndim, kernel, stride, sizes, pads
 
 
-def _blur(x, pre, kernel_size, stride, filter_size, padding, padding_mode, op,
+def _blur(x, pre, kernel_size, stride, filter_size, padding, padding_mode, spatial_dims, op,
           want_pullback):
     x = inputs.check_array(x, "x", floating=True)
-    ndim, kernel, stride, sizes, pads = blur_arguments(x, kernel_size, stride, filter_size,
-                                                       padding, padding_mode)
+    ndim, kernel, stride, sizes, pads = blur_arguments(x.shape, kernel_size, stride,
+                                                       filter_size, padding, padding_mode,
+                                                       spatial_dims)
     layout = inputs.Layout(x.shape, ndim)
     plan = geometry.blur_plan(layout.spatial, pre, kernel, sizes, stride, pads, padding_mode)
 
@@ -96,6 +98,8 @@ _SHARED_ARGS = """stride: int or per dim, the subsampling step (default 2).
         padding_mode: how the padding is filled: ``"reflect"`` (default, Zhang's and
             timm's: ``x[1]`` mirrors into ``x[-1]``; padding must be shorter than the
             length), ``"replicate"``, ``"zeros"`` (kornia's) or ``"circular"``.
+        spatial_dims: 1, 2 or 3, how many trailing dims are spatial (default: a per-dim
+            argument's length, else ``x.ndim - 2``, batched); lets x be unbatched.
 
     Shape:
         Per spatial dim, with ``M = L - kernel_size + 1`` (``M = L`` for blur_pool):
@@ -110,13 +114,14 @@ def _shared_args(fn):
 
 
 def _blur_pool(x, stride=2, filter_size=3, padding_mode="reflect", padding=None, *,
-               want_pullback=False):
-    return _blur(x, "none", 1, stride, filter_size, padding, padding_mode, "blur_pool",
-                 want_pullback)
+               spatial_dims=None, want_pullback=False):
+    return _blur(x, "none", 1, stride, filter_size, padding, padding_mode, spatial_dims,
+                 "blur_pool", want_pullback)
 
 
 @_shared_args
-def blur_pool(x, stride=2, filter_size=3, padding_mode="reflect", padding=None):
+def blur_pool(x, stride=2, filter_size=3, padding_mode="reflect", padding=None, *,
+              spatial_dims=None):
     r"""Anti-aliased subsampling (BlurPool, Zhang 2019): a binomial blur, then every
     ``stride``-th output.
 
@@ -127,25 +132,27 @@ def blur_pool(x, stride=2, filter_size=3, padding_mode="reflect", padding=None):
     to the element tap ``t`` read (padding folds onto the element it copied).
 
     Args:
-        x: ``(N, C, *spatial)`` or ``(C, *spatial)``, 1-3 spatial dims; float16/32/64.
+        x: ``(N, C, *spatial)``, 1-3 spatial dims, or ``(C, *spatial)`` where
+            ``spatial_dims`` or a per-dim argument gives their number; float16/32/64.
         {shared}
 
     Example:
         >>> blur_pool(np.arange(4.0).reshape(1, 1, 4), filter_size=3)
         array([[[0.5, 2. ]]])
     """
-    return _blur_pool(x, stride, filter_size, padding_mode, padding)[0]
+    return _blur_pool(x, stride, filter_size, padding_mode, padding,
+                      spatial_dims=spatial_dims)[0]
 
 
 def _max_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
-                   padding=None, *, want_pullback=False):
+                   padding=None, *, spatial_dims=None, want_pullback=False):
     return _blur(x, "max", kernel_size, stride, filter_size, padding, padding_mode,
-                 "max_blur_pool", want_pullback)
+                 spatial_dims, "max_blur_pool", want_pullback)
 
 
 @_shared_args
 def max_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
-                  padding=None):
+                  padding=None, *, spatial_dims=None):
     r"""Anti-aliased max pooling (MaxBlurPool, Zhang 2019): the max over every
     ``kernel_size`` window at stride 1, then :func:`blur_pool`'s blur and subsampling.
 
@@ -155,7 +162,8 @@ def max_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="refle
     pullback keeps one byte per stride-1 window (its winning tap), not the map.
 
     Args:
-        x: ``(N, C, *spatial)`` or ``(C, *spatial)``, 1-3 spatial dims; float16/32/64.
+        x: ``(N, C, *spatial)``, 1-3 spatial dims, or ``(C, *spatial)`` where
+            ``spatial_dims`` or a per-dim argument gives their number; float16/32/64.
         kernel_size: int or per dim, the max's window (default 2, no padding).
         {shared}
 
@@ -163,29 +171,32 @@ def max_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="refle
         >>> max_blur_pool(np.array([[[0.0, 4.0, 0.0, 0.0, 8.0]]]), filter_size=1)
         array([[[4., 0.]]])
     """
-    return _max_blur_pool(x, kernel_size, stride, filter_size, padding_mode, padding)[0]
+    return _max_blur_pool(x, kernel_size, stride, filter_size, padding_mode, padding,
+                          spatial_dims=spatial_dims)[0]
 
 
 def _avg_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
-                   padding=None, *, want_pullback=False):
+                   padding=None, *, spatial_dims=None, want_pullback=False):
     return _blur(x, "avg", kernel_size, stride, filter_size, padding, padding_mode,
-                 "avg_blur_pool", want_pullback)
+                 spatial_dims, "avg_blur_pool", want_pullback)
 
 
 @_shared_args
 def avg_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
-                  padding=None):
+                  padding=None, *, spatial_dims=None):
     r"""Anti-aliased average pooling: the mean over every ``kernel_size`` window at
     stride 1 (no padding), then :func:`blur_pool`'s blur and subsampling. With
     ``kernel_size=1`` it is :func:`blur_pool`. The gradient spreads evenly over each
     window, through the transposed blur.
 
     Args:
-        x: ``(N, C, *spatial)`` or ``(C, *spatial)``, 1-3 spatial dims; float16/32/64.
+        x: ``(N, C, *spatial)``, 1-3 spatial dims, or ``(C, *spatial)`` where
+            ``spatial_dims`` or a per-dim argument gives their number; float16/32/64.
         kernel_size: int or per dim, the mean's window (default 2, no padding).
         {shared}
     """
-    return _avg_blur_pool(x, kernel_size, stride, filter_size, padding_mode, padding)[0]
+    return _avg_blur_pool(x, kernel_size, stride, filter_size, padding_mode, padding,
+                          spatial_dims=spatial_dims)[0]
 
 
 autodiff.register({blur_pool: _blur_pool, max_blur_pool: _max_blur_pool,

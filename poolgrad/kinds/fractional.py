@@ -131,10 +131,11 @@ def check_samples(samples, lead, ndim, sequence) -> np.ndarray:
     return s.astype(np.float64 if s.dtype == np.float64 else np.float32)
 
 
-def fractional_arguments(x, kernel_size, output_size, output_ratio, sequence):
-    """``(ndim, kernel, output sizes)`` of a fractional max pooling of ``x`` (anything
-    with ``shape`` and ``ndim``), checked; ``kernel`` holds a length or the region kind
-    per dim."""
+def fractional_arguments(shape, kernel_size, output_size, output_ratio, sequence,
+                         spatial_dims, where=""):
+    """``(ndim, kernel, output sizes)`` of a fractional max pooling of an input of
+    ``shape``, checked; ``kernel`` holds a length or the region kind per dim. ``where``
+    prefixes the errors of the input's shape."""
     regions = kernel_size if isinstance(kernel_size, str) else None
     if regions is not None and regions not in REGIONS:
         raise ValueError(f"kernel_size must be an int, one per spatial dim, or one of "
@@ -147,8 +148,8 @@ def fractional_arguments(x, kernel_size, output_size, output_ratio, sequence):
         per_dim_args["kernel_size"] = kernel_size
     if geometry.sequence_length(output_ratio) is not None:
         per_dim_args["output_ratio"] = output_ratio
-    ndim = inputs.count_spatial_dims(x, "x", **per_dim_args)
-    spatial = tuple(x.shape[-ndim:])
+    ndim = inputs.resolve_spatial_dims(shape, spatial_dims, where, **per_dim_args)
+    spatial = tuple(shape[-ndim:])
     kernel = (regions,) * ndim if regions else geometry.per_dim(kernel_size, ndim, "kernel_size")
     out = _output_sizes(spatial, ndim, output_size, output_ratio)
     _check_fit(spatial, kernel, out)
@@ -157,10 +158,10 @@ def fractional_arguments(x, kernel_size, output_size, output_ratio, sequence):
 
 def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
                          return_indices=False, *, samples=None, rng=None,
-                         sequence="pseudo_random", want_pullback=False):
+                         sequence="pseudo_random", spatial_dims=None, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
-    ndim, kernel, out = fractional_arguments(x, kernel_size, output_size, output_ratio,
-                                             sequence)
+    ndim, kernel, out = fractional_arguments(x.shape, kernel_size, output_size, output_ratio,
+                                             sequence, spatial_dims)
     layout = inputs.Layout(x.shape, ndim)
     compute = inputs.COMPUTE_DTYPE[x.dtype]
     generator = None
@@ -205,7 +206,7 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
 
 def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
                         return_indices=False, *, samples=None, rng=None,
-                        sequence="pseudo_random"):
+                        sequence="pseudo_random", spatial_dims=None):
     r"""Fractional max pooling (Graham 2014): max pooling to any output size, over
     windows placed afresh, at random, in every ``(n, c)`` plane.
 
@@ -229,7 +230,8 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     input's. (PyTorch's index of a window holding NaN is its last NaN; here the first.)
 
     Args:
-        x: ``(N, C, *spatial)`` or ``(C, *spatial)``, 1-3 spatial dims; float16/32/64.
+        x: ``(N, C, *spatial)``, 1-3 spatial dims, or ``(C, *spatial)`` where
+            ``spatial_dims`` or a per-dim argument gives their number; float16/32/64.
         kernel_size: an int or one per spatial dim, or ``"disjoint"`` or
             ``"overlapping"``.
         output_size: an int or one per dim; or instead
@@ -244,12 +246,15 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
             ``rng.random(...)`` in x's precision, then the ``"random"`` orders); None
             draws fresh entropy. The same seed gives the same bits.
         sequence: ``"pseudo_random"`` or ``"random"``.
+        spatial_dims: 1, 2 or 3, how many trailing dims are spatial (default: a per-dim
+            argument's length, else ``x.ndim - 2``, batched); lets x be unbatched.
 
     Returns:
         ``y`` shaped ``x.shape[:-ndim] + output``, or ``(y, indices)``.
     """
     return _fractional_max_pool(x, kernel_size, output_size, output_ratio, return_indices,
-                                samples=samples, rng=rng, sequence=sequence)[0]
+                                samples=samples, rng=rng, sequence=sequence,
+                                spatial_dims=spatial_dims)[0]
 
 
 autodiff.register({fractional_max_pool: _fractional_max_pool})

@@ -9,24 +9,12 @@ batch, as float64, shaped like the parameter (a float for ``p`` and ``alpha``).
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
 from .. import _inputs as inputs
 from .. import autodiff, geometry, ops
 from ..engines import Pullback
-
-
-def _real(value, name, *, positive=False):
-    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or (positive and value <= 0):
-        raise ValueError(f"{name} must be a finite number{' > 0' if positive else ''}, "
-                         f"got {value!r}")
-    return value
-
 
 # ------------------------------------------------------------------------------- GeM
 
@@ -35,23 +23,22 @@ def _gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims
               want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
     p = inputs.check_p(p)
-    eps = _real(eps, "eps", positive=True)
+    eps = inputs.check_real(eps, "eps", positive=True)
+    if kernel_size is None and stride is not None:
+        raise ValueError("gem_pool: stride needs a kernel_size (kernel_size=None pools "
+                         "globally)")
+    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, kernel_size=kernel_size,
+                                       stride=stride)
     compute = inputs.COMPUTE_DTYPE[x.dtype]
     z = np.maximum(x.astype(compute, copy=False), compute.type(eps))
     if kernel_size is None:
-        if stride is not None:
-            raise ValueError("gem_pool: stride needs a kernel_size (kernel_size=None pools "
-                             "globally)")
-        ndim = inputs.global_dims(x, spatial_dims)
         norm, lp_pullback = ops.vjp(ops.global_lp_pool, z, p, spatial_dims=ndim)
         count = math.prod(x.shape[-ndim:])
-    else:
-        if spatial_dims is not None:
-            raise ValueError("gem_pool: spatial_dims is for the global form "
-                             "(kernel_size=None)")
-        ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride)
+    else:  # per dim, so that the core reads x's spatial dims as the kinds' rule does
+        kernel_size = geometry.per_dim(kernel_size, ndim, "kernel_size")
+        stride = kernel_size if stride is None else geometry.per_dim(stride, ndim, "stride")
         norm, lp_pullback = ops.vjp(ops.lp_pool, z, p, kernel_size, stride)
-        count = math.prod(geometry.per_dim(kernel_size, ndim, "kernel_size"))
+        count = math.prod(kernel_size)
     # mean = sum / count: y = (sum z^p)^(1/p) * count^(-1/p)
     scale = compute.type(count ** (-1.0 / p))
     y = (norm * scale).astype(x.dtype, copy=False)
@@ -95,13 +82,14 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=
     ``dy (y / p) (sum z^p log z / sum z^p - log y)``, ``z = max(x, eps)``.
 
     Args:
-        x: ``(N, C, *spatial)`` (or ``(C, *spatial)`` with a per-dim kernel_size or
-            ``spatial_dims``); float16/32/64.
+        x: ``(N, C, *spatial)``, 1-3 spatial dims, or ``(C, *spatial)`` where
+            ``spatial_dims`` or a per-dim argument gives their number; float16/32/64.
         p: the power, a finite number > 0 (3 is the usual start when learned).
         kernel_size: None (global, the default) or an int / per-dim ints.
         stride: per window; defaults to kernel_size.
         eps: the clamp, a number > 0.
-        spatial_dims: for the global form, as in :func:`poolgrad.global_avg_pool`.
+        spatial_dims: 1, 2 or 3, how many trailing dims are spatial (default: a per-dim
+            argument's length, else ``x.ndim - 2``, batched); lets x be unbatched.
 
     Example:
         >>> gem_pool(np.array([[[1.0, 2.0]]]), p=1.0)
@@ -113,18 +101,28 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=
 # ---------------------------------------------------------------- mixed and gated
 
 
-def _max_and_avg(x, kernel_size, stride, padding):
+def _window(x, kernel_size, stride, padding, spatial_dims):
+    """``(x, ndim, kernel)``: x checked, its number of spatial dims by the kinds' rule and
+    the window per dim (so that the core's operators read x's spatial dims so too)."""
+    x = inputs.check_array(x, "x", floating=True)
+    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, kernel_size=kernel_size,
+                                       stride=stride, padding=padding)
+    return x, ndim, geometry.per_dim(kernel_size, ndim, "kernel_size")
+
+
+def _max_and_avg(x, kernel, stride, padding):
     """The two branches and their pullbacks (the average counts padding, PyTorch's
     default, so that both are what torch.nn's MaxPool and AvgPool give)."""
-    x = inputs.check_array(x, "x", floating=True)
-    top, top_pullback = ops.vjp(ops.max_pool, x, kernel_size, stride, padding)
-    mean, mean_pullback = ops.vjp(ops.avg_pool, x, kernel_size, stride, padding)
-    return x, top, top_pullback, mean, mean_pullback
+    top, top_pullback = ops.vjp(ops.max_pool, x, kernel, stride, padding)
+    mean, mean_pullback = ops.vjp(ops.avg_pool, x, kernel, stride, padding)
+    return top, top_pullback, mean, mean_pullback
 
 
-def _mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, want_pullback=False):
-    alpha = _real(alpha, "alpha")
-    x, top, top_pullback, mean, mean_pullback = _max_and_avg(x, kernel_size, stride, padding)
+def _mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, spatial_dims=None,
+                want_pullback=False):
+    alpha = inputs.check_real(alpha, "alpha")
+    x, _, kernel = _window(x, kernel_size, stride, padding, spatial_dims)
+    top, top_pullback, mean, mean_pullback = _max_and_avg(x, kernel, stride, padding)
     compute = inputs.COMPUTE_DTYPE[x.dtype]
     a = compute.type(alpha)
     y = (a * top.astype(compute) + (1 - a) * mean.astype(compute)).astype(x.dtype, copy=False)
@@ -141,25 +139,30 @@ def _mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, want_pullb
                        params=("alpha",))
 
 
-def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5):
+def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, spatial_dims=None):
     r"""Mixed pooling (Lee, Gallagher & Tu, AISTATS 2016):
     ``y = alpha * max_pool(x) + (1 - alpha) * avg_pool(x)``.
 
-    ``alpha`` is a fixed or learnable scalar. The pullback returns
+    ``alpha`` is a fixed or learnable scalar, any finite number: the paper's lies in
+    [0, 1] (a blend), but a learned one may step outside, which extrapolates rather than
+    fails. The pullback returns
     ``(dx, dalpha)``: ``dx`` is ``alpha`` times max pooling's routing plus
     ``1 - alpha`` times average pooling's spreading, and ``dalpha = sum(dy * (max -
     avg))``. The average counts padding in its divisor (PyTorch's default).
 
     Args:
-        x: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16/32/64.
+        x: ``(N, C, *spatial)``, 1-3 spatial dims, or ``(C, *spatial)`` where
+            ``spatial_dims`` or a per-dim argument gives their number; float16/32/64.
         kernel_size, stride, padding: as in :func:`poolgrad.max_pool`.
         alpha: the max branch's weight, a finite number (0 to 1 blends).
+        spatial_dims: 1, 2 or 3, how many trailing dims are spatial (default: a per-dim
+            argument's length, else ``x.ndim - 2``, batched); lets x be unbatched.
 
     Example:
         >>> mixed_pool(np.array([[[1.0, 3.0]]]), 2, alpha=0.25)
         array([[[2.25]]])
     """
-    return _mixed_pool(x, kernel_size, stride, padding, alpha)[0]
+    return _mixed_pool(x, kernel_size, stride, padding, alpha, spatial_dims=spatial_dims)[0]
 
 
 def _windows(padded, kernel, stride, out_spatial):
@@ -168,14 +171,13 @@ def _windows(padded, kernel, stride, out_spatial):
                  for t, s, o in zip(kernel, stride, out_spatial, strict=True))
 
 
-def _gated_pool(x, gate, kernel_size, stride=None, padding=0, *, want_pullback=False):
-    x, top, top_pullback, mean, mean_pullback = _max_and_avg(x, kernel_size, stride, padding)
-    ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
-                                     padding=padding)
-    kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
+def _gated_pool(x, gate, kernel_size, stride=None, padding=0, *, spatial_dims=None,
+                want_pullback=False):
+    x, ndim, kernel = _window(x, kernel_size, stride, padding, spatial_dims)
     gate = inputs.check_array(gate, "gate", floating=True)
-    if gate.shape != kernel:
-        raise ValueError(f"gate must have the window's shape {kernel}, got {gate.shape}")
+    inputs.check_gate_shape(gate.shape, kernel)
+    inputs.check_values(gate.ravel().tolist(), "gate")
+    top, top_pullback, mean, mean_pullback = _max_and_avg(x, kernel, stride, padding)
     stride = kernel if stride is None else geometry.per_dim(stride, ndim, "stride")
     pads = geometry.resolve_padding(padding, x.shape[-ndim:], kernel, stride, (1,) * ndim)
     compute = inputs.COMPUTE_DTYPE[x.dtype]
@@ -211,7 +213,7 @@ def _gated_pool(x, gate, kernel_size, stride=None, padding=0, *, want_pullback=F
                        params=("gate",))
 
 
-def gated_pool(x, gate, kernel_size, stride=None, padding=0):
+def gated_pool(x, gate, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     r"""Gated max-average pooling (Lee, Gallagher & Tu, AISTATS 2016): mixed pooling
     whose blend is set per window by a learned gate.
 
@@ -224,11 +226,13 @@ def gated_pool(x, gate, kernel_size, stride=None, padding=0):
     ``gate``) sums ``dy (max - avg) s (1 - s) x`` over every window.
 
     Args:
-        x: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16/32/64.
-        gate: the gate's weights, shaped like the window (``kernel_size`` per dim).
-        kernel_size, stride, padding: as in :func:`mixed_pool` (numeric padding).
+        x: ``(N, C, *spatial)``, 1-3 spatial dims, or ``(C, *spatial)`` where
+            ``spatial_dims`` or a per-dim argument gives their number; float16/32/64.
+        gate: the gate's weights, finite, shaped like the window (``kernel_size`` per dim).
+        kernel_size, stride, padding, spatial_dims: as in :func:`mixed_pool` (numeric
+            padding).
     """
-    return _gated_pool(x, gate, kernel_size, stride, padding)[0]
+    return _gated_pool(x, gate, kernel_size, stride, padding, spatial_dims=spatial_dims)[0]
 
 
 autodiff.register({gem_pool: _gem_pool, mixed_pool: _mixed_pool, gated_pool: _gated_pool})

@@ -13,10 +13,10 @@ from ..engines.pullback import owned
 from ..kernels import dispatch, weighted
 
 
-def _plan(x, kernel_size, stride, padding):
+def _plan(x, kernel_size, stride, padding, spatial_dims):
     x = inputs.check_array(x, "x", floating=True)
-    ndim = inputs.count_spatial_dims(x, "x", kernel_size=kernel_size, stride=stride,
-                                     padding=padding)
+    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, kernel_size=kernel_size,
+                                       stride=stride, padding=padding)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, 1, False, ndim)
     return x, inputs.Layout(x.shape, ndim), plan
 
@@ -43,12 +43,13 @@ def _weighted(x, layout, plan, kind, want_pullback, op):
                        (forward.name, kernel.name))
 
 
-def _soft_pool(x, kernel_size, stride=None, padding=0, *, want_pullback=False):
-    x, layout, plan = _plan(x, kernel_size, stride, padding)
+def _soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None,
+               want_pullback=False):
+    x, layout, plan = _plan(x, kernel_size, stride, padding, spatial_dims)
     return _weighted(x, layout, plan, weighted.SOFT, want_pullback, "soft_pool")
 
 
-def soft_pool(x, kernel_size, stride=None, padding=0):
+def soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     r"""SoftPool (Stergiou, Poppe & Kalliatakis, ICCV 2021): each window's average
     weighted by the softmax of its values.
 
@@ -62,17 +63,20 @@ def soft_pool(x, kernel_size, stride=None, padding=0):
     pooling's). Infinite inputs give NaN; NaN propagates.
 
     Args:
-        x: ``(N, C, *spatial)`` or ``(C, *spatial)``, 1-3 spatial dims; float16/32/64.
+        x: ``(N, C, *spatial)``, 1-3 spatial dims, or ``(C, *spatial)`` where
+            ``spatial_dims`` or a per-dim argument gives their number; float16/32/64.
         kernel_size, stride: as in :func:`poolgrad.max_pool` (stride defaults to the
             kernel).
         padding: as in :func:`poolgrad.max_pool` (``"same"`` included); padding is
             never part of a window.
+        spatial_dims: 1, 2 or 3, how many trailing dims are spatial (default: a per-dim
+            argument's length, else ``x.ndim - 2``, batched); lets x be unbatched.
 
     Example:
         >>> soft_pool(np.array([[[0.0, np.log(3.0)]]]), 2)
         array([[[0.82395922]]])
     """
-    return _soft_pool(x, kernel_size, stride, padding)[0]
+    return _soft_pool(x, kernel_size, stride, padding, spatial_dims=spatial_dims)[0]
 
 
 def _check_non_negative(xk):
@@ -84,8 +88,8 @@ def _check_non_negative(xk):
 
 
 def _stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rng=None,
-                     want_pullback=False):
-    x, layout, plan = _plan(x, kernel_size, stride, padding)
+                     spatial_dims=None, want_pullback=False):
+    x, layout, plan = _plan(x, kernel_size, stride, padding, spatial_dims)
     xk = inputs.compute_view(x, layout)
     _check_non_negative(xk)
     if not training:
@@ -102,7 +106,8 @@ def _stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, r
     return y, max_pullback(pos, plan, layout, x.dtype, "stochastic_pool", sample.name)
 
 
-def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rng=None):
+def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rng=None,
+                    spatial_dims=None):
     r"""Stochastic pooling (Zeiler & Fergus, ICLR 2013).
 
     In training (``training=True``) each window outputs one of its elements, drawn
@@ -117,14 +122,15 @@ def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rn
     exceeds ``u * sum(x)``. The same ``rng`` seed gives the same bits.
 
     Args:
-        x: ``(N, C, *spatial)`` or ``(C, *spatial)``, non-negative (as after a ReLU);
-            float16/32/64.
-        kernel_size, stride, padding: as in :func:`soft_pool`.
+        x: ``(N, C, *spatial)``, or ``(C, *spatial)`` where ``spatial_dims`` or a per-dim
+            argument gives their number; non-negative (as after a ReLU); float16/32/64.
+        kernel_size, stride, padding, spatial_dims: as in :func:`soft_pool`.
         training: sample (True) or average (False).
         rng: an int seed or a ``numpy.random.Generator`` (advanced by the call); None
             draws fresh entropy.
     """
-    return _stochastic_pool(x, kernel_size, stride, padding, training=training, rng=rng)[0]
+    return _stochastic_pool(x, kernel_size, stride, padding, training=training, rng=rng,
+                            spatial_dims=spatial_dims)[0]
 
 
 autodiff.register({soft_pool: _soft_pool, stochastic_pool: _stochastic_pool})

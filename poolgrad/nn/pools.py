@@ -7,7 +7,6 @@ import numpy as np
 
 from .. import _inputs as inputs
 from .. import kinds, ops
-from ..geometry import per_dim
 from .layers import AvgPool, Layer, LpPool, MaxPool, Pool
 
 
@@ -15,18 +14,20 @@ class BlurPool(Pool):
     """:func:`poolgrad.blur_pool` as a layer (anti-aliased subsampling)."""
     op = staticmethod(kinds.blur_pool)
 
-    def __init__(self, stride=2, filter_size=3, padding_mode="reflect", padding=None):
+    def __init__(self, stride=2, filter_size=3, padding_mode="reflect", padding=None, *,
+                 spatial_dims=None):
         super().__init__(stride=stride, filter_size=filter_size, padding_mode=padding_mode,
-                         padding=padding)
+                         padding=padding, spatial_dims=spatial_dims)
 
 
 class _StrideOneBlurPool(Pool):
     """A stride-1 pooling, then a blur subsampled by the stride."""
 
     def __init__(self, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
-                 padding=None):
+                 padding=None, *, spatial_dims=None):
         super().__init__(kernel_size=kernel_size, stride=stride, filter_size=filter_size,
-                         padding_mode=padding_mode, padding=padding)
+                         padding_mode=padding_mode, padding=padding,
+                         spatial_dims=spatial_dims)
 
 
 class MaxBlurPool(_StrideOneBlurPool):
@@ -43,16 +44,18 @@ class SoftPool(Pool):
     """:func:`poolgrad.soft_pool` as a layer."""
     op = staticmethod(kinds.soft_pool)
 
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+    def __init__(self, kernel_size, stride=None, padding=0, *, spatial_dims=None):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         spatial_dims=spatial_dims)
 
 
 class StochasticPool(Pool):
     """:func:`poolgrad.stochastic_pool` as a layer: a draw per window in training (from
     the layer's own generator, seeded by ``rng``), the weighted average in evaluation."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, *, rng=None):
-        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+    def __init__(self, kernel_size, stride=None, padding=0, *, rng=None, spatial_dims=None):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         spatial_dims=spatial_dims)
         self.rng = np.random.default_rng(rng)
 
     def forward(self, x):
@@ -70,9 +73,10 @@ class FractionalMaxPool(Pool):
     ``rng``."""
 
     def __init__(self, kernel_size, output_size=None, output_ratio=None, *,
-                 sequence="pseudo_random", rng=None):
+                 sequence="pseudo_random", rng=None, spatial_dims=None):
         super().__init__(kernel_size=kernel_size, output_size=output_size,
-                         output_ratio=output_ratio, sequence=sequence)
+                         output_ratio=output_ratio, sequence=sequence,
+                         spatial_dims=spatial_dims)
         self.rng = np.random.default_rng(rng)
 
     def forward(self, x):
@@ -85,22 +89,19 @@ class FractionalMaxPool(Pool):
 
 class AttentionPool(Layer):
     """:func:`poolgrad.attention_pool` as a readout head in place of global average
-    pooling: ``(N, channels, *spatial)`` to ``(N, queries * channels)``.
+    pooling: ``(N, channels, *spatial)`` to ``(N, queries * channels)`` (unbatched with
+    ``spatial_dims``: ``(channels, *spatial)`` to ``(queries * channels,)``).
 
     The queries start at 0, so the layer starts as global average pooling and learns
     where to look; the key projection starts random (``N(0, 1 / channels)``, from
     ``rng``). Both are float64 parameters, ``params["queries"]`` and
     ``params["key_weight"]``."""
 
-    def __init__(self, channels: int, heads: int = 1, queries: int = 1, *, rng=None):
+    def __init__(self, channels: int, heads: int = 1, queries: int = 1, *, rng=None,
+                 spatial_dims=None):
         super().__init__()
-        for name, value in (("channels", channels), ("heads", heads), ("queries", queries)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"AttentionPool: {name} must be a positive int, got {value!r}")
-        if channels % heads:
-            raise ValueError(f"AttentionPool: heads ({heads}) must divide channels "
-                             f"({channels})")
-        self.heads = heads
+        inputs.check_attention_sizes(channels, heads, queries)
+        self.heads, self.spatial_dims = heads, spatial_dims
         rng = np.random.default_rng(rng)
         self.params = {"queries": np.zeros((queries, channels)),
                        "key_weight": rng.standard_normal((channels, channels))
@@ -109,10 +110,11 @@ class AttentionPool(Layer):
     def forward(self, x):
         args = (x, self.params["queries"], self.params["key_weight"], self.heads)
         if not self.training:
-            y = kinds.attention_pool(*args)
+            y = kinds.attention_pool(*args, spatial_dims=self.spatial_dims)
         else:
-            y, self._pullback = ops.vjp(kinds.attention_pool, *args)
-        return y.reshape(y.shape[0], -1)
+            y, self._pullback = ops.vjp(kinds.attention_pool, *args,
+                                        spatial_dims=self.spatial_dims)
+        return y.reshape(y.shape[:-2] + (-1,))  # (N, M, C) or unbatched (M, C), flattened
 
     def backward(self, dy):
         pullback = self._saved("_pullback")
@@ -122,7 +124,8 @@ class AttentionPool(Layer):
 
     def __repr__(self):
         queries, channels = self.params["queries"].shape
-        return f"AttentionPool({channels}, heads={self.heads}, queries={queries})"
+        return (f"AttentionPool({channels}, heads={self.heads}, queries={queries}, "
+                f"spatial_dims={self.spatial_dims})")
 
 
 class _LearnedPool(Layer):
@@ -167,10 +170,13 @@ class GeMPool(_LearnedPool):
     name = "p"
     op = staticmethod(kinds.gem_pool)
 
-    def __init__(self, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, learn=True):
-        # refused here, not at the first forward: the operator's own check of p
+    def __init__(self, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, learn=True,
+                 spatial_dims=None):
+        # refused here, not at the first forward (the operator checks it again at every
+        # call, where an optimizer may have stepped it out of range)
         super().__init__(inputs.check_p(p), learn, kernel_size=kernel_size, stride=stride,
-                         eps=eps)
+                         eps=inputs.check_real(eps, "eps", positive=True),
+                         spatial_dims=spatial_dims)
 
 
 class MixedPool(_LearnedPool):
@@ -178,21 +184,24 @@ class MixedPool(_LearnedPool):
     name = "alpha"
     op = staticmethod(kinds.mixed_pool)
 
-    def __init__(self, kernel_size, stride=None, padding=0, alpha=0.5, *, learn=True):
-        super().__init__(alpha, learn, kernel_size=kernel_size, stride=stride,
-                         padding=padding)
+    def __init__(self, kernel_size, stride=None, padding=0, alpha=0.5, *, learn=True,
+                 spatial_dims=None):
+        super().__init__(inputs.check_real(alpha, "alpha"), learn, kernel_size=kernel_size,
+                         stride=stride, padding=padding, spatial_dims=spatial_dims)
 
 
 class GatedPool(_LearnedPool):
     """:func:`poolgrad.gated_pool` as a layer, its gate (the window's shape, zeros at
-    the start: an even blend) learned."""
+    the start: an even blend) learned. The window has ``spatial_dims`` dims (``ndim``,
+    its older name), else as many as a per-dim kernel_size, else 2."""
     name = "gate"
     op = staticmethod(kinds.gated_pool)
 
-    def __init__(self, kernel_size, stride=None, padding=0, *, ndim=2, learn=True):
-        window = per_dim(kernel_size, ndim, "kernel_size")
+    def __init__(self, kernel_size, stride=None, padding=0, *, ndim=None, learn=True,
+                 spatial_dims=None):
+        window = inputs.gate_window(kernel_size, spatial_dims, ndim)
         super().__init__(np.zeros(window), learn, kernel_size=window, stride=stride,
-                         padding=padding)
+                         padding=padding, spatial_dims=spatial_dims)
 
 
 # The core's pooling layers by name (poolgrad explain's --kind). poolgrad train's

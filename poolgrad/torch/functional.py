@@ -92,7 +92,7 @@ def _cached_window(*args) -> tuple[int, ...]:
     return tuple(_window(*args))
 
 
-def _unbatch(t: Tensor, unbatched: bool) -> Tensor:
+def unbatch(t: Tensor, unbatched: bool) -> Tensor:
     return t.squeeze(0) if unbatched else t
 
 
@@ -112,12 +112,12 @@ def _max_pool(input, ndim, kernel_size, stride, padding, dilation, ceil_mode, re
 def max_result(x, window, unbatched, return_indices, ties):
     return_indices = geometry.flag(return_indices, "return_indices")
     if not (return_indices or _needs_grad(x)):
-        return _unbatch(call(ops.max_pool_values, x, window), unbatched)
+        return unbatch(call(ops.max_pool_values, x, window), unbatched)
     y, winners = call(ops.max_pool, x, window, ties)
     if not return_indices:
-        return _unbatch(y, unbatched)
+        return unbatch(y, unbatched)
     indices = call(ops.max_pool_indices, winners, window, list(x.shape))
-    return _unbatch(y, unbatched), _unbatch(indices, unbatched)
+    return unbatch(y, unbatched), unbatch(indices, unbatched)
 
 
 def _adaptive_max_pool(input, ndim, output_size, return_indices):
@@ -182,13 +182,13 @@ def _avg_pool(input, ndim, kernel_size, stride, padding, ceil_mode, count_includ
     window = sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
     divisor_override = inputs.check_divisor_override(divisor_override, f"{name}: ")
     include = geometry.flag(count_include_pad, "count_include_pad")
-    return _unbatch(call(ops.avg_pool, x, window, include, divisor_override), unbatched)
+    return unbatch(call(ops.avg_pool, x, window, include, divisor_override), unbatched)
 
 
 def _adaptive_avg_pool(input, ndim, output_size):
     x, unbatched = batched(input, ndim, f"adaptive_avg_pool{ndim}d")
     window = ops.adaptive_window(inputs.adaptive_sizes(output_size, x.shape[2:], ndim))
-    return _unbatch(call(ops.avg_pool, x, window, False, None), unbatched)
+    return unbatch(call(ops.avg_pool, x, window, False, None), unbatched)
 
 
 _AVG_DOC = """Average pooling over {n} spatial dim(s): ``torch.nn.functional.avg_pool{n}d``.
@@ -221,7 +221,7 @@ def _lp_pool(input, ndim, norm_type, kernel_size, stride, ceil_mode, padding, di
     x, unbatched = batched(input, ndim, f"lp_pool{ndim}d")
     p = inputs.check_p(norm_type)
     window = sliding(x, ndim, kernel_size, stride, padding, dilation, ceil_mode)
-    return _unbatch(call(ops.lp_pool, x, p, window), unbatched)
+    return unbatch(call(ops.lp_pool, x, p, window), unbatched)
 
 
 _LP_DOC = """Power-average pooling over {n} spatial dim(s): ``torch.nn.functional.lp_pool{n}d``.
@@ -263,7 +263,7 @@ def _max_unpool(input, indices, ndim, kernel_size, stride, padding, output_size)
     out_spatial = geometry.unpool_output_spatial(spatial, kernel, stride, pads, output_size,
                                                  tuple(input.shape[:-ndim]))
     batched_indices = indices.unsqueeze(0) if unbatched else indices
-    return _unbatch(call(ops.max_unpool, y, batched_indices, window, list(out_spatial)),
+    return unbatch(call(ops.max_unpool, y, batched_indices, window, list(out_spatial)),
                     unbatched)
 
 

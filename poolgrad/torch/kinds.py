@@ -30,8 +30,11 @@ kind                        composition
 ``attention_pool``          matrix products and a softmax over positions
 ==========================  =================================================
 
-Inputs are batched, ``(N, C, *spatial)`` with 1-3 spatial dims; the random kinds take a
-``torch.Generator`` (or an int seed) for their draws.
+Inputs follow the NumPy operators' rule (:func:`poolgrad._inputs.resolve_spatial_dims`):
+``(N, C, *spatial)`` with 1-3 spatial dims, or unbatched ``(C, *spatial)`` (the result
+unbatched too) where ``spatial_dims`` or a per-dim argument gives their number. The
+learnable parameters are checked as the NumPy operators check them, at every eager call.
+The random kinds take a ``torch.Generator`` (or an int seed) for their draws.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from ..kinds import fractional as numpy_fractional
 from . import _ops as ops
 from ._autograd import call, windows
 from .functional import batched as _check_input
-from .functional import max_result, sliding
+from .functional import max_result, sliding, unbatch
 from .onnx import refuse_export
 
 __all__ = ["attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool",
@@ -59,15 +62,30 @@ __all__ = ["attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool"
            "SoftPool", "StochasticPool"]
 
 
-def _batched(x, name: str) -> int:
-    """The number of spatial dims of ``x``, checked as poolgrad.torch checks every input
-    (a float tensor on the CPU or CUDA, no empty dim), and batched: ``(N, C, *spatial)``."""
-    if isinstance(x, Tensor) and x.dim() not in (3, 4, 5):
-        raise ValueError(f"{name}: x must be (N, C, *spatial) with 1-3 spatial dims, got "
-                         f"shape {tuple(x.shape)}")
-    ndim = x.dim() - 2 if isinstance(x, Tensor) else 1
-    _check_input(x, ndim, name)
-    return ndim
+def _shape(x, name: str) -> tuple[int, ...]:
+    if not isinstance(x, Tensor):
+        _check_input(x, 1, name)  # raises its TypeError
+    return tuple(x.shape)
+
+
+def _batched(x, name: str, spatial_dims, **per_dim_args) -> tuple[Tensor, int, bool]:
+    """``(x as (N, C, *spatial), its number of spatial dims, whether it came unbatched)``:
+    the number by the NumPy operators' rule, ``x`` checked as poolgrad.torch checks every
+    input (a float tensor on the CPU or CUDA, no empty dim)."""
+    ndim = inputs.resolve_spatial_dims(_shape(x, name), spatial_dims, f"{name}: ",
+                                       **per_dim_args)
+    x, unbatched = _check_input(x, ndim, name)
+    return x, ndim, unbatched
+
+
+def _check_parameter(value, name: str, *, positive: bool = False) -> None:
+    """A parameter given as a number or a tensor, checked as the NumPy operators check it
+    (:func:`poolgrad._inputs.check_real`, ``check_values``). A tensor's values are read in
+    eager calls only: under ``torch.compile`` reading them would break the graph."""
+    if not isinstance(value, Tensor):
+        inputs.check_real(value, name, positive=positive)
+    elif not torch.compiler.is_compiling():
+        inputs.check_values(value.detach().flatten().tolist(), name, positive=positive)
 
 
 def _window(x, kernel_size, stride, padding) -> list[int]:
@@ -122,10 +140,12 @@ def _blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
     return conv(x, weight, stride=stride, groups=channels)
 
 
-def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode, name):
-    _batched(x, name)
+def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode,
+               spatial_dims, name):
     ndim, kernel, stride, sizes, pads = numpy_blur.blur_arguments(
-        x, kernel_size, stride, filter_size, padding, padding_mode)
+        _shape(x, name), kernel_size, stride, filter_size, padding, padding_mode,
+        spatial_dims, f"{name}: ")
+    x, unbatched = _check_input(x, ndim, name)
     # the NumPy operator's plan, for its checks (sizes, reflect padding shorter than the
     # map); Dynamo traces the uncached function (as functional.sliding's)
     plan = geometry.blur_plan.__wrapped__ if torch.compiler.is_compiling() else geometry.blur_plan
@@ -136,27 +156,32 @@ def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode, 
             x = max_result(x, window, False, False, "first")
         else:
             x = call(ops.avg_pool, x, window, True, None)
-    return _blur(x, ndim, stride, sizes, pads, padding_mode)
+    return unbatch(_blur(x, ndim, stride, sizes, pads, padding_mode), unbatched)
 
 
-def blur_pool(x, stride=2, filter_size=3, padding_mode="reflect", padding=None):
-    """:func:`poolgrad.blur_pool` on a tensor (the same arguments)."""
-    return _blur_kind(x, "none", 1, stride, filter_size, padding, padding_mode, "blur_pool")
+def blur_pool(x, stride=2, filter_size=3, padding_mode="reflect", padding=None, *,
+              spatial_dims=None):
+    """:func:`poolgrad.blur_pool` on a tensor (the same arguments). ``x`` is ``(N, C,
+    *spatial)``, or ``(C, *spatial)`` where ``spatial_dims`` or a per-dim argument gives
+    the number of spatial dims."""
+    return _blur_kind(x, "none", 1, stride, filter_size, padding, padding_mode, spatial_dims,
+                      "blur_pool")
 
 
 def max_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
-                  padding=None):
+                  padding=None, *, spatial_dims=None):
     """:func:`poolgrad.max_blur_pool` on a tensor: poolgrad's stride-1 max pooling (its
-    winners, 1 byte per window, route the gradient), then :func:`blur_pool`."""
+    winners, 1 byte per window, route the gradient), then :func:`blur_pool`. ``x`` as
+    :func:`blur_pool` takes it."""
     return _blur_kind(x, "max", kernel_size, stride, filter_size, padding, padding_mode,
-                      "max_blur_pool")
+                      spatial_dims, "max_blur_pool")
 
 
 def avg_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
-                  padding=None):
-    """:func:`poolgrad.avg_blur_pool` on a tensor."""
+                  padding=None, *, spatial_dims=None):
+    """:func:`poolgrad.avg_blur_pool` on a tensor; ``x`` as :func:`blur_pool` takes it."""
     return _blur_kind(x, "avg", kernel_size, stride, filter_size, padding, padding_mode,
-                      "avg_blur_pool")
+                      spatial_dims, "avg_blur_pool")
 
 
 # --------------------------------------------------------------------------- weighted
@@ -168,18 +193,19 @@ def _real_taps(x: Tensor, window) -> Tensor:
     return windows(ones, window, False)
 
 
-def soft_pool(x, kernel_size, stride=None, padding=0):
+def soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     """:func:`poolgrad.soft_pool` on a tensor: ``sum(softmax(w) * w)`` per window, the
     window's maximum subtracted (held constant, which leaves the function and so its
-    gradient unchanged)."""
-    ndim = _batched(x, "soft_pool")
+    gradient unchanged). ``x`` as :func:`blur_pool` takes it."""
+    x, ndim, unbatched = _batched(x, "soft_pool", spatial_dims, kernel_size=kernel_size,
+                                  stride=stride, padding=padding)
     window = _window(x, kernel_size, stride, padding)
     taps = windows(x, window, -math.inf)
     largest = taps.detach().amax(dim=_taps(ndim), keepdim=True)
     weights = torch.exp(taps - largest)
     values = torch.where(_real_taps(x, window), taps, torch.zeros((), dtype=x.dtype,
                                                                   device=x.device))
-    return (weights * values).sum(_taps(ndim)) / weights.sum(_taps(ndim))
+    return unbatch((weights * values).sum(_taps(ndim)) / weights.sum(_taps(ndim)), unbatched)
 
 
 def _draw(x: Tensor, window, draws: Tensor) -> Tensor:
@@ -203,15 +229,22 @@ def _draw(x: Tensor, window, draws: Tensor) -> Tensor:
 
 
 def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
-                    generator=None):
+                    generator=None, spatial_dims=None):
     """:func:`poolgrad.stochastic_pool` on a tensor. Draws are ``torch.rand(y.shape,
     generator=generator)`` (float64, on x's device); the output is poolgrad's gather at
-    the drawn tap, whose gradient is max pooling's routing."""
-    _batched(x, "stochastic_pool")
+    the drawn tap, whose gradient is max pooling's routing. ``x`` as :func:`blur_pool`
+    takes it."""
+    x, _, unbatched = _batched(x, "stochastic_pool", spatial_dims, kernel_size=kernel_size,
+                               stride=stride, padding=padding)
     refuse_export("stochastic_pool cannot be exported: it draws at random in training, and "
                   "checks x >= 0 on the data in evaluation, which a graph cannot; export "
                   "a model with max_pool or avg_pool in its place")
-    window = _window(x, kernel_size, stride, padding)
+    return unbatch(_stochastic(x, _window(x, kernel_size, stride, padding), training,
+                               generator), unbatched)
+
+
+def _stochastic(x, window, training, generator):
+    """Stochastic pooling of a batched x."""
     if not bool(x.detach().min() >= 0):  # NaN, the min's too, fails as a negative does
         raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
                          "be >= 0 (as after a ReLU) and not NaN")
@@ -244,15 +277,25 @@ class _TorchDraws:
 
 def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
                         return_indices=False, *, samples=None, generator=None,
-                        sequence="pseudo_random"):
+                        sequence="pseudo_random", spatial_dims=None):
     """:func:`poolgrad.fractional_max_pool` on a tensor. ``samples`` is torch's
-    ``_random_samples`` (``(N, C, ndim)``, PyTorch's order); without it they are
-    ``torch.rand`` draws in x's dtype on the CPU (``generator`` a CPU generator or seed)."""
-    _batched(x, "fractional_max_pool")
+    ``_random_samples`` (``(N, C, ndim)``, PyTorch's order; ``(1, C, ndim)`` for an
+    unbatched x, as torch's); without it they are ``torch.rand`` draws in x's dtype on the
+    CPU (``generator`` a CPU generator or seed). ``x`` as :func:`blur_pool` takes it."""
     refuse_export("fractional_max_pool cannot be exported: its windows are drawn at random "
                   "on the host at every call; export a model with max_pool in its place")
-    ndim, kernel, out = numpy_fractional.fractional_arguments(x, kernel_size, output_size,
-                                                              output_ratio, sequence)
+    ndim, kernel, out = numpy_fractional.fractional_arguments(
+        _shape(x, "fractional_max_pool"), kernel_size, output_size, output_ratio, sequence,
+        spatial_dims, "fractional_max_pool: ")
+    x, unbatched = _check_input(x, ndim, "fractional_max_pool")
+    y, winners = _fractional(x, ndim, kernel, out, samples, generator, sequence)
+    if return_indices:
+        return unbatch(y, unbatched), unbatch(winners, unbatched)
+    return unbatch(y, unbatched)
+
+
+def _fractional(x, ndim, kernel, out, samples, generator, sequence):
+    """Fractional max pooling of a batched x: ``(y, winners)``."""
     n, c = x.shape[:2]
     source = _generator(generator, "cpu")
     drawn = samples is None
@@ -296,34 +339,25 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     best = torch.where(nan.any(-1), nan.to(torch.uint8).argmax(-1), flat.argmax(-1))
     winners = index.flatten(-ndim).gather(-1, best.unsqueeze(-1)).reshape(n, c, -1)
     y = x.reshape(n, c, -1).gather(2, winners).reshape(n, c, *out)
-    return (y, winners.reshape(n, c, *out)) if return_indices else y
+    return y, winners.reshape(n, c, *out)
 
 
 # ----------------------------------------------------------------- learnable parameters
 
 
-def _check_gem_p(p) -> None:
-    """GeM's ``p``: finite and > 0, as :func:`poolgrad.gem_pool` checks it (the same
-    check for a number). A tensor's values are read in eager calls only: under
-    ``torch.compile`` reading them would break the graph."""
-    if not isinstance(p, Tensor):
-        inputs.check_p(p)
-    elif not torch.compiler.is_compiling():
-        values = p.detach()
-        if not bool((torch.isfinite(values) & (values > 0)).all()):
-            raise ValueError(f"gem_pool: p must be finite and > 0, got {values.tolist()}")
-
-
-def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6):
+def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=None):
     """:func:`poolgrad.gem_pool` on a tensor; ``p`` a number or a tensor (learnable: its
-    gradient is the composition's), finite and > 0."""
-    ndim = _batched(x, "gem_pool")
-    _check_gem_p(p)
+    gradient is the composition's), finite and > 0 (checked at every eager call). ``x``
+    as :func:`blur_pool` takes it."""
+    _check_parameter(p, "p", positive=True)
+    _check_parameter(eps, "eps", positive=True)
+    if kernel_size is None and stride is not None:
+        raise ValueError("gem_pool: stride needs a kernel_size (kernel_size=None pools "
+                         "globally)")
+    x, ndim, unbatched = _batched(x, "gem_pool", spatial_dims, kernel_size=kernel_size,
+                                  stride=stride)
     z = x.clamp_min(eps)
     if kernel_size is None:
-        if stride is not None:
-            raise ValueError("gem_pool: stride needs a kernel_size (kernel_size=None pools "
-                             "globally)")
         taps = z.flatten(2)
         dims = (-1,)
         shape = (*x.shape[:2], *(1,) * ndim)
@@ -333,7 +367,7 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6):
         shape = None
     largest = taps.detach().amax(dim=dims, keepdim=True)  # scales out of any overflow
     y = ((taps / largest) ** p).mean(dims, keepdim=True) ** (1 / p) * largest
-    return y.reshape(shape) if shape else y.squeeze(dims)
+    return unbatch(y.reshape(shape) if shape else y.squeeze(dims), unbatched)
 
 
 def _max_and_avg(x, window):
@@ -341,41 +375,36 @@ def _max_and_avg(x, window):
             call(ops.avg_pool, x, window, True, None))
 
 
-def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5):
-    """:func:`poolgrad.mixed_pool` on a tensor; ``alpha`` a number or a tensor."""
-    _batched(x, "mixed_pool")
+def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, spatial_dims=None):
+    """:func:`poolgrad.mixed_pool` on a tensor; ``alpha`` a number or a tensor, finite
+    (checked at every eager call). ``x`` as :func:`blur_pool` takes it."""
+    _check_parameter(alpha, "alpha")
+    x, _, unbatched = _batched(x, "mixed_pool", spatial_dims, kernel_size=kernel_size,
+                               stride=stride, padding=padding)
     top, mean = _max_and_avg(x, _window(x, kernel_size, stride, padding))
-    return alpha * top + (1 - alpha) * mean
+    return unbatch(alpha * top + (1 - alpha) * mean, unbatched)
 
 
-def gated_pool(x, gate, kernel_size, stride=None, padding=0):
-    """:func:`poolgrad.gated_pool` on a tensor: ``gate`` shaped as the window."""
-    ndim = _batched(x, "gated_pool")
+def gated_pool(x, gate, kernel_size, stride=None, padding=0, *, spatial_dims=None):
+    """:func:`poolgrad.gated_pool` on a tensor: ``gate`` shaped as the window and finite
+    (checked at every eager call). ``x`` as :func:`blur_pool` takes it."""
+    x, ndim, unbatched = _batched(x, "gated_pool", spatial_dims, kernel_size=kernel_size,
+                                  stride=stride, padding=padding)
     window = _window(x, kernel_size, stride, padding)
-    kernel = ops.sliding_args(window)[0]
-    if tuple(gate.shape) != kernel:
-        raise ValueError(f"gate must have the window's shape {kernel}, got "
-                         f"{tuple(gate.shape)}")
+    inputs.check_gate_shape(gate.shape, ops.sliding_args(window)[0])
+    _check_parameter(gate, "gate")
     top, mean = _max_and_avg(x, window)
     logit = (windows(x, window, 0.0) * gate.to(x.dtype)).sum(_taps(ndim))
     share = torch.sigmoid(logit)
-    return share * top + (1 - share) * mean
+    return unbatch(share * top + (1 - share) * mean, unbatched)
 
 
-def attention_pool(x, queries, key_weight, heads=1):
-    """:func:`poolgrad.attention_pool` on a tensor: ``(N, C, *spatial)`` to
-    ``(N, M, C)``."""
-    _batched(x, "attention_pool")
+def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
+    """:func:`poolgrad.attention_pool` on a tensor: ``(N, C, *spatial)`` to ``(N, M, C)``,
+    or with ``spatial_dims`` ``(C, *spatial)`` to ``(M, C)``."""
+    x, _, unbatched = _batched(x, "attention_pool", spatial_dims)
     n, channels = x.shape[:2]
-    if queries.dim() != 2 or queries.shape[1] != channels:
-        raise ValueError(f"queries must be (queries, C) = (M, {channels}), got shape "
-                         f"{tuple(queries.shape)}")
-    if tuple(key_weight.shape) != (channels, channels):
-        raise ValueError(f"key_weight must be (C, C) = ({channels}, {channels}), got "
-                         f"shape {tuple(key_weight.shape)}")
-    if channels % heads:
-        raise ValueError(f"heads must be a positive int dividing the {channels} channels, "
-                         f"got {heads!r}")
+    inputs.check_attention_shapes(queries.shape, key_weight.shape, heads, channels)
     d = channels // heads
     features = x.reshape(n, channels, -1)
     keys = (key_weight.to(x.dtype) @ features).reshape(n, heads, d, -1)
@@ -383,7 +412,7 @@ def attention_pool(x, queries, key_weight, heads=1):
     scores = torch.einsum("mhd,nhdl->nmhl", q, keys) / math.sqrt(d)
     weights = torch.softmax(scores, dim=-1)
     y = torch.einsum("nmhl,nhdl->nmhd", weights, features.reshape(n, heads, d, -1))
-    return y.reshape(n, -1, channels)
+    return unbatch(y.reshape(n, -1, channels), unbatched)
 
 
 # --------------------------------------------------------------------------- modules
@@ -409,9 +438,10 @@ class BlurPool(_Kind):
     """:func:`blur_pool` as a module."""
     function = staticmethod(blur_pool)
 
-    def __init__(self, stride=2, filter_size=3, padding_mode="reflect", padding=None):
+    def __init__(self, stride=2, filter_size=3, padding_mode="reflect", padding=None, *,
+                 spatial_dims=None):
         super().__init__(stride=stride, filter_size=filter_size, padding_mode=padding_mode,
-                         padding=padding)
+                         padding=padding, spatial_dims=spatial_dims)
 
 
 class MaxBlurPool(_Kind):
@@ -419,9 +449,10 @@ class MaxBlurPool(_Kind):
     function = staticmethod(max_blur_pool)
 
     def __init__(self, kernel_size=2, stride=2, filter_size=3, padding_mode="reflect",
-                 padding=None):
+                 padding=None, *, spatial_dims=None):
         super().__init__(kernel_size=kernel_size, stride=stride, filter_size=filter_size,
-                         padding_mode=padding_mode, padding=padding)
+                         padding_mode=padding_mode, padding=padding,
+                         spatial_dims=spatial_dims)
 
 
 class AvgBlurPool(MaxBlurPool):
@@ -433,16 +464,18 @@ class SoftPool(_Kind):
     """:func:`soft_pool` as a module."""
     function = staticmethod(soft_pool)
 
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+    def __init__(self, kernel_size, stride=None, padding=0, *, spatial_dims=None):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         spatial_dims=spatial_dims)
 
 
 class StochasticPool(_Kind):
     """:func:`stochastic_pool` as a module: draws in training (from its own generator,
     seeded by ``seed``, or torch's default one), the weighted average in evaluation."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, *, seed=None):
-        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+    def __init__(self, kernel_size, stride=None, padding=0, *, seed=None, spatial_dims=None):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         spatial_dims=spatial_dims)
         self.seed = seed
         self._generator = None
 
@@ -458,9 +491,10 @@ class FractionalMaxPool(_Kind):
     drawn from its own CPU generator when seeded."""
 
     def __init__(self, kernel_size, output_size=None, output_ratio=None, *,
-                 sequence="pseudo_random", seed=None):
+                 sequence="pseudo_random", seed=None, spatial_dims=None):
         super().__init__(kernel_size=kernel_size, output_size=output_size,
-                         output_ratio=output_ratio, sequence=sequence)
+                         output_ratio=output_ratio, sequence=sequence,
+                         spatial_dims=spatial_dims)
         self._generator = None if seed is None else torch.Generator().manual_seed(seed)
 
     def manual_seed(self, seed: int) -> FractionalMaxPool:
@@ -476,60 +510,74 @@ class FractionalMaxPool(_Kind):
 class GeMPool(nn.Module):
     """:func:`gem_pool` as a module, ``p`` a parameter (fixed with ``learn=False``)."""
 
-    def __init__(self, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, learn=True):
+    def __init__(self, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, learn=True,
+                 spatial_dims=None):
         super().__init__()
+        # refused here, not at the first forward (gem_pool checks p again at every call,
+        # where an optimizer may have stepped it out of range)
         value = torch.tensor(inputs.check_p(p), dtype=torch.float64)
         self.p = nn.Parameter(value) if learn else value
-        self.kernel_size, self.stride, self.eps = kernel_size, stride, eps
+        self.kernel_size, self.stride = kernel_size, stride
+        self.eps = inputs.check_real(eps, "eps", positive=True)
+        self.spatial_dims = spatial_dims
 
     def forward(self, x):
-        return gem_pool(x, self.p.to(x.dtype), self.kernel_size, self.stride, self.eps)
+        return gem_pool(x, self.p.to(x.dtype), self.kernel_size, self.stride, self.eps,
+                        spatial_dims=self.spatial_dims)
 
 
 class MixedPool(nn.Module):
     """:func:`mixed_pool` as a module, ``alpha`` a parameter (fixed with ``learn=False``)."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, alpha=0.5, *, learn=True):
+    def __init__(self, kernel_size, stride=None, padding=0, alpha=0.5, *, learn=True,
+                 spatial_dims=None):
         super().__init__()
-        value = torch.tensor(float(alpha), dtype=torch.float64)
+        value = torch.tensor(inputs.check_real(alpha, "alpha"), dtype=torch.float64)
         self.alpha = nn.Parameter(value) if learn else value
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.spatial_dims = spatial_dims
 
     def forward(self, x):
         return mixed_pool(x, self.kernel_size, self.stride, self.padding,
-                          self.alpha.to(x.dtype))
+                          self.alpha.to(x.dtype), spatial_dims=self.spatial_dims)
 
 
 class GatedPool(nn.Module):
-    """:func:`gated_pool` as a module, the gate (zeros: an even blend) a parameter."""
+    """:func:`gated_pool` as a module, the gate (zeros: an even blend) a parameter. The
+    window has ``spatial_dims`` dims (``ndim``, its older name), else as many as a
+    per-dim kernel_size, else 2."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, *, ndim=2, learn=True):
+    def __init__(self, kernel_size, stride=None, padding=0, *, ndim=None, learn=True,
+                 spatial_dims=None):
         super().__init__()
-        window = geometry.per_dim(kernel_size, ndim, "kernel_size")
+        window = inputs.gate_window(kernel_size, spatial_dims, ndim)
         value = torch.zeros(window, dtype=torch.float64)
         self.gate = nn.Parameter(value) if learn else value
         self.kernel_size, self.stride, self.padding = window, stride, padding
+        self.spatial_dims = spatial_dims
 
     def forward(self, x):
-        return gated_pool(x, self.gate, self.kernel_size, self.stride, self.padding)
+        return gated_pool(x, self.gate, self.kernel_size, self.stride, self.padding,
+                          spatial_dims=self.spatial_dims)
 
 
 class AttentionPool(nn.Module):
     """:func:`attention_pool` as a readout head in place of global average pooling:
-    ``(N, channels, *spatial)`` to ``(N, queries * channels)``. The queries start at 0
-    (global average pooling), the key projection at ``N(0, 1 / channels)`` (drawn from
-    ``generator`` if given)."""
+    ``(N, channels, *spatial)`` to ``(N, queries * channels)`` (unbatched with
+    ``spatial_dims``: ``(channels, *spatial)`` to ``(queries * channels,)``). The queries
+    start at 0 (global average pooling), the key projection at ``N(0, 1 / channels)``
+    (drawn from ``generator`` if given)."""
 
-    def __init__(self, channels: int, heads: int = 1, queries: int = 1, *, generator=None):
+    def __init__(self, channels: int, heads: int = 1, queries: int = 1, *, generator=None,
+                 spatial_dims=None):
         super().__init__()
-        if channels % heads:
-            raise ValueError(f"AttentionPool: heads ({heads}) must divide channels "
-                             f"({channels})")
-        self.heads = heads
+        inputs.check_attention_sizes(channels, heads, queries)
+        self.heads, self.spatial_dims = heads, spatial_dims
         self.queries = nn.Parameter(torch.zeros(queries, channels))
         self.key_weight = nn.Parameter(
             torch.randn(channels, channels, generator=generator) / math.sqrt(channels))
 
     def forward(self, x):
-        y = attention_pool(x, self.queries, self.key_weight, self.heads)
-        return y.reshape(y.shape[0], -1)
+        y = attention_pool(x, self.queries, self.key_weight, self.heads,
+                           spatial_dims=self.spatial_dims)
+        return y.flatten(-2)  # (N, M, C) or unbatched (M, C)
