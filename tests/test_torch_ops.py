@@ -466,6 +466,67 @@ def test_replace_pooling_swaps_every_pooling_module():
         pt.replace_pooling([model])
 
 
+def test_replace_pooling_to_a_kind():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.MaxPool2d(2), torch.nn.MaxPool2d(3, 2, 1),
+        torch.nn.AvgPool2d(2), torch.nn.AdaptiveAvgPool2d(1))
+    x = torch.rand(2, 3, 21, 21)
+    sizes = [t.shape for t in _activations(model, x)]
+    assert pt.replace_pooling(model, to="max_blur") == 2
+    # unpadded: the fused MaxBlurPool; padded (a ResNet stem): its max at stride 1 keeps
+    # the padding, then the blur subsamples, so every size stays
+    assert type(model[1]) is pt.MaxBlurPool and model[1].options["kernel_size"] == 2
+    assert [type(m) for m in model[2]] == [pt.MaxPool2d, pt.BlurPool]
+    assert model[2][0].stride == 1 and model[2][0].padding == 1
+    assert type(model[3]) is torch.nn.AvgPool2d  # max_blur leaves average pooling alone
+    assert [t.shape for t in _activations(model, x)] == sizes
+    torch.testing.assert_close(model[1](x), pt.max_blur_pool(x, 2, 2))
+    assert "(1): poolgrad.MaxBlurPool(" in str(model)
+    assert pt.replace_pooling(model, to="gem") == 1 and type(model[4]) is pt.GeMPool
+
+    mapped = torch.nn.Sequential(torch.nn.MaxPool2d(2), torch.nn.AvgPool2d(2),
+                                 torch.nn.AdaptiveAvgPool2d(1)).eval()
+    made = []
+    count = pt.replace_pooling(mapped, to={torch.nn.MaxPool2d: pt.SoftPool,
+                                           torch.nn.AvgPool2d: "mixed",
+                                           torch.nn.AdaptiveAvgPool2d: lambda m: made.append(m)
+                                           or torch.nn.Identity()})
+    assert count == 3 and len(made) == 1 and not mapped[0].training
+    assert (type(mapped[0]), type(mapped[1]), type(mapped[2])) == (
+        pt.SoftPool, pt.MixedPool, torch.nn.Identity)
+    torch.testing.assert_close(mapped[0](x), pt.soft_pool(x, 2, 2, 0))
+
+
+def _activations(model, x):
+    out = []
+    for module in model:
+        x = module(x)
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("model, to, error, words", [
+    (torch.nn.MaxPool2d(2, ceil_mode=True), "max_blur", ValueError, "has no ceil_mode"),
+    (torch.nn.MaxPool2d(2, dilation=2), "soft", ValueError, "has no dilation"),
+    (torch.nn.MaxPool2d(2, return_indices=True), "stochastic", ValueError,
+     "has no return_indices"),
+    (torch.nn.AdaptiveAvgPool2d(3), "gem", ValueError, "GeM is global or sliding"),
+    (torch.nn.MaxPool2d(2), "blurry", ValueError, "to must be one of max_blur"),
+    (torch.nn.MaxPool2d(2), ["soft"], TypeError, "to must be None, a name or a mapping"),
+    (torch.nn.MaxPool2d(2), {"MaxPool2d": "soft"}, TypeError, "keys of to must be"),
+    (torch.nn.MaxPool2d(2), {torch.nn.MaxPool2d: 3}, TypeError, "must be a name, a"),
+    (torch.nn.MaxPool2d(2), {torch.nn.MaxPool2d: lambda m: 3}, TypeError,
+     "returned int, not a torch.nn.Module"),
+])
+def test_replace_pooling_refuses_what_the_kind_cannot_be(model, to, error, words):
+    fine = torch.nn.AdaptiveAvgPool2d(1) if to == "gem" else torch.nn.MaxPool2d(4)
+    wrapped = torch.nn.Sequential(fine, model)
+    with pytest.raises(error, match=words):
+        pt.replace_pooling(wrapped, to=to)
+    assert wrapped[0] is fine and wrapped[1] is model  # an error changes nothing
+
+
 def _model_source(source):
     if source == "torchvision":  # where its wheel loads (not against this CPU build)
         try:

@@ -418,7 +418,16 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
 # --------------------------------------------------------------------------- modules
 
 
-class _Kind(nn.Module):
+class _Module(nn.Module):
+    """A kind's module: prints as ``poolgrad.Name(...)``, as the core's modules do, so
+    that ``print(model)`` after :func:`~poolgrad.torch.replace_pooling` shows them."""
+
+    def _get_name(self):
+        name = type(self).__name__
+        return f"poolgrad.{name}" if type(self).__module__ == __name__ else name
+
+
+class _Kind(_Module):
     """A kind as a module: ``function(x, **options)``."""
 
     function = None
@@ -507,7 +516,7 @@ class FractionalMaxPool(_Kind):
         return fractional_max_pool(x, **self.options, generator=self._generator)
 
 
-class GeMPool(nn.Module):
+class GeMPool(_Module):
     """:func:`gem_pool` as a module, ``p`` a parameter (fixed with ``learn=False``)."""
 
     def __init__(self, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, learn=True,
@@ -526,7 +535,7 @@ class GeMPool(nn.Module):
                         spatial_dims=self.spatial_dims)
 
 
-class MixedPool(nn.Module):
+class MixedPool(_Module):
     """:func:`mixed_pool` as a module, ``alpha`` a parameter (fixed with ``learn=False``)."""
 
     def __init__(self, kernel_size, stride=None, padding=0, alpha=0.5, *, learn=True,
@@ -542,7 +551,7 @@ class MixedPool(nn.Module):
                           self.alpha.to(x.dtype), spatial_dims=self.spatial_dims)
 
 
-class GatedPool(nn.Module):
+class GatedPool(_Module):
     """:func:`gated_pool` as a module, the gate (zeros: an even blend) a parameter. The
     window has ``spatial_dims`` dims (``ndim``, its older name), else as many as a
     per-dim kernel_size, else 2."""
@@ -561,7 +570,7 @@ class GatedPool(nn.Module):
                           spatial_dims=self.spatial_dims)
 
 
-class AttentionPool(nn.Module):
+class AttentionPool(_Module):
     """:func:`attention_pool` as a readout head in place of global average pooling:
     ``(N, channels, *spatial)`` to ``(N, queries * channels)`` (unbatched with
     ``spatial_dims``: ``(channels, *spatial)`` to ``(queries * channels,)``). The queries

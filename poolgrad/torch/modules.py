@@ -11,9 +11,13 @@ keyword-only constructor arguments.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from torch import nn
 
+from .. import geometry
 from . import functional as F
+from . import kinds
 
 __all__ = [f"{kind}{n}d" for kind in ("MaxPool", "AvgPool", "LPPool", "AdaptiveMaxPool",
                                       "AdaptiveAvgPool", "MaxUnpool") for n in (1, 2, 3)]
@@ -161,29 +165,171 @@ def _rebuilt(module: nn.Module) -> nn.Module:
     return cls(module.kernel_size, module.stride, module.padding)  # MaxUnpool
 
 
-def replace_pooling(model: nn.Module) -> int:
-    """Swap every ``torch.nn`` pooling module inside ``model`` (``MaxPool*``, ``AvgPool*``,
-    ``LPPool*``, ``AdaptiveMaxPool*``, ``AdaptiveAvgPool*``, ``MaxUnpool*``), in place, for
-    poolgrad's module with the same settings, and return how many were replaced.
+def _spatial_dims(module: nn.Module) -> int:
+    """1, 2 or 3: the dims of a ``torch.nn`` pooling module (from its class's name)."""
+    for cls in type(module).__mro__:
+        if cls.__name__[-2:] in ("1d", "2d", "3d") and "Pool" in cls.__name__:
+            return int(cls.__name__[-2])
+    raise ValueError(f"{type(module).__name__} is not a torch.nn pooling module")
 
-    The model computes the same function, except that ``LPPool`` now takes ``abs(x)``
-    (the same on non-negative inputs, such as after a ReLU). A ``model`` that is itself a
-    pooling module cannot be replaced in place: wrap it, or build poolgrad's module.
+
+def _settings(module: nn.Module, kind: str) -> tuple:
+    """``(kernel_size, stride, padding)`` of a sliding pooling ``module`` that becomes
+    ``kind``; a ValueError naming each setting that changes the windows or the outputs
+    and that the kind has no equivalent for. (An average's divisor settings are the
+    average's own: the kind replaces them.)"""
+    if not isinstance(module, (nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd)):
+        raise ValueError(f"{module!r} cannot become {kind}: {kind} replaces max or average "
+                         f"pooling")
+    unsupported = {
+        "ceil_mode": getattr(module, "ceil_mode", False),
+        "return_indices": getattr(module, "return_indices", False),
+        "dilation": geometry.per_dim(getattr(module, "dilation", 1), _spatial_dims(module),
+                                     "dilation") != (1,) * _spatial_dims(module),
+    }
+    found = [name for name, used in unsupported.items() if used]
+    if found:
+        raise ValueError(f"{module!r} cannot become {kind}: {kind} has no {', '.join(found)}")
+    return module.kernel_size, module.stride, module.padding
+
+
+def _no_padding(padding) -> bool:
+    return padding in (0, None) or (isinstance(padding, tuple) and not any(padding))
+
+
+def _blurred(module: nn.Module, kind: str) -> nn.Module:
+    """``max_blur`` or ``avg_blur``: the pool at stride 1, then the blur at the stride
+    (Zhang 2019). Unpadded, that is the fused MaxBlurPool or AvgBlurPool; padded (a
+    ResNet stem's ``MaxPool2d(3, 2, 1)``), the pool keeps its padding, so the output
+    keeps its size, as antialiased-cnns and timm's ``aa_layer`` do."""
+    ndim = _spatial_dims(module)
+    kernel, stride, padding = _settings(module, kind)
+    if _no_padding(padding):
+        fused = kinds.MaxBlurPool if kind == "max_blur" else kinds.AvgBlurPool
+        return fused(kernel_size=kernel, stride=stride, spatial_dims=ndim)
+    if kind == "max_blur":
+        pool = _REPLACEMENTS[getattr(nn, f"MaxPool{ndim}d")](kernel, 1, padding)
+    else:
+        pool = _REPLACEMENTS[getattr(nn, f"AvgPool{ndim}d")](
+            kernel, 1, padding, count_include_pad=module.count_include_pad)
+    return nn.Sequential(pool, kinds.BlurPool(stride=stride, spatial_dims=ndim))
+
+
+def _gem(module: nn.Module) -> nn.Module:
+    ndim = _spatial_dims(module)
+    if isinstance(module, nn.modules.pooling._AdaptiveAvgPoolNd):
+        size = geometry.per_dim(module.output_size, ndim, "output_size")
+        if size != (1,) * ndim:
+            raise ValueError(f"{module!r} cannot become gem: GeM is global or sliding, and "
+                             f"this pools to {size}")
+        return kinds.GeMPool(spatial_dims=ndim)
+    kernel, stride, padding = _settings(module, "gem")
+    if not _no_padding(padding):
+        raise ValueError(f"{module!r} cannot become gem: GeM has no padding")
+    return kinds.GeMPool(kernel_size=kernel, stride=stride, spatial_dims=ndim)
+
+
+# target name -> (the torch.nn pooling it replaces, its factory from such a module)
+_SLIDING = (nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd)
+_TARGETS = {
+    "max_blur": ((nn.modules.pooling._MaxPoolNd,), lambda m: _blurred(m, "max_blur")),
+    "avg_blur": ((nn.modules.pooling._AvgPoolNd,), lambda m: _blurred(m, "avg_blur")),
+    "soft": (_SLIDING, lambda m: kinds.SoftPool(*_settings(m, "soft"),
+                                                spatial_dims=_spatial_dims(m))),
+    "mixed": (_SLIDING, lambda m: kinds.MixedPool(*_settings(m, "mixed"),
+                                                  spatial_dims=_spatial_dims(m))),
+    "gated": (_SLIDING, lambda m: kinds.GatedPool(*_settings(m, "gated"),
+                                                  ndim=_spatial_dims(m))),
+    "stochastic": ((nn.modules.pooling._MaxPoolNd,), lambda m: kinds.StochasticPool(
+        *_settings(m, "stochastic"), spatial_dims=_spatial_dims(m))),
+    "gem": ((nn.modules.pooling._AdaptiveAvgPoolNd,), _gem),
+}
+_TARGET_OF_CLASS = {kinds.MaxBlurPool: "max_blur", kinds.AvgBlurPool: "avg_blur",
+                    kinds.SoftPool: "soft", kinds.MixedPool: "mixed", kinds.GatedPool: "gated",
+                    kinds.StochasticPool: "stochastic", kinds.GeMPool: "gem"}
+
+
+def _rules(to) -> list:
+    """``to`` as ``[(module types, factory)]``, the first match winning."""
+    if to is None:
+        return [(tuple(_REPLACEMENTS), _rebuilt)]
+    if isinstance(to, str):
+        if to not in _TARGETS:
+            raise ValueError(f"replace_pooling: to must be one of {', '.join(_TARGETS)} or a "
+                             f"mapping of torch.nn module types, got {to!r}")
+        return [_TARGETS[to]]
+    if not isinstance(to, Mapping):
+        raise TypeError(f"replace_pooling: to must be None, a name or a mapping, got "
+                        f"{type(to).__name__}")
+    rules = []
+    for source, target in to.items():
+        if not (isinstance(source, type) and issubclass(source, nn.Module)):
+            raise TypeError(f"replace_pooling: the keys of to must be torch.nn module "
+                            f"types, got {source!r}")
+        target = _TARGET_OF_CLASS.get(target, target)
+        if isinstance(target, str):
+            rules.append(((source,), _rules(target)[0][1]))
+        elif callable(target):
+            rules.append(((source,), target))
+        else:
+            raise TypeError(f"replace_pooling: to[{source.__name__}] must be a name, a "
+                            f"poolgrad module class or a factory, got {target!r}")
+    return rules
+
+
+def replace_pooling(model: nn.Module, to=None) -> int:
+    """Swap pooling modules inside ``model``, in place, and return how many were
+    replaced.
+
+    With ``to=None``, every ``torch.nn`` pooling module (``MaxPool*``, ``AvgPool*``,
+    ``LPPool*``, ``AdaptiveMaxPool*``, ``AdaptiveAvgPool*``, ``MaxUnpool*``) becomes
+    poolgrad's module with the same settings, and the model computes the same function,
+    except that ``LPPool`` now takes ``abs(x)`` (the same on non-negative inputs, such as
+    after a ReLU).
+
+    ``to`` swaps the kind instead:
+
+    - a name: ``"max_blur"`` (every max pooling becomes anti-aliased: MaxBlurPool, or
+      for a padded one its max at stride 1 and a BlurPool, so the sizes stay),
+      ``"avg_blur"``, ``"soft"``, ``"mixed"``, ``"gated"`` (max and average pooling),
+      ``"stochastic"`` (max pooling), ``"gem"`` (global average pooling);
+    - a mapping from ``torch.nn`` module types to a name, a poolgrad kind's class
+      (``pt.SoftPool``: built from the module's settings) or a factory called with the
+      module, e.g. ``{nn.MaxPool2d: "max_blur", nn.AdaptiveAvgPool2d: lambda m: MyPool()}``.
+
+    Other modules stay. A setting the kind has no equivalent for (``ceil_mode``,
+    ``dilation``, ``return_indices``...) is a ValueError naming the module. Replaced
+    modules keep the train or eval mode, and print as poolgrad's. A ``model`` that is
+    itself a pooling module cannot be replaced in place: wrap it, or build poolgrad's.
 
     Example:
         >>> from torch import nn
         >>> model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.MaxPool2d(2))
         >>> replace_pooling(model)
         1
-        >>> type(model[2]).__module__
-        'poolgrad.torch.modules'
+        >>> model[2]
+        poolgrad.MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)
+        >>> replace_pooling(model, to="max_blur")
+        1
+        >>> print(model[2])  # doctest: +ELLIPSIS
+        poolgrad.MaxBlurPool(kernel_size=2, stride=2, ..., spatial_dims=2)
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"replace_pooling takes a torch.nn.Module, got {type(model).__name__}")
-    replaced = 0
+    rules = _rules(to)
+    exact = to is None  # like for like: torch's own classes only, not poolgrad's subclasses
+    swaps = []  # every new module is built before any is set: an error changes nothing
     for parent in model.modules():
-        for name, child in list(parent.named_children()):
-            if type(child) in _REPLACEMENTS:
-                setattr(parent, name, _rebuilt(child).train(child.training))
-                replaced += 1
-    return replaced
+        for name, child in parent.named_children():
+            for types, factory in rules:
+                if type(child) in types if exact else isinstance(child, types):
+                    new = factory(child)
+                    if not isinstance(new, nn.Module):
+                        raise TypeError(f"replace_pooling: the factory for "
+                                        f"{type(child).__name__} returned "
+                                        f"{type(new).__name__}, not a torch.nn.Module")
+                    swaps.append((parent, name, new.train(child.training)))
+                    break
+    for parent, name, new in swaps:
+        setattr(parent, name, new)
+    return len(swaps)
