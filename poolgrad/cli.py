@@ -84,6 +84,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+# --overwrite's rule, the same for both commands that take it
+_OVERWRITE = ("replace OUT's {what} whole with this one once it is written: until then OUT "
+              "stays as it was, and a crash leaves the old {what} or the new, never a mix. "
+              "Only a {what} of this command is replaced: a folder holding anything else is "
+              "refused, never deleted")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="poolgrad", description=_ABOUT.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND",
@@ -133,10 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=_positive_float, default=None,
                    help="learning rate (default: per dataset)")
     t.add_argument("--seed", type=_at_least(0), default=0)
-    t.add_argument("--out", default=None, help="output folder (default: runs/DATASET)")
+    t.add_argument("--out", default=None,
+                   help="output folder (default: runs/DATASET), which holds one run and "
+                        "nothing else: a folder holding another run is refused unless "
+                        "--resume or --overwrite, one holding other files always")
     t.add_argument("--resume", action="store_true",
                    help="continue from OUT/checkpoint.npz, or checkpoint.pt with --engine "
                         "torch (--epochs may extend the run)")
+    t.add_argument("--overwrite", action="store_true", help=_OVERWRITE.format(what="run"))
     t.add_argument("--engine", choices=("numpy", "torch"), default="numpy",
                    help="numpy (default): poolgrad.nn's layers; torch: torch.nn layers with "
                         "poolgrad.torch's pooling modules")
@@ -180,7 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "stopped halfway goes on where it stopped when run again.")
     shift.add_argument("--out", default=os.path.join("runs", "shift-study"),
                        help="output folder (default runs/shift-study); finished runs in it "
-                            "are kept and never redone")
+                            "are kept and never redone. It holds one study and nothing "
+                            "else: a folder holding anything else is refused")
+    shift.add_argument("--overwrite", action="store_true",
+                       help=_OVERWRITE.format(what="study"))
     shift.add_argument("--quick", action="store_true",
                        help="check the pipeline on a sliver of the data in seconds; its "
                             "numbers mean nothing")
@@ -225,7 +239,7 @@ def train(args) -> None:
         dataset=args.dataset, out=args.out or None, engine=args.engine, pool=args.pool,
         head=args.head, gap_head=args.gap_head, epochs=args.epochs, batch_size=args.batch_size,
         optimizer=args.optimizer, lr=args.lr, seed=args.seed, resume=args.resume,
-        nproc=args.nproc, progress=not args.quiet, flags=True)
+        overwrite=args.overwrite, nproc=args.nproc, progress=not args.quiet, flags=True)
     metrics = trainer.train(config)
     settings = metrics["settings"]
     where = "" if args.engine == "numpy" else (
@@ -244,7 +258,7 @@ def study(args) -> None:
                              heads=args.heads, seeds=args.seeds, epochs=args.epochs)
     progress = None if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     paths = studies.shift_study(args.out, plan, device=args.device, workers=args.workers,
-                                progress=progress)
+                                progress=progress, overwrite=args.overwrite)
     with open(paths["findings"]) as stream:
         verdicts = [line for line in stream if line.startswith(("## ", "**Verdict"))]
     print("".join(verdicts), end="")

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
 
 from poolgrad import cli, explain, ops  # noqa: E402
-from poolgrad.study import findings, make_plan, report, shifts  # noqa: E402
+from poolgrad.study import findings, make_plan, report, runner, shift_study, shifts  # noqa: E402
 from poolgrad.study.runner import StudyError  # noqa: E402
 
 
@@ -212,3 +212,64 @@ def test_bad_folders_are_refused_before_the_work(tmp_path, capsys):
     (out / "runs" / "digits16" / "max-flatten-seed0.json").write_text("{half a file")
     code, _, err = run(QUICK + ["--out", str(out)], capsys)
     assert code == 2 and "is not a finished run of poolgrad study shift" in err
+
+
+def files_in(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file()}
+
+
+def test_a_study_refuses_a_train_run_even_to_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoint.npz").write_bytes(b"weights")
+    (out / "metrics.json").write_text("{}")
+    for flags in ([], ["--overwrite"]):
+        code, _, err = run(QUICK + ["--out", str(out), *flags], capsys)
+        assert code == 2 and err == (f"poolgrad study: error: {out} holds a run of poolgrad "
+                                     "train, not a study of poolgrad study shift: give "
+                                     "another --out\n")
+    assert files_in(out) == {"checkpoint.npz": b"weights", "metrics.json": b"{}"}
+
+
+def test_overwrite_replaces_a_study_whole_or_leaves_it(tmp_path, monkeypatch):
+    """The runs and the report are stand-ins (the folder is what is tested): a crash
+    halfway leaves the old study, a finished study replaces it, runs and all."""
+    crash_at_seed = None
+
+    def stand_in_run(run, plan, device):
+        if run["seed"] == crash_at_seed:
+            raise OSError(28, "No space left on device")
+        return {**run, "settings": plan.settings(run["dataset"]), "test_accuracy": 0.9,
+                "consistency": 0.5, "flip_1px": 0.1, "train_time_s": 0.0}
+
+    def stand_in_report(folder, records, about):
+        path = os.path.join(folder, "results.json")
+        with open(path, "w") as stream:
+            json.dump({"runs": len(records)}, stream)
+        return {"results": path}
+
+    monkeypatch.setattr(runner, "run_one", stand_in_run)
+    monkeypatch.setattr(report, "write", stand_in_report)
+    out = tmp_path / "study"
+    (out / "runs" / "digits16").mkdir(parents=True)
+    (out / "runs" / "digits16" / "max-flatten-seed0.json").write_text(
+        json.dumps({"settings": {"epochs": 99}}))
+    (out / "results.json").write_text("old")
+    (out / "table.md").write_text("old")
+    old = files_in(out)
+    plan = make_plan(quick=True, datasets=["digits16"], pools=["max"], heads=["flatten"])
+    with pytest.raises(StudyError, match="holds runs made with other settings .* --overwrite "
+                                         "to start afresh there"):
+        shift_study(str(out), plan, device="cpu", workers=1)
+    crash_at_seed = 1  # after seed 0's run was written into the staging folder
+    with pytest.raises(OSError, match="No space left on device"):
+        shift_study(str(out), plan, device="cpu", workers=1, overwrite=True)
+    assert files_in(out) == old and os.listdir(tmp_path) == ["study"]
+    crash_at_seed = None
+    paths = shift_study(str(out), plan, device="cpu", workers=1, overwrite=True)
+    assert paths == {"results": str(out / "results.json")}
+    assert sorted(files_in(out)) == ["results.json", "runs/digits16/max-flatten-seed0.json",
+                                     "runs/digits16/max-flatten-seed1.json"]
+    assert json.loads((out / "results.json").read_text()) == {"runs": 2}
+    assert os.listdir(tmp_path) == ["study"]

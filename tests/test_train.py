@@ -12,8 +12,9 @@ import sys
 import numpy as np
 import pytest
 
+from poolgrad import cli as poolgrad_cli
 from poolgrad import train
-from poolgrad.tools import datasets
+from poolgrad.tools import datasets, folders
 from poolgrad.train import TrainConfig, TrainError, checkpoints, config, menu, numpy_engine
 from poolgrad.train.run import plot_history
 
@@ -157,6 +158,86 @@ def test_digits_split_is_fixed_and_documented():
     assert data.x_train.dtype == np.float32 and 0 <= data.x_train.min() <= data.x_train.max() <= 1
     again = datasets.load("digits")
     np.testing.assert_array_equal(again.y_test, data.y_test)
+
+
+# ------------------------------------------------------------------------ run folders
+
+
+def contents(folder):
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+SMALL = {"data": toy_data(n_train=40, n_test=10), "batch_size": 20}
+
+
+def test_overwrite_replaces_the_run_whole(tmp_path, capsys):
+    out = tmp_path / "run"
+    run(tmp_path, "run", epochs=1, **SMALL)  # with its plot
+    old = contents(out)
+    metrics = run(tmp_path, "run", seed=1, plot=False, overwrite=True, **SMALL)
+    new = contents(out)
+    assert set(new) == {"checkpoint.npz", "metrics.json"}  # the old plot went with the run
+    assert new["checkpoint.npz"] != old["checkpoint.npz"]
+    assert json.loads(new["metrics.json"])["epochs_run"] == 2
+    assert metrics["checkpoint"] == str(out / "checkpoint.npz")  # not the staging folder's
+    assert os.listdir(tmp_path) == ["run"]  # the staging folder became it
+    run(tmp_path, "fresh", epochs=1, plot=False, overwrite=True, **SMALL)  # nothing to replace
+    assert set(contents(tmp_path / "fresh")) == {"checkpoint.npz", "metrics.json"}
+    assert poolgrad_cli.main(["train", "--resume", "--overwrite", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        "poolgrad train: error: --resume continues the run in the output folder and "
+        "--overwrite replaces it: give one or the other\n")
+
+
+def broken(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("crash", ["in epoch 2", "in the swap"])
+def test_a_crash_while_overwriting_leaves_the_old_run(tmp_path, monkeypatch, crash):
+    run(tmp_path, "run", epochs=1, plot=False, **SMALL)
+    old = contents(tmp_path / "run")
+    if crash == "in the swap":
+        monkeypatch.setattr(folders, "exchange", broken)
+    else:  # after epoch 1's checkpoint was written into the staging folder
+        save, saved = checkpoints.save_numpy, []
+
+        def save_once(path, *args):
+            saved.append(path)
+            if len(saved) > 1:
+                broken()
+            save(path, *args)
+
+        monkeypatch.setattr(checkpoints, "save_numpy", save_once)
+    with pytest.raises(OSError, match="No space left on device"):
+        run(tmp_path, "run", seed=1, plot=False, overwrite=True, **SMALL)
+    if crash == "in epoch 2":
+        assert os.path.basename(os.path.dirname(saved[0])).startswith(".run.poolgrad-new-")
+    assert contents(tmp_path / "run") == old
+    assert os.listdir(tmp_path) == ["run"]  # the staging folder was removed
+
+
+def test_train_refuses_a_study_or_other_files_even_to_overwrite(tmp_path, capsys):
+    study = tmp_path / "study"
+    (study / "runs" / "digits16").mkdir(parents=True)
+    (study / "results.json").write_text("{}")
+    (study / "runs" / "digits16" / "max-flatten-seed0.json").write_text("{}")
+    for flags in ([], ["--overwrite"], ["--resume"]):
+        assert poolgrad_cli.main(["train", "--epochs", "1", "--out", str(study), *flags]) == 2
+        assert capsys.readouterr().err == (
+            f"poolgrad train: error: {study} holds a study of poolgrad study shift, not a run "
+            "of poolgrad train: give another --out\n")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "metrics.json").write_text("{}")
+    (mixed / "notes.txt").write_text("mine")
+    assert poolgrad_cli.main(["train", "--epochs", "1", "--overwrite", "--out", str(mixed)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"poolgrad train: error: {mixed} holds files that poolgrad train does not write "
+        "(notes.txt): a run's folder holds it alone")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [
+        "digits16", "max-flatten-seed0.json", "metrics.json", "mixed", "notes.txt",
+        "results.json", "runs", "study"]  # nothing written, nothing deleted
 
 
 # ------------------------------------------------------------------------------- IDX

@@ -166,8 +166,8 @@ def test_a_failing_rank_ends_the_run_with_one_line(mnist, tmp_path):
     (tmp_path / "a-file").write_text("a file where the output folder should be")
     job_config = TrainConfig(mnist, str(tmp_path / "a-file" / "run"), engine="torch",
                              epochs=3, batch_size=BATCH, nproc=2, progress=False, plot=False)
-    job = {"run": Run(job_config.settings(), datasets.load(mnist)), "config": job_config,
-           "state": None}
+    job = {"run": Run(job_config.settings(), datasets.load(mnist), job_config.out),
+           "config": job_config, "state": None}
     started = time.perf_counter()
     with pytest.raises(ChildProcessError, match=r"^rank 0 of 2 failed, so the run stopped: "
                                                 r"NotADirectoryError: .*checkpoint\.pt"):
@@ -212,15 +212,42 @@ def test_the_global_batch_must_split_evenly(capsys):
 def test_an_engine_resumes_only_its_own_checkpoint(tmp_path, capsys):
     train.train(TrainConfig("digits", str(tmp_path / "numpy"), epochs=1, progress=False,
                             plot=False, data=toy_data(n_train=40, n_test=10)))
+    before = {p.name: p.read_bytes() for p in (tmp_path / "numpy").iterdir()}
     assert poolgrad_train("--resume", "--out", str(tmp_path / "numpy")) == 2
     assert last_error_line(capsys) == (
         f"poolgrad train: error: the checkpoint in {tmp_path / 'numpy'} (checkpoint.npz) "
         "was written by --engine numpy: resume it with --engine numpy")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "numpy").iterdir()} == before
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "checkpoint.pt").write_bytes(b"not read")
     assert cli.main(["train", "--resume", "--out", str(tmp_path / "torch")]) == 2
     assert last_error_line(capsys).endswith("was written by --engine torch: resume it with "
                                             "--engine torch")
+    assert os.listdir(tmp_path / "torch") == ["checkpoint.pt"]
+    # a folder with both engines' checkpoints (by hand, or an older poolgrad) mixes two runs
+    (tmp_path / "numpy" / "checkpoint.pt").write_bytes(b"not read")
+    for engine in ("numpy", "torch"):
+        assert cli.main(["train", "--resume", "--engine", engine, "--out",
+                         str(tmp_path / "numpy")]) == 2
+        assert last_error_line(capsys) == (
+            f"poolgrad train: error: {tmp_path / 'numpy'} holds the checkpoints of both "
+            "engines (checkpoint.npz, checkpoint.pt): it mixes two runs; give another --out, "
+            "or --overwrite to start afresh there")
+
+
+@needs_torch
+def test_overwrite_replaces_a_run_of_the_other_engine(tmp_path):
+    small = {"epochs": 1, "progress": False, "plot": False,
+             "data": toy_data(n_train=40, n_test=10)}
+    out = tmp_path / "run"
+    train.train(TrainConfig("digits", str(out), **small))
+    metrics = train.train(TrainConfig("digits", str(out), engine="torch", overwrite=True,
+                                      **small))
+    assert sorted(os.listdir(out)) == ["checkpoint.pt", "metrics.json"]  # no checkpoint.npz
+    with open(out / "metrics.json") as stream:
+        assert json.load(stream)["settings"]["engine"] == "torch"
+    assert metrics["checkpoint"] == str(out / "checkpoint.pt")
+    assert os.listdir(tmp_path) == ["run"]
 
 
 @needs_torch
@@ -259,7 +286,7 @@ def test_a_fresh_run_never_writes_over_another(tmp_path, capsys, engine):
         assert last_error_line(capsys) == (
             f"poolgrad train: error: {out} holds another run "
             f"({'checkpoint.npz' if first == 'numpy' else 'checkpoint.pt'}, metrics.json): "
-            "--resume continues it; to start afresh, give another --out or remove that run")
+            "--resume continues it, --overwrite replaces it; or give another --out")
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
+from contextlib import nullcontext
 from dataclasses import asdict
 
-from ..tools import processes
+from ..tools import folders, processes
 from ..tools.files import check_output_folder
 from .runner import DATASETS, HEADS, POOLS, Plan, StudyError, make_plan
 
@@ -36,22 +38,38 @@ def resolve_device(device: str) -> str:
 
 
 def shift_study(out: str, plan: Plan | None = None, *, device: str = "auto",
-                workers: int | None = None, progress=None) -> dict:
+                workers: int | None = None, progress=None, overwrite: bool = False) -> dict:
     """Run (or go on with) the shift study into ``out`` and write its report; returns
     the paths of what it wrote. ``workers``: processes training runs side by side
-    (default: one per core on the CPU, one on the GPU)."""
+    (default: one per core on the CPU, one on the GPU). ``out`` holds a study and
+    nothing else (:func:`poolgrad.tools.folders.survey`); ``overwrite``: replace the
+    study in it whole once this one is written, leaving it as it was until then
+    (:func:`poolgrad.tools.folders.replacing`)."""
     from . import report, runner
     plan = plan or make_plan()
     check_output_folder(out, StudyError)  # before the work, not after it
+    restored = folders.recover(out)
+    if restored:
+        print(f"poolgrad study: {restored}", file=sys.stderr)
+    folders.survey(out, folders.STUDY, StudyError)
     report.check_plotting(StudyError)
     device = resolve_device(device)
     if workers is None:
         workers = processes.cores() if device == "cpu" else 1
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise StudyError(f"workers must be an integer >= 1, got {workers!r}")
-    records = runner.run_all(out, plan, device=device, workers=workers, progress=progress)
     about = {"plan": asdict(plan), "settings": {d: plan.settings(d) for d in plan.datasets},
              "device": device, "workers": workers,
              "machine": {"cpu": platform.processor() or platform.machine(),
                          "cores": os.cpu_count()}}
-    return report.write(out, records, about)
+    with folders.replacing(out, StudyError) if overwrite else nullcontext(out) as folder:
+        try:
+            records = runner.run_all(folder, plan, device=device, workers=workers,
+                                     progress=progress)
+        except ChildProcessError as error:  # say what is left of the study
+            kept = (f"{out} holds the old study still" if overwrite else
+                    f"the finished runs are kept in {out}, to go on from when run again")
+            raise ChildProcessError(f"{error}; {kept}") from None
+        written = report.write(folder, records, about)
+    return {name: os.path.join(out, os.path.relpath(path, folder))
+            for name, path in written.items()}

@@ -134,7 +134,8 @@ def finished(out: str, plan: Plan) -> dict:
             changed = sorted(k for k in set(settings) | set(expected)
                              if settings.get(k) != expected.get(k))
             raise StudyError(f"{out} holds runs made with other settings ({', '.join(changed)} "
-                             "differ): give another --out, or the same settings to go on")
+                             "differ): give the same settings to go on, --overwrite to "
+                             "start afresh there, or another --out")
         done[path] = record
     return done
 
@@ -293,8 +294,7 @@ def _run_spawned(out, plan, todo, device, workers, threads, report) -> None:
                 reason = (str(error).strip().splitlines() or [type(error).__name__])[-1]
                 raise ChildProcessError(
                     f"a run failed ({run['dataset']} {run['pool']} {run['head']} seed "
-                    f"{run['seed']}), so the study stopped; the finished runs are kept in "
-                    f"{out}: {reason}") from None
+                    f"{run['seed']}), so the study stopped: {reason}") from None
             _announce(report, k, len(todo), record)
 
 

@@ -1,7 +1,8 @@
 """Checkpoints of ``poolgrad train``, written after every epoch so that ``--resume``
 goes on from the last one: the NumPy engine's ``checkpoint.npz`` (weights, optimizer
 state, metadata as JSON; no pickles) and the torch engine's ``checkpoint.pt`` (state
-dicts, loaded with ``weights_only``). Each engine resumes only its own kind.
+dicts, loaded with ``weights_only``). Each engine resumes only its own kind
+(:func:`poolgrad.train.run.check_folder`).
 
 Both hold the same metadata: the run's settings, the epochs done, the history and the
 seconds of training so far.
@@ -34,16 +35,6 @@ def check_meta(meta) -> dict:
     if missing:
         raise ValueError(f"its metadata lacks {sorted(missing)}")
     return meta
-
-
-def refuse_other_engine(out: str, engine: str) -> None:
-    """A TrainError when ``out`` holds only the other engine's checkpoint: a run resumes
-    with the engine that started it."""
-    for other, name in CHECKPOINTS.items():
-        if (other != engine and os.path.exists(os.path.join(out, name))
-                and not os.path.exists(os.path.join(out, CHECKPOINTS[engine]))):
-            raise TrainError(f"the checkpoint in {out} ({name}) was written by --engine "
-                             f"{other}: resume it with --engine {other}")
 
 
 def save_numpy(path: str, model, optimizer, run, epoch: int) -> None:

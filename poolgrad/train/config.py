@@ -104,7 +104,10 @@ class TrainConfig:
       is the older ``head="gap"``), ``epochs``, ``batch_size`` (the global batch),
       ``optimizer``, ``lr``, ``seed``.
     - ``resume``: go on from the checkpoint in ``out``, whose settings hold; only
-      ``epochs`` (to extend the run) and ``nproc`` may be given.
+      ``epochs`` (to extend the run) and ``nproc`` may be given. ``overwrite``: replace
+      the run in ``out`` (either engine's) whole once this one has finished; until then
+      the old run stays as it was (:func:`poolgrad.tools.folders.replacing`). Without
+      either, ``out`` must hold no run; never may it hold anything but a run.
     - ``progress``: the progress bar; ``plot``: ``training.png``.
 
     ``flags`` (not kept): name the two settings checked against a list by their
@@ -123,6 +126,7 @@ class TrainConfig:
     lr: float | None = None
     seed: int = 0
     resume: bool = False
+    overwrite: bool = False
     nproc: int = 1
     progress: bool = True
     plot: bool = True
@@ -133,6 +137,9 @@ class TrainConfig:
         check_pool(self.pool, "--pool" if flags else "pool", TrainError)
         datasets.kind_of(self.dataset, "--dataset" if flags else "dataset", TrainError)
         check_nproc(self.nproc, None if self.resume else self.batch_size, self.engine)
+        if self.resume and self.overwrite:
+            raise TrainError("--resume continues the run in the output folder and "
+                             "--overwrite replaces it: give one or the other")
         if self.resume:
             given = [flag for name, flag in _FIXED_ON_RESUME.items()
                      if getattr(self, name) != _default(name)]

@@ -22,7 +22,7 @@ from .. import nn, optim
 from . import checkpoints
 from .config import TrainConfig, TrainError, resolve_head
 from .menu import DOWNSAMPLING, Stage, check_pool
-from .run import Progress, begin, finish, record_epoch
+from .run import Progress, Run, begin, check_folder, finish, record_epoch, writing
 
 CHECKPOINT = checkpoints.CHECKPOINTS["numpy"]
 
@@ -79,22 +79,27 @@ def train(config: TrainConfig) -> dict:
     ``checkpoint.npz`` and training continues from its last epoch."""
     if config.engine != "numpy":
         raise TrainError(f"the numpy engine cannot run a config for --engine {config.engine}")
-    checkpoint_path = os.path.join(config.out, CHECKPOINT)
-    meta = None
+    check_folder(config)
+    saved = None
     if config.resume:
-        checkpoints.refuse_other_engine(config.out, "numpy")
-        weights, optimizer_state, meta = checkpoints.load_numpy(checkpoint_path)
-    run = begin(config, meta)
-    settings, data = run.settings, run.data
+        saved = checkpoints.load_numpy(os.path.join(config.out, CHECKPOINT))
+    run = begin(config, saved and saved[2])
+    with writing(run, config):
+        return _fit(run, config, saved)
 
+
+def _fit(run: Run, config: TrainConfig, saved) -> dict:
+    """Train ``run`` from its start epoch (``saved``: the checkpoint's weights and
+    optimizer state, or None), writing its files into ``run.folder``."""
+    settings, data = run.settings, run.data
     model = build_model(data.x_train.shape[1], data.spatial, data.classes,
                         pool=settings["pool"], widths=settings["widths"],
                         conv_kernel=settings["conv_kernel"], head=settings["head"],
                         seed=settings["seed"])
     opt = optim.OPTIMIZERS[settings["optimizer"]](model.parameters(), lr=settings["lr"])
-    if meta is not None:
-        model.load_state_dict(weights)
-        opt.load_state_dict(optimizer_state)
+    if saved is not None:
+        model.load_state_dict(saved[0])
+        opt.load_state_dict(saved[1])
     loss_fn = nn.SoftmaxCrossEntropy()
     bar = Progress(enabled=config.progress)
     n, batch = len(data.y_train), settings["batch_size"]
@@ -121,6 +126,7 @@ def train(config: TrainConfig) -> dict:
                      *evaluate(model, data.x_test, data.y_test))
         bar.update(epoch + 1, settings["epochs"], batches, batches, loss_sum / seen,
                    correct / seen, final=True)
-        checkpoints.save_numpy(checkpoint_path, model, opt, run, epoch + 1)
-    return finish(run, config.out, checkpoint_path,
+        checkpoints.save_numpy(os.path.join(run.folder, CHECKPOINT), model, opt, run,
+                               epoch + 1)
+    return finish(run, config.out, os.path.join(config.out, CHECKPOINT),
                   *evaluate(model, data.x_test, data.y_test), plot=config.plot)

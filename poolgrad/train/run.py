@@ -1,7 +1,8 @@
-"""A run from start to finish, as both engines go through it: :func:`begin` (the
-settings, fresh or a checkpoint's, the output folder, the data), the progress bar, the
-history an epoch at a time (:func:`record_epoch`), and :func:`finish` (``metrics.json``
-and the plot)."""
+"""A run from start to finish, as both engines go through it: :func:`check_folder`
+(what the output folder holds), :func:`begin` (the settings, fresh or a checkpoint's,
+the data), :func:`writing` (the folder the files go to), the progress bar, the history
+an epoch at a time (:func:`record_epoch`), and :func:`finish` (``metrics.json`` and the
+plot)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import json
 import math
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ..tools import datasets
+from ..tools import datasets, folders
 from ..tools.figures import figure_class, save_png
 from ..tools.files import check_output_folder, probe_folder, write_atomically
 from .checkpoints import CHECKPOINTS
@@ -22,20 +25,47 @@ METRICS, PLOT = "metrics.json", "training.png"
 
 @dataclass
 class Run:
-    """A run as it starts or goes on: its settings, the data, the per-epoch history so
-    far, the next epoch and the seconds of training so far."""
+    """A run as it starts or goes on: its settings, the data, the ``folder`` its files
+    are written into, the per-epoch history so far, the next epoch and the seconds of
+    training so far."""
     settings: dict
     data: datasets.Dataset
+    folder: str
     history: list = field(default_factory=list)
     start_epoch: int = 0
     train_time: float = 0.0
+
+
+def check_folder(config: TrainConfig) -> None:
+    """A TrainError, before anything is read or trained, unless ``config.out`` suits the
+    run: no run for a fresh one, a run of ``config.engine`` to resume, any run to
+    overwrite, and never anything but a run (:func:`poolgrad.tools.folders.survey`).
+    A run an interrupted ``--overwrite`` had moved aside is put back first."""
+    restored = folders.recover(config.out)
+    if restored:
+        print(f"poolgrad train: {restored}", file=sys.stderr)
+    found = folders.survey(config.out, folders.TRAIN, TrainError)
+    if config.overwrite:
+        return
+    engines = [engine for engine, name in CHECKPOINTS.items() if name in found]
+    if config.resume and len(engines) > 1:
+        raise TrainError(f"{config.out} holds the checkpoints of both engines "
+                         f"({', '.join(CHECKPOINTS.values())}): it mixes two runs; give "
+                         "another --out, or --overwrite to start afresh there")
+    if config.resume and engines and engines != [config.engine]:
+        raise TrainError(f"the checkpoint in {config.out} ({CHECKPOINTS[engines[0]]}) was "
+                         f"written by --engine {engines[0]}: resume it with --engine "
+                         f"{engines[0]}")
+    if found and not config.resume:
+        raise TrainError(f"{config.out} holds another run ({', '.join(found)}): --resume "
+                         "continues it, --overwrite replaces it; or give another --out")
 
 
 def begin(config: TrainConfig, meta: dict | None) -> Run:
     """Check what is left to check, then load the data: a fresh run's settings, or
     with ``meta`` (a checkpoint's) the resumed run's (``config.epochs`` may extend it;
     ``config.nproc`` may differ), the output folder, and matplotlib when
-    ``config.plot``."""
+    ``config.plot``. Call :func:`check_folder` first."""
     if meta is not None:
         settings = dict(meta["settings"])
         settings.setdefault("engine", "numpy")  # checkpoints from before --engine
@@ -50,27 +80,32 @@ def begin(config: TrainConfig, meta: dict | None) -> Run:
             settings["epochs"] = config.epochs
     else:
         settings = config.settings()
-        _refuse_another_run(config.out)
     check_nproc(config.nproc, settings["batch_size"], config.engine)
     settings["nproc"] = config.nproc
     check_output_folder(config.out, TrainError)
     if config.plot:
         _figure_class()  # fail before training, not after, when matplotlib is missing
     data = config.data if config.data is not None else datasets.load(settings["dataset"])
-    probe_folder(config.out, TrainError)  # the last check: it makes the folder
+    if not config.overwrite:  # the last check: it makes the folder (writing() probes its own)
+        probe_folder(config.out, TrainError)
     if meta is None:
-        return Run(settings, data)
-    return Run(settings, data, meta["history"], meta["epoch"], meta["train_time_s"])
+        return Run(settings, data, config.out)
+    return Run(settings, data, config.out, meta["history"], meta["epoch"],
+               meta["train_time_s"])
 
 
-def _refuse_another_run(out: str) -> None:
-    """A TrainError when a fresh run would write over the files of another run in
-    ``out`` (either engine's checkpoint, or its metrics)."""
-    found = [name for name in (*CHECKPOINTS.values(), METRICS)
-             if os.path.exists(os.path.join(out, name))]
-    if found:
-        raise TrainError(f"{out} holds another run ({', '.join(found)}): --resume continues "
-                         f"it; to start afresh, give another --out or remove that run")
+@contextmanager
+def writing(run: Run, config: TrainConfig) -> Iterator[None]:
+    """The block that trains ``run`` and writes its files into ``run.folder``: with
+    ``config.overwrite`` a staging folder beside ``config.out``, which replaces it whole
+    when the block ends and is removed if the block raises, leaving the old run as it
+    was (:func:`poolgrad.tools.folders.replacing`)."""
+    if not config.overwrite:
+        yield
+        return
+    with folders.replacing(config.out, TrainError) as staged:
+        run.folder = staged
+        yield
 
 
 class Progress:
@@ -101,7 +136,8 @@ def record_epoch(run: Run, epoch: int, loss_sum: float, correct: int, seen: int,
 
 def finish(run: Run, out: str, checkpoint_path: str, test_loss: float, test_accuracy: float,
            plot: bool) -> dict:
-    """Write ``metrics.json`` and, with ``plot``, ``training.png``; returns the metrics."""
+    """Write ``metrics.json`` and, with ``plot``, ``training.png`` into ``run.folder``;
+    returns the metrics, which name the files in ``out`` (with ``checkpoint_path``)."""
     settings = run.settings
     metrics = {"test_accuracy": test_accuracy, "test_loss": test_loss,
                "train_time_s": run.train_time, "epochs_run": len(run.history),
@@ -109,9 +145,10 @@ def finish(run: Run, out: str, checkpoint_path: str, test_loss: float, test_accu
                "settings": settings, "history": run.history,
                "checkpoint": checkpoint_path, "plot": os.path.join(out, PLOT) if plot else None}
     text = json.dumps(_json_safe(metrics), indent=2, allow_nan=False)
-    write_atomically(os.path.join(out, METRICS), lambda stream: stream.write(text.encode()))
+    write_atomically(os.path.join(run.folder, METRICS),
+                     lambda stream: stream.write(text.encode()))
     if plot:
-        plot_history(run.history, os.path.join(out, PLOT), title=(
+        plot_history(run.history, os.path.join(run.folder, PLOT), title=(
             f"{settings['dataset']}, {settings['pool']} pooling: test accuracy "
             f"{test_accuracy:.2%}"))
     return metrics

@@ -32,7 +32,7 @@ from ..tools import processes
 from . import checkpoints
 from .config import TrainConfig, TrainError, require_torch, resolve_head
 from .menu import DOWNSAMPLING, Stage, check_pool
-from .run import METRICS, Progress, begin, finish, record_epoch
+from .run import METRICS, Progress, begin, check_folder, finish, record_epoch, writing
 
 CHECKPOINT = checkpoints.CHECKPOINTS["torch"]
 
@@ -136,23 +136,24 @@ def train(config: TrainConfig) -> dict:
     if config.engine != "torch":
         raise TrainError(f"the torch engine cannot run a config for --engine {config.engine}")
     require_torch()
-    checkpoint_path = os.path.join(config.out, CHECKPOINT)
+    check_folder(config)
     state = None
     if config.resume:
-        checkpoints.refuse_other_engine(config.out, "torch")
-        state = checkpoints.load_torch(checkpoint_path)
+        state = checkpoints.load_torch(os.path.join(config.out, CHECKPOINT))
     run = begin(config, state and state["meta"])
-    job = {"run": run, "config": config, "state": state}
-    if config.nproc == 1:
-        with processes.threads(processes.cores()):
-            return _fit(0, 1, job)
-    _launch(config.nproc, job)
-    with open(os.path.join(config.out, METRICS)) as stream:  # what rank 0 wrote
-        return json.load(stream)
+    with writing(run, config):
+        job = {"run": run, "config": config, "state": state}
+        if config.nproc == 1:
+            with processes.threads(processes.cores()):
+                return _fit(0, 1, job)
+        _launch(config.nproc, job)
+        with open(os.path.join(run.folder, METRICS)) as stream:  # what rank 0 wrote
+            return json.load(stream)
 
 
 def _fit(rank: int, nproc: int, job: dict) -> dict | None:
-    """Train on this rank; rank 0 evaluates, writes the files and returns the metrics."""
+    """Train on this rank; rank 0 evaluates, writes the files into ``run.folder`` and
+    returns the metrics."""
     torch = require_torch()
     run, config, state = job["run"], job["config"], job["state"]
     settings, data = run.settings, run.data
@@ -174,7 +175,6 @@ def _fit(rank: int, nproc: int, job: dict) -> dict | None:
         range(n), num_replicas=nproc, rank=rank, shuffle=True, seed=settings["seed"])
     bar = Progress(enabled=config.progress and rank == 0)
     batches = -(-n // batch)
-    checkpoint_path = os.path.join(config.out, CHECKPOINT)
     for epoch in range(run.start_epoch, settings["epochs"]):
         started = time.perf_counter()
         totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, examples
@@ -206,11 +206,12 @@ def _fit(rank: int, nproc: int, job: dict) -> dict | None:
                      *evaluate(model, x_test, y_test))
         bar.update(epoch + 1, settings["epochs"], batches, batches, loss_sum / seen,
                    correct / seen, final=True)
-        checkpoints.save_torch(checkpoint_path, model, optimizer, run, epoch + 1)
+        checkpoints.save_torch(os.path.join(run.folder, CHECKPOINT), model, optimizer, run,
+                               epoch + 1)
     if rank != 0:
         return None
-    return finish(run, config.out, checkpoint_path, *evaluate(model, x_test, y_test),
-                  plot=config.plot)
+    return finish(run, config.out, os.path.join(config.out, CHECKPOINT),
+                  *evaluate(model, x_test, y_test), plot=config.plot)
 
 
 def _rank_main(rank: int, nproc: int, address: str, job_path: str) -> None:
