@@ -20,6 +20,7 @@ only when this engine runs.
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import logging
 import os
@@ -224,6 +225,12 @@ def _rank_main(rank: int, nproc: int, address: str, job_path: str) -> None:
                                 timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
         try:
             _fit(rank, nproc, job)
+            # Nothing may hold the process group when it goes: DDP's reducer and any
+            # work it keeps are freed now, not at interpreter exit (where gloo's threads
+            # would meet a finalizing interpreter), and no rank tears down while another
+            # still talks to it (rank 0 evaluates and writes after the last collective).
+            gc.collect()
+            dist.barrier()
         finally:
             dist.destroy_process_group()
 
