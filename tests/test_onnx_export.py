@@ -66,6 +66,7 @@ def unpool_round_trip(x):
 GEOMETRIES = [  # kernel, stride, padding, dilation, ceil_mode
     (2, 2, 0, 1, False), (3, 2, 1, 1, True), (3, 2, 1, 2, False), (2, 3, 1, 1, True),
     ((3, 2), (2, 1), (1, 0), (1, 2), True), (5, 2, ((3, 1), (0, 2)), 1, False),
+    (3, 1, "same", 4, False), (2, 2, 2, 3, True),  # pads >= kernel: the Gather forms
 ]
 
 
@@ -131,13 +132,15 @@ def test_1d_and_3d_pools_and_dtypes_run_in_onnx_runtime():
 
     class Mixed(nn.Module):
         def forward(self, a, b):
-            wide = (a * 40).to(torch.int32)
+            wide, small = (a * 40).to(torch.int32), (a * 40).to(torch.int8)
             return (*pt.max_pool1d(a, 3, 2, 1, ceil_mode=True, return_indices=True),
                     pt.avg_pool1d(a, 3, 2, 1, ceil_mode=True),
                     *pt.max_pool3d(b, 2, 2, 1, return_indices=True),
                     pt.avg_pool3d(b, 3, 2, 1, ceil_mode=True, count_include_pad=False),
-                    pt.lp_pool3d(b, 2, 2), pt.max_pool1d(wide, 2), pt.max_pool1d(
-                        (a * 40).to(torch.int8), 3, 1, 1), pt.avg_pool1d(a.half(), 2))
+                    pt.lp_pool3d(b, 2, 2), pt.max_pool1d(wide, 2), pt.max_pool1d(small, 3, 1, 1),
+                    pt.avg_pool1d(a.half(), 2), pt.max_pool1d(a.bfloat16(), 2).float(),
+                    pt.adaptive_max_pool1d(small, 1), pt.adaptive_max_pool1d(wide, 1),
+                    *pt.max_pool1d((a * 40).long(), 3, 2, 1, return_indices=True))
     model = Mixed()
     got = run_onnx(exported(model, x1, x3), x1, x3)
     for g, w in zip(got, model(x1, x3), strict=True):
@@ -195,11 +198,34 @@ def test_kinds_export_as_compositions_of_standard_nodes():
 @pytest.mark.parametrize("module, match", [
     (pt.StochasticPool(2).eval(), "stochastic_pool cannot be exported"),
     (pt.FractionalMaxPool(2, output_size=4, seed=0), "fractional_max_pool cannot be exported"),
-    (Functions(lambda x: pt.max_pool2d(x.long(), 2)), "ONNX max pooling takes floats.*int64"),
 ])
 def test_what_onnx_cannot_express_is_refused(module, match):
     with pytest.raises(ExportRefused, match=match):
         exported(module, torch.rand(1, 2, 8, 8))
+
+
+def test_dynamic_spatial_sizes_export_and_gather_forms_refuse_them():
+    from torch.export import Dim
+    sizes = {"x": {0: Dim("batch"), 2: Dim("height", min=6), 3: Dim("width", min=6)}}
+    model = Functions(lambda x: pt.avg_pool2d(x, 3, 2, 1), lambda x: pt.max_pool2d(x, 2),
+                      lambda x: pt.adaptive_avg_pool2d(x, 1), lambda x: pt.lp_pool2d(x, 2, 2))
+    proto = exported(model, torch.rand(2, 3, 8, 8),
+                     export=lambda m, args: pt.onnx.export(m, args, dynamic_shapes=sizes))
+    x = torch.rand(3, 3, 11, 9)  # another size than the export's
+    for got, want in zip(run_onnx(proto, x), model(x), strict=True):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ExportRefused, match="needs static spatial sizes"):
+        exported(Functions(lambda x: pt.adaptive_avg_pool2d(x, 3)), torch.rand(2, 3, 8, 8),
+                 export=lambda m, args: pt.onnx.export(m, args, dynamic_shapes=sizes))
+
+
+def test_split_ties_keep_their_gradient_through_torch_export():
+    class Split(nn.Module):
+        def forward(self, x):
+            return pt.max_pool2d(x, 2, ties="split")
+    x = torch.ones(1, 1, 2, 2, requires_grad=True)
+    torch.export.export(Split(), (x,)).module()(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 0.25))
 
 
 def test_export_options_are_checked():

@@ -498,6 +498,21 @@ def test_replace_pooling_to_a_kind():
     torch.testing.assert_close(mapped[0](x), pt.soft_pool(x, 2, 2, 0))
 
 
+def test_replace_pooling_shared_modules_stride_one_and_a_second_call():
+    shared = torch.nn.MaxPool2d(2)
+    inner = torch.nn.Sequential(shared)
+    model = torch.nn.Sequential(shared, torch.nn.ReLU(), shared, inner,
+                                torch.nn.MaxPool2d(3, 1, 1), torch.nn.MaxPool2d(3, 2, 1))
+    assert pt.replace_pooling(model, to="max_blur") == 2  # shared, and the strided one
+    assert model[0] is model[2] is inner[0] and type(model[0]) is pt.MaxBlurPool
+    assert type(model[4]) is torch.nn.MaxPool2d  # stride 1: nothing to anti-alias
+    blurred = str(model)
+    assert pt.replace_pooling(model, to="max_blur") == 0 and str(model) == blurred
+    gem = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1))
+    gem.append(gem[0])
+    assert pt.replace_pooling(gem, to="gem") == 1 and gem[0].p is gem[1].p  # one p
+
+
 def _activations(model, x):
     out = []
     for module in model:
@@ -518,6 +533,9 @@ def _activations(model, x):
     (torch.nn.MaxPool2d(2), {torch.nn.MaxPool2d: 3}, TypeError, "must be a name, a"),
     (torch.nn.MaxPool2d(2), {torch.nn.MaxPool2d: lambda m: 3}, TypeError,
      "returned int, not a torch.nn.Module"),
+    (torch.nn.MaxPool2d(2), {torch.nn.MaxPool2d: pt.BlurPool}, TypeError,
+     "cannot build from a pooling module's settings"),
+    (torch.nn.AdaptiveAvgPool2d((None, 1)), "gem", ValueError, "GeM is global or sliding"),
 ])
 def test_replace_pooling_refuses_what_the_kind_cannot_be(model, to, error, words):
     fine = torch.nn.AdaptiveAvgPool2d(1) if to == "gem" else torch.nn.MaxPool2d(4)

@@ -47,7 +47,7 @@ def _plain_eager(args) -> bool:
     compiler, JIT tracer, fake or dispatch mode, torch-function mode, functorch transform
     or tensor subclass."""
     return (all(type(a) is Tensor for a in args if isinstance(a, Tensor))
-            and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
+            and not torch.compiler.is_compiling() and not torch._C._is_tracing()
             and _get_current_dispatch_mode() is None
             and not torch._C._is_torch_function_mode_enabled()
             and not torch._C._are_functorch_transforms_active())

@@ -58,12 +58,14 @@ def batched(input, ndim: int, name: str, dtypes=ops.FLOAT_DTYPES) -> tuple[Tenso
     return (input.unsqueeze(0) if unbatched else input), unbatched
 
 
-def _needs_grad(x: Tensor) -> bool:
-    """Whether max pooling should keep its winners for a backward: not under no_grad,
-    nor in an export or a JIT trace, whose graph must not depend on the grad mode (the
-    values-only op's backward, if one comes, recomputes them)."""
-    return (torch.is_grad_enabled() and x.requires_grad and not torch.compiler.is_exporting()
-            and not torch.jit.is_tracing())
+def _keeps_winners(x: Tensor, ties: str) -> bool:
+    """Whether max pooling should keep its winners for a backward: when one may follow.
+    An export's or a JIT trace's graph must not depend on the grad mode, so there it is
+    the tie rule that decides: first-maximum ties take the values-only op (its backward
+    recomputes the winners), split ties :func:`ops.max_pool` (its backward shares them)."""
+    if torch.compiler.is_exporting() or torch.jit.is_tracing():
+        return ties != "first"
+    return torch.is_grad_enabled() and x.requires_grad
 
 
 def sliding(x: Tensor, ndim, kernel_size, stride, padding, dilation, ceil_mode) -> list[int]:
@@ -111,7 +113,7 @@ def _max_pool(input, ndim, kernel_size, stride, padding, dilation, ceil_mode, re
 
 def max_result(x, window, unbatched, return_indices, ties):
     return_indices = geometry.flag(return_indices, "return_indices")
-    if not (return_indices or _needs_grad(x)):
+    if not (return_indices or _keeps_winners(x, ties)):
         return unbatch(call(ops.max_pool_values, x, window), unbatched)
     y, winners = call(ops.max_pool, x, window, ties)
     if not return_indices:

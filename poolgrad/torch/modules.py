@@ -211,14 +211,15 @@ def _blurred(module: nn.Module, kind: str) -> nn.Module:
         pool = _REPLACEMENTS[getattr(nn, f"MaxPool{ndim}d")](kernel, 1, padding)
     else:
         pool = _REPLACEMENTS[getattr(nn, f"AvgPool{ndim}d")](
-            kernel, 1, padding, count_include_pad=module.count_include_pad)
+            kernel, 1, padding, count_include_pad=getattr(module, "count_include_pad", True))
     return nn.Sequential(pool, kinds.BlurPool(stride=stride, spatial_dims=ndim))
 
 
 def _gem(module: nn.Module) -> nn.Module:
     ndim = _spatial_dims(module)
     if isinstance(module, nn.modules.pooling._AdaptiveAvgPoolNd):
-        size = geometry.per_dim(module.output_size, ndim, "output_size")
+        size = module.output_size
+        size = tuple(size) if isinstance(size, (tuple, list)) else (size,) * ndim
         if size != (1,) * ndim:
             raise ValueError(f"{module!r} cannot become gem: GeM is global or sliding, and "
                              f"this pools to {size}")
@@ -239,7 +240,7 @@ _TARGETS = {
     "mixed": (_SLIDING, lambda m: kinds.MixedPool(*_settings(m, "mixed"),
                                                   spatial_dims=_spatial_dims(m))),
     "gated": (_SLIDING, lambda m: kinds.GatedPool(*_settings(m, "gated"),
-                                                  ndim=_spatial_dims(m))),
+                                                  spatial_dims=_spatial_dims(m))),
     "stochastic": ((nn.modules.pooling._MaxPoolNd,), lambda m: kinds.StochasticPool(
         *_settings(m, "stochastic"), spatial_dims=_spatial_dims(m))),
     "gem": ((nn.modules.pooling._AdaptiveAvgPoolNd,), _gem),
@@ -249,15 +250,27 @@ _TARGET_OF_CLASS = {kinds.MaxBlurPool: "max_blur", kinds.AvgBlurPool: "avg_blur"
                     kinds.StochasticPool: "stochastic", kinds.GeMPool: "gem"}
 
 
+def _subsamples(module: nn.Module) -> bool:
+    """Whether a pooling module has a stride above 1 somewhere: the blur kinds replace
+    only those (a stride-1 pool has nothing to anti-alias, and the stride-1 max a padded
+    ``max_blur`` swap leaves stays as it is)."""
+    stride = module.stride if module.stride is not None else module.kernel_size
+    return any(s > 1 for s in (stride if isinstance(stride, (tuple, list)) else (stride,)))
+
+
+def _applies(name: str):
+    return _subsamples if name in ("max_blur", "avg_blur") else lambda module: True
+
+
 def _rules(to) -> list:
-    """``to`` as ``[(module types, factory)]``, the first match winning."""
+    """``to`` as ``[(module types, factory, which of them)]``, the first match winning."""
     if to is None:
-        return [(tuple(_REPLACEMENTS), _rebuilt)]
+        return [(tuple(_REPLACEMENTS), _rebuilt, lambda module: True)]
     if isinstance(to, str):
         if to not in _TARGETS:
             raise ValueError(f"replace_pooling: to must be one of {', '.join(_TARGETS)} or a "
                              f"mapping of torch.nn module types, got {to!r}")
-        return [_TARGETS[to]]
+        return [(*_TARGETS[to], _applies(to))]
     if not isinstance(to, Mapping):
         raise TypeError(f"replace_pooling: to must be None, a name or a mapping, got "
                         f"{type(to).__name__}")
@@ -268,9 +281,16 @@ def _rules(to) -> list:
                             f"types, got {source!r}")
         target = _TARGET_OF_CLASS.get(target, target)
         if isinstance(target, str):
-            rules.append(((source,), _rules(target)[0][1]))
+            types, factory, applies = _rules(target)[0]
+            rules.append(((source,), factory, applies))
+        elif isinstance(target, type):  # a class it cannot build from the module's settings
+            raise TypeError(f"replace_pooling: to[{source.__name__}] is the class "
+                            f"{target.__name__}, which replace_pooling cannot build from a "
+                            f"pooling module's settings; give a name ({', '.join(_TARGETS)}),"
+                            f" one of their classes, or a factory such as "
+                            f"lambda module: {target.__name__}(...)")
         elif callable(target):
-            rules.append(((source,), target))
+            rules.append(((source,), target, lambda module: True))
         else:
             raise TypeError(f"replace_pooling: to[{source.__name__}] must be a name, a "
                             f"poolgrad module class or a factory, got {target!r}")
@@ -297,9 +317,11 @@ def replace_pooling(model: nn.Module, to=None) -> int:
       (``pt.SoftPool``: built from the module's settings) or a factory called with the
       module, e.g. ``{nn.MaxPool2d: "max_blur", nn.AdaptiveAvgPool2d: lambda m: MyPool()}``.
 
-    Other modules stay. A setting the kind has no equivalent for (``ceil_mode``,
-    ``dilation``, ``return_indices``...) is a ValueError naming the module. Replaced
-    modules keep the train or eval mode, and print as poolgrad's. A ``model`` that is
+    Other modules stay, and so do stride-1 pools for the blur kinds (nothing to
+    anti-alias). A setting the kind has no equivalent for (``ceil_mode``, ``dilation``,
+    ``return_indices``...) is a ValueError naming the module. Replaced modules keep the
+    train or eval mode, and print as poolgrad's; a module used in two places becomes one
+    new module used in both. The count is of modules replaced. A ``model`` that is
     itself a pooling module cannot be replaced in place: wrap it, or build poolgrad's.
 
     Example:
@@ -318,18 +340,29 @@ def replace_pooling(model: nn.Module, to=None) -> int:
         raise TypeError(f"replace_pooling takes a torch.nn.Module, got {type(model).__name__}")
     rules = _rules(to)
     exact = to is None  # like for like: torch's own classes only, not poolgrad's subclasses
+    built = {}  # id(module) -> its replacement: a module used twice stays one module
     swaps = []  # every new module is built before any is set: an error changes nothing
     for parent in model.modules():
-        for name, child in parent.named_children():
-            for types, factory in rules:
-                if type(child) in types if exact else isinstance(child, types):
-                    new = factory(child)
-                    if not isinstance(new, nn.Module):
-                        raise TypeError(f"replace_pooling: the factory for "
-                                        f"{type(child).__name__} returned "
-                                        f"{type(new).__name__}, not a torch.nn.Module")
-                    swaps.append((parent, name, new.train(child.training)))
-                    break
+        for name, child in parent._modules.items():  # (named_children skips repeats)
+            if child is None:
+                continue
+            if id(child) not in built:
+                built[id(child)] = _replacement(child, rules, exact)
+            if built[id(child)] is not None:
+                swaps.append((parent, name, built[id(child)]))
     for parent, name, new in swaps:
         setattr(parent, name, new)
-    return len(swaps)
+    return sum(new is not None for new in built.values())
+
+
+def _replacement(module: nn.Module, rules, exact: bool) -> nn.Module | None:
+    """The first matching rule's module for ``module`` (its train or eval mode), or
+    None."""
+    for types, factory, applies in rules:
+        if (type(module) in types if exact else isinstance(module, types)) and applies(module):
+            new = factory(module)
+            if not isinstance(new, nn.Module):
+                raise TypeError(f"replace_pooling: the factory for {type(module).__name__} "
+                                f"returned {type(new).__name__}, not a torch.nn.Module")
+            return new.train(module.training)
+    return None

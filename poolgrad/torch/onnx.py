@@ -8,27 +8,32 @@ translation per operator, into the nodes torch's own pooling exports to:
 =======================  ===================================================================
 operator                 ONNX
 =======================  ===================================================================
-max pooling              ``MaxPool`` (``GlobalMaxPool`` for a global window), its pads,
-                         ``ceil_mode`` and dilations; int16/int32 through float64 (exact)
+max pooling              ``MaxPool`` (``GlobalMaxPool``), its pads, ``ceil_mode`` and
+                         dilations; bfloat16 through float32, int16/int32 through float64
+                         (exact); global integer maxima as ``ReduceMax``
 indices                  a ``Gather`` of the window taps and ``ArgMax``, then the tap's
                          flat position in its ``(n, c)`` plane (PyTorch's indices)
 average pooling          ``AveragePool`` (``GlobalAveragePool``), ``count_include_pad``;
                          ``divisor_override`` as a window sum over the divisor
-Lp pooling               ``LpPool`` for an integer ``p``, else ``Abs``, ``Pow``, a window
-                         sum and ``Pow`` again
-adaptive pooling         the pool of equal windows where the sizes divide, else a
-                         ``Gather`` of each bin's taps and its reduction
+Lp pooling               ``LpPool`` (``GlobalLpPool``) for an integer ``p``, else ``Abs``,
+                         ``Pow``, a window sum and ``Pow`` again
+adaptive pooling         the pool of equal windows where the sizes divide
 unpooling                ``MaxUnpool`` (indices made flat over the whole tensor, as ONNX's)
+what no node takes       a pad as large as the kernel (ONNX Runtime refuses it), unequal
+                         adaptive bins, int64 maxima: a ``Gather`` of each window's taps
+                         and its reduction (static spatial sizes needed)
 =======================  ===================================================================
 
 Every translation is the operator's own semantics: outputs equal torch's (max bit for
 bit, the rest to float rounding), tested with ONNX Runtime. The ``abs`` of poolgrad's Lp
-pooling is ONNX LpPool's own. What ONNX cannot express is refused with
-:class:`ExportRefused` (a ValueError) that says what to change; so are the kinds that
-draw at random (``stochastic_pool``, ``fractional_max_pool``). The other kinds export as
-their compositions of standard nodes. Opset 19 or newer is needed (dilated
-``AveragePool``). ONNX Runtime's MaxPool skips NaN where torch propagates it, for
-torch's own pooling as for poolgrad's.
+pooling is ONNX LpPool's own. What cannot be exported is refused with
+:class:`ExportRefused` (a ValueError) that says what to change: a Gather form with
+dynamic spatial sizes, and the kinds that draw at random (``stochastic_pool``,
+``fractional_max_pool``). The other kinds export as their compositions of standard
+nodes. Opset 19 or newer is needed (dilated ``AveragePool``). ONNX Runtime's MaxPool
+skips NaN where torch propagates it, for torch's own pooling as for poolgrad's; its CPU
+provider has no float64 ``AveragePool``, ``GlobalAveragePool``, ``GlobalMaxPool``,
+``LpPool`` or ``MaxUnpool``.
 
 Example::
 
@@ -37,9 +42,10 @@ Example::
     pt.onnx.export(model.eval(), (x,), "model.onnx")      # or:
     torch.onnx.export(model, (x,), "model.onnx", custom_translation_table=pt.onnx.translations())
 
-``torch.jit.trace`` records the operators themselves (``poolgrad::max_pool`` and so on),
-so a traced model runs where poolgrad is imported; ``torch.jit.script`` cannot compile
-the functions' keyword-only arguments; export with ``torch.export`` or ONNX instead.
+``torch.jit.trace`` records the operators themselves (``poolgrad::max_pool_values`` and
+so on), so a traced model runs where poolgrad is imported; ``torch.jit.script`` cannot
+compile the functions' keyword-only arguments; export with ``torch.export`` or ONNX
+instead.
 """
 
 from __future__ import annotations
@@ -127,19 +133,27 @@ def translations() -> dict:
 # ----------------------------------------------------------------------- the windows
 
 
-def _static_spatial(value, what: str) -> tuple[int, ...]:
-    dims = tuple(value.shape)[2:] if value.shape is not None else ()
+def _static_spatial(shape, what: str) -> tuple[int, ...]:
+    """The spatial sizes of an input of ``shape`` (its ONNX shape), which the Gather
+    forms need as numbers."""
+    dims = tuple(shape)[2:] if shape is not None else ()
     if not dims or not all(isinstance(d, int) for d in dims):
         raise ExportRefused(f"poolgrad.torch.onnx: {what} needs static spatial sizes, got "
-                         f"{value.shape}; export without dynamic spatial dims")
+                            f"{shape}; export without dynamic spatial dims")
     return dims
 
 
-def _equal_windows(window, in_spatial) -> dict | None:
-    """``window`` as ONNX pooling attributes: a sliding window's own, an adaptive
-    one's where every size divides (equal bins, ``kernel = stride = in / out``); None
-    for adaptive bins of unequal sizes."""
+def _is_global(window) -> bool:
+    return window[0] == ADAPTIVE and all(o == 1 for o in window[1:])
+
+
+def _native(shape, window) -> dict | None:
+    """``window`` as the attributes of an ONNX pooling node, where one takes it: a
+    sliding window whose pads are each smaller than the kernel (ONNX Runtime refuses
+    larger ones), or adaptive bins of equal sizes (``kernel = stride = in / out``);
+    else None, for the Gather forms."""
     if window[0] == ADAPTIVE:
+        in_spatial = _static_spatial(shape, "adaptive pooling")
         outs = window[1:]
         if any(length % out for length, out in zip(in_spatial, outs, strict=True)):
             return None
@@ -148,21 +162,11 @@ def _equal_windows(window, in_spatial) -> dict | None:
         return dict(kernel_shape=kernel, strides=kernel, pads=[0] * 2 * n, dilations=[1] * n,
                     ceil_mode=0)
     kernel, stride, pads, dilation, ceil_mode = sliding_args(window)
+    if any(lo >= k or hi >= k for (lo, hi), k in zip(pads, kernel, strict=True)):
+        return None
     return dict(kernel_shape=list(kernel), strides=list(stride),
                 pads=[lo for lo, _ in pads] + [hi for _, hi in pads],
                 dilations=list(dilation), ceil_mode=int(ceil_mode))
-
-
-def _is_global(window) -> bool:
-    return window[0] == ADAPTIVE and all(o == 1 for o in window[1:])
-
-
-def _spatial(x, window) -> tuple[int, ...] | None:
-    """The static spatial sizes where the translation needs them (adaptive windows),
-    else None."""
-    if window[0] == ADAPTIVE and not _is_global(window):
-        return _static_spatial(x, "adaptive pooling")
-    return None
 
 
 def _tap_table(plan) -> tuple[np.ndarray, np.ndarray]:
@@ -186,6 +190,17 @@ def _tap_table(plan) -> tuple[np.ndarray, np.ndarray]:
     return position.reshape(*out, -1), inside.reshape(*out, -1)
 
 
+def _divisors(plan, count_include_pad: bool) -> np.ndarray:
+    """Each window's divisor, ``(*out)``: its taps inside the padded input
+    (``count_include_pad``) or inside the input."""
+    ndim = len(plan.axes)
+    divisor = np.ones(tuple(axis.count for axis in plan.axes), np.int64)
+    for d, axis in enumerate(plan.axes):
+        count = axis.padded if count_include_pad else axis.end - axis.first
+        divisor = divisor * count.reshape([-1 if e == d else 1 for e in range(ndim)])
+    return divisor
+
+
 def _gathered(op, ir, x, plan):
     """``x``'s window taps as ``(N, C, *out, taps)`` (a ``Gather`` from the flat planes),
     and the constant mask of those inside the input."""
@@ -195,23 +210,11 @@ def _gathered(op, ir, x, plan):
     return taps, op.Constant(value=ir.tensor(inside))
 
 
+def _spatial_axes(window) -> list[int]:
+    return list(range(2, 2 + window_ndim(window)))
 
 
 # ---------------------------------------------------------------------------- dtypes
-
-
-def _integers_as_float64(op, ir, x):
-    """ONNX MaxPool takes floats, int8 and uint8: int16 and int32 go through float64
-    (exact); int64 cannot. Returns ``x`` to pool, its NumPy dtype and the cast back."""
-    if x.dtype in (ir.DataType.INT16, ir.DataType.INT32):
-        dtype = x.dtype
-        return (op.Cast(x, to=ir.DataType.DOUBLE), np.dtype(np.float64),
-                lambda y: op.Cast(y, to=dtype))
-    if x.dtype in (ir.DataType.INT64, ir.DataType.UINT16, ir.DataType.UINT32,
-                   ir.DataType.UINT64):
-        raise ExportRefused(f"poolgrad.torch.onnx: ONNX max pooling takes floats, int8, uint8 "
-                         f"(and int16, int32 as float64), not {x.dtype.name.lower()}")
-    return x, x.dtype.numpy(), lambda y: y
 
 
 def _in_float32(op, ir, x):
@@ -237,18 +240,34 @@ def _lowest(dtype) -> float | int:
 
 
 def _max_values(op, ir, x, window):
-    """The maxima, and ``x`` as pooled (int16 and int32 as float64) with its dtype."""
-    spatial = _spatial(x, window)
-    x, dtype, cast_back = _integers_as_float64(op, ir, x)
+    """The maxima, and ``x`` as compared (its dtype) for the winners. ONNX MaxPool takes
+    float16/32/64, int8 and uint8: bfloat16 goes through float32, int16 and int32 through
+    float64 (both exact); int64 and what a pooling node cannot take (large pads, unequal
+    bins) take the Gather form, and global integer maxima ``ReduceMax``."""
+    shape, dtype = x.shape, x.dtype
+    if dtype == ir.DataType.BFLOAT16:
+        pooled, back = op.Cast(x, to=ir.DataType.FLOAT), lambda y: op.Cast(y, to=dtype)
+    else:
+        pooled, back = x, lambda y: y
+    compared = np.dtype(np.float32) if dtype == ir.DataType.BFLOAT16 else dtype.numpy()
     if _is_global(window):
-        return cast_back(op.GlobalMaxPool(x)), x, dtype
-    attributes = _equal_windows(window, spatial)
-    if attributes is not None:
-        return cast_back(op.MaxPool(x, **attributes)[0]), x, dtype
-    taps, inside = _gathered(op, ir, x, plan_of(window, spatial))
-    y = op.ReduceMax(op.Where(inside, taps, _scalar(op, ir, _lowest(dtype), dtype)),
+        if compared.kind == "f":
+            return back(op.GlobalMaxPool(pooled)), pooled, compared
+        wide = op.Cast(x, to=ir.DataType.INT32) if compared.itemsize < 4 else x
+        y = op.ReduceMax(wide, op.Constant(value_ints=_spatial_axes(window)), keepdims=1)
+        return op.CastLike(y, x), x, compared
+    native = _native(shape, window) if compared != np.int64 else None
+    if native is not None:
+        if compared in (np.int16, np.int32):
+            y = op.MaxPool(op.Cast(x, to=ir.DataType.DOUBLE), **native)[0]
+            return op.Cast(y, to=dtype), x, compared
+        return back(op.MaxPool(pooled, **native)[0]), pooled, compared
+    plan = plan_of(window, _static_spatial(shape, "this max pooling (large pads, unequal "
+                                                  "bins or int64)"))
+    taps, inside = _gathered(op, ir, pooled, plan)
+    y = op.ReduceMax(op.Where(inside, taps, _scalar(op, ir, _lowest(compared), compared)),
                      op.Constant(value_ints=[-1]), keepdims=0)
-    return cast_back(y), x, dtype
+    return back(y), pooled, compared
 
 
 def _max_pool_values(x, window):
@@ -261,7 +280,7 @@ def _max_pool(x, window, ties):
     the maximum (a NaN matching a NaN), for either tie rule (``"split"`` shares the
     gradient, not the winner)."""
     op, ir = _onnxscript()
-    plan = plan_of(window, _static_spatial(x, "max pooling's indices"))
+    plan = plan_of(window, _static_spatial(x.shape, "max pooling's indices"))
     y, pooled, dtype = _max_values(op, ir, x, window)
     taps, inside = _gathered(op, ir, pooled, plan)
     maximum = op.Unsqueeze(op.CastLike(y, pooled), op.Constant(value_ints=[-1]))
@@ -300,32 +319,43 @@ def _int64(op, ir, value: int):
 # -------------------------------------------------------------------- average pooling
 
 
-def _window_sum(op, ir, x, dtype, window, in_spatial):
-    """The sum over each window of the input elements (padding adds nothing)."""
+def _window_sum(op, ir, x, dtype, window, shape):
+    """The sum over each window of the input elements (padding adds nothing): a
+    reduction for a global window, a pooling node's average times the window's size
+    where every window lies inside the padded input (no ``ceil_mode``), else the Gather
+    form (``shape``: the original input's)."""
     if _is_global(window):
-        axes = list(range(2, 2 + window_ndim(window)))
-        return op.ReduceSum(x, op.Constant(value_ints=axes), keepdims=1)
-    taps, inside = _gathered(op, ir, x, plan_of(window, in_spatial))
+        return op.ReduceSum(x, op.Constant(value_ints=_spatial_axes(window)), keepdims=1)
+    native = _native(shape, window)
+    if native is not None and not native["ceil_mode"]:
+        size = math.prod(native["kernel_shape"])
+        return op.Mul(op.AveragePool(x, count_include_pad=1, **native),
+                      _scalar(op, ir, size, dtype))
+    plan = plan_of(window, _static_spatial(shape, "this window sum (ceil_mode, large "
+                                                  "pads or unequal bins)"))
+    taps, inside = _gathered(op, ir, x, plan)
     return op.ReduceSum(op.Where(inside, taps, _scalar(op, ir, 0, dtype)),
                         op.Constant(value_ints=[-1]), keepdims=0)
 
 
 def _avg_pool(x, window, count_include_pad, divisor_override):
     op, ir = _onnxscript()
-    spatial = _spatial(x, window) or _static_spatial(x, "divisor_override")
+    shape = x.shape
     x, dtype, cast_back = _in_float32(op, ir, x)
     if divisor_override is not None:
-        return cast_back(op.Div(_window_sum(op, ir, x, dtype, window, spatial),
+        return cast_back(op.Div(_window_sum(op, ir, x, dtype, window, shape),
                                 _scalar(op, ir, divisor_override, dtype)))
     if _is_global(window):
         return cast_back(op.GlobalAveragePool(x))
-    attributes = _equal_windows(window, spatial)
-    if attributes is not None:
+    native = _native(shape, window)
+    if native is not None:
         return cast_back(op.AveragePool(x, count_include_pad=int(count_include_pad),
-                                        **attributes))
-    counts = _tap_table(plan_of(window, spatial))[1].sum(axis=-1).astype(dtype)
-    return cast_back(op.Div(_window_sum(op, ir, x, dtype, window, spatial),
-                            op.Constant(value=ir.tensor(counts))))
+                                        **native))
+    plan = plan_of(window, _static_spatial(shape, "this average (large pads or unequal "
+                                                  "bins)"))
+    divisors = _divisors(plan, count_include_pad and window[0] != ADAPTIVE).astype(dtype)
+    return cast_back(op.Div(_window_sum(op, ir, x, dtype, window, shape),
+                            op.Constant(value=ir.tensor(divisors))))
 
 
 # ------------------------------------------------------------------------- Lp pooling
@@ -333,18 +363,16 @@ def _avg_pool(x, window, count_include_pad, divisor_override):
 
 def _lp_pool(x, p, window):
     op, ir = _onnxscript()
-    spatial = _spatial(x, window)
-    if not (_is_global(window) or float(p).is_integer()):
-        spatial = _static_spatial(x, "Lp pooling with a non-integer p")
+    shape = x.shape
     x, dtype, cast_back = _in_float32(op, ir, x)
     if float(p).is_integer():
         if _is_global(window):
             return cast_back(op.GlobalLpPool(x, p=int(p)))
-        attributes = _equal_windows(window, spatial)
-        if attributes is not None:
-            return cast_back(op.LpPool(x, p=int(p), **attributes))
+        native = _native(shape, window)
+        if native is not None:
+            return cast_back(op.LpPool(x, p=int(p), **native))
     powered = op.Pow(op.Abs(x), _scalar(op, ir, p, dtype))
-    return cast_back(op.Pow(_window_sum(op, ir, powered, dtype, window, spatial),
+    return cast_back(op.Pow(_window_sum(op, ir, powered, dtype, window, shape),
                             _scalar(op, ir, 1 / p, dtype)))
 
 
