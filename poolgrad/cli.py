@@ -3,6 +3,7 @@
 ``poolgrad demo``: max-pool a random batch and print where each example's gradient goes.
 ``poolgrad bench``: time the speed suite against PyTorch (see :mod:`poolgrad.bench`);
 ``--torch``: poolgrad's PyTorch front end against eager and compiled PyTorch;
+``--kinds``: every pooling kind through both APIs against plain PyTorch and kornia;
 ``--device cuda``: its Triton kernels on a GPU.
 ``poolgrad train``: train a small CNN on a local dataset (see :mod:`poolgrad.train`).
 ``poolgrad explain``: draw where each example's gradient goes (see :mod:`poolgrad.explain`).
@@ -111,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads for both libraries (default: all cores)")
     b.add_argument("--out", default=None,
                    help="where to write the JSON results (default: runs/bench.json; "
-                        "runs/bench-torch.json with --torch, runs/bench-cuda.json with "
-                        "--device cuda)")
+                        "runs/bench-torch.json with --torch, runs/bench-kinds.json with "
+                        "--kinds, runs/bench-cuda.json with --device cuda)")
     b.add_argument("--torch", action="store_true",
                    help="time poolgrad.torch against eager and torch.compiled PyTorch instead, "
                         "with the per-call overhead")
@@ -122,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--models", action="store_true",
                    help="with --torch: also time training steps of VGG-11 and ResNet-18 "
                         "with and without poolgrad's pooling (a few minutes)")
+    b.add_argument("--kinds", action="store_true",
+                   help="time every pooling kind (blur, soft, stochastic, fractional, GeM, "
+                        "mixed, gated, attention) through the NumPy API and poolgrad.torch "
+                        "against plain PyTorch, eager and compiled, and kornia instead")
     t = commands.add_parser("train", help="train a CNN with poolgrad's layers on a local dataset")
     t.add_argument("--dataset", default="digits",
                    help="digits (default), mnist1d, or idx:PATH (a folder of MNIST IDX files)")
@@ -270,12 +275,20 @@ def study(args) -> None:
 
 def bench(args) -> None:
     from .bench import suite
+    if args.kinds:
+        for given, why in ((args.torch, "times poolgrad.torch already: leave out --torch"),
+                           (args.models, "times no models: leave out --models"),
+                           (args.device == "cuda", "times the CPU kernels: leave out "
+                                                   "--device cuda")):
+            if given:
+                raise ValueError(f"--kinds {why}")
     if args.models and not args.torch:
         raise ValueError("--models times models through poolgrad.torch: give --torch too")
     if args.device == "cuda" and args.torch:
         raise ValueError("--device cuda times poolgrad.torch already: leave out --torch")
     if args.out is None:
-        mode = "-cuda" if args.device == "cuda" else "-torch" if args.torch else ""
+        mode = ("-cuda" if args.device == "cuda" else "-torch" if args.torch
+                else "-kinds" if args.kinds else "")
         args.out = os.path.join("runs", f"bench{mode}.json")
     check_output_file(args.out)  # before the minutes of timing, not after them
     if args.device == "cuda":
@@ -284,6 +297,9 @@ def bench(args) -> None:
     elif args.torch:
         from .bench import torch_api as timer
         options = {"models": args.models}
+    elif args.kinds:
+        from .bench import kinds as timer
+        options = {}
     else:
         from .bench import numpy_api as timer
         options = {}

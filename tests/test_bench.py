@@ -334,3 +334,194 @@ def test_torch_summary_and_verdicts():
     assert "geometric-mean speedup over eager PyTorch, max forward, NCHW: 10.00x" in lines
     assert ("rows slower than eager PyTorch's faster layout for the same layer and pass: "
             "1 of 4\n  VGG 2x2/2 channels-last forward") in lines
+
+
+# ----------------------------------------------------------------- bench --kinds
+
+
+def _kinds_module():
+    pytest.importorskip("torch")
+    from poolgrad.bench import kinds
+    return kinds
+
+
+def _kind(name):
+    return next(kind for kind in _kinds_module().KINDS if kind.name == name)
+
+
+def test_quick_kinds_benchmark_writes_table_and_json(tmp_path, capsys, monkeypatch):
+    kinds = _kinds_module()
+    # a compile takes seconds: the compiled reference has a test of its own
+    monkeypatch.setattr(kinds, "_QUICK_COMPILED_KINDS", 0)
+    monkeypatch.setattr(timing, "SETTLE_SECONDS", 0.001)
+    out = tmp_path / "kinds.json"
+    assert cli.main(["bench", "--kinds", "--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["mode"] == "kinds" and result["quick"] and result["repeats"] == 1
+    assert result["shape"] == list(kinds.QUICK_SHAPE) and "torch" in result["machine"]
+    # every kind in both layouts and both passes, in that order
+    rows = result["rows"]
+    assert [(r["kind"], r["settings"], r["layout"], r["pass"]) for r in rows] == [
+        (kind.function, kind.settings, layout, pass_name) for kind in kinds.KINDS
+        for layout in suite.LAYOUTS for pass_name in kinds.PASSES]
+    for row in rows:
+        assert min(row["numpy_ms"], row["poolgrad_torch_ms"], row["eager_ms"]) > 0
+        assert row["compiled_ms"] is None and row["compile_s"] is None
+        references = {name: row[f"{name}_ms"] for name in kinds.REFERENCES
+                      if row[f"{name}_ms"] is not None
+                      and not (name == "kornia" and row["kornia_differs"])}
+        assert row["best_reference_ms"] == references[row["best_reference"]]
+        assert row["best_reference_ms"] == min(references.values())
+        assert row["speedup_numpy"] == pytest.approx(row["best_reference_ms"] / row["numpy_ms"])
+        assert row["torch_overhead"] == pytest.approx(row["poolgrad_torch_ms"]
+                                                      / row["numpy_ms"] - 1)
+    if result["machine"]["kornia"]:
+        # kornia times the four blur rows; it is a reference where it pads as poolgrad
+        with_kornia = {(r["kind"], r["settings"], r["kornia_differs"]) for r in rows
+                       if r["kornia_ms"] is not None}
+        assert with_kornia == {
+            ("blur_pool", "3-tap/2", kinds.KORNIA_PADS_ZEROS), ("blur_pool", "3-tap/2 zeros", None),
+            ("max_blur_pool", "2x2 3-tap/2", kinds.KORNIA_PADS_ZEROS),
+            ("max_blur_pool", "2x2 3-tap/2 zeros", None)}
+        assert f"*: {kinds.KORNIA_PADS_ZEROS}" in printed
+    assert "attention_pool global 1 query" in printed and "results written to" in printed
+    assert suite.QUICK_NOTE in printed and "geometric-mean" not in printed
+    assert not list(out.parent.glob(".poolgrad-*"))
+
+
+@pytest.mark.parametrize("name", [
+    "blur_pool 3-tap/2", "blur_pool 3-tap/2 zeros", "max_blur_pool 2x2 3-tap/2",
+    "max_blur_pool 2x2 3-tap/2 zeros", "avg_blur_pool 2x2 3-tap/2", "soft_pool 2x2",
+    "stochastic_pool 2x2 training", "stochastic_pool 2x2 evaluation",
+    "fractional_max_pool k2 ratio 0.5", "gem_pool global p3", "gem_pool 2x2 p3",
+    "mixed_pool 2x2 alpha 0.5", "gated_pool 2x2", "attention_pool global 1 query"])
+def test_each_plain_pytorch_reference_is_poolgrads_function(name):
+    """Values and input gradients (a random dy) of each reference against both of
+    poolgrad's APIs, in float64 on a non-square input; the random kinds given the draws
+    each API makes from the same seed."""
+    import numpy as np
+    import torch
+
+    import poolgrad as pg
+    kinds = _kinds_module()
+    front_end = kinds.torch_api.import_front_end()
+    kind = _kind(name)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 8, 10))
+    if kind.non_negative:
+        x = np.maximum(x, 0)
+        x[0, 0, :2, :2] = 0  # a window of zeros: the draw's fallback
+    params = kind.params(3, rng, x.dtype) if kind.params else ()
+    tensors = tuple(torch.from_numpy(p) for p in params)
+    op, args, kwargs = kinds.numpy_call(kind, params, 7)
+    y, pullback = pg.vjp(op, x, *args, **kwargs)
+    dy = rng.standard_normal(y.shape)
+    dx = pullback(dy)
+    leaf = torch.tensor(x, requires_grad=True)
+    y_torch = kinds.front_end_call(kind, front_end, tensors, 7)(leaf)
+    y_torch.backward(torch.from_numpy(dy))
+    ours = {"numpy": (y, dx[0] if isinstance(dx, tuple) else dx),
+            "torch": (y_torch.detach().numpy(), leaf.grad.numpy())}
+    for like, (values, gradient) in ours.items():
+        draws = kind.draws(torch.from_numpy(x), 7, like) if kind.draws else None
+        xt = torch.tensor(x, requires_grad=True)
+        expected = kind.reference(xt, draws, *tensors)
+        expected.backward(torch.from_numpy(dy))
+        np.testing.assert_allclose(values, expected.detach().numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(gradient, xt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_the_stochastic_reference_falls_back_as_poolgrad_draws():
+    torch = pytest.importorskip("torch")
+    reference = _kind("stochastic_pool 2x2 training").reference
+    x = torch.tensor([[[[1.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]])
+    # u = 1 (a draw rounded up to x's float32): no running sum exceeds u * S, so the last
+    # positive tap; a window of zeros gives its first
+    assert reference(x, torch.ones(1, 1, 1, 2, dtype=torch.float32)).tolist() == [[[[2.0, 0.0]]]]
+    # the draw picks the first tap whose running sum exceeds u * S: 1 > 0.3 * 3
+    assert reference(x, torch.full((1, 1, 1, 2), 0.3, dtype=torch.float64)).tolist() == [
+        [[[1.0, 0.0]]]]
+
+
+def test_the_kinds_check_refuses_another_function_and_kornia_differs_where_marked():
+    import dataclasses
+
+    import numpy as np
+    kornia = pytest.importorskip("kornia")
+    kinds = _kinds_module()
+    front_end = kinds.torch_api.import_front_end()
+    x = np.random.default_rng(0).standard_normal(kinds.QUICK_SHAPE, dtype=np.float32)
+    reflect, zeros = _kind("blur_pool 3-tap/2"), _kind("blur_pool 3-tap/2 zeros")
+    layer = reflect.kornia(kornia)
+    kinds.check_agree(reflect, x, (), front_end, layer)  # kornia left out: marked
+    kinds.check_agree(zeros, x, (), front_end, layer)  # kornia compared, and equal
+    # the mark is true: kornia's layer is not the reflecting blur
+    with pytest.raises(AssertionError, match="kornia and the plain PyTorch reference "
+                                             "disagree on blur_pool 3-tap/2 NCHW, forward"):
+        kinds.check_agree(dataclasses.replace(reflect, kornia_differs=None), x, (), front_end,
+                          layer)
+    with pytest.raises(AssertionError, match="poolgrad's NumPy API and the plain PyTorch "
+                                             "reference disagree on blur_pool 3-tap/2 "
+                                             "channels-last, forward"):
+        kinds.check_agree(dataclasses.replace(reflect, reference=zeros.reference),
+                          suite.channels_last(x), (), front_end, layout="channels-last")
+
+
+def test_the_compiled_reference_draws_fresh_and_is_checked(monkeypatch):
+    import numpy as np
+    import torch
+    kinds = _kinds_module()
+    kind = _kind("stochastic_pool 2x2 training")
+    x = torch.from_numpy(np.abs(np.random.default_rng(0).standard_normal(
+        kinds.QUICK_SHAPE, dtype=np.float32)))
+    dy = torch.ones(2, 3, 4, 4)
+    forward, seconds = kinds._compile(kind, (), x, dy, "forward")
+    assert seconds > 0
+    first, second = forward(), forward()
+    assert first.shape == (2, 3, 4, 4) and not torch.equal(first, second)  # fresh draws
+    # a compiled graph that computes something else stops the benchmark
+    monkeypatch.setattr(suite, "compile_static",
+                        lambda function, torch: lambda t, u: function(t, u) + 1)
+    with pytest.raises(AssertionError, match="compiled and eager PyTorch disagree on "
+                                             "stochastic_pool 2x2 training, forward"):
+        kinds._compile(kind, (), x, dy, "forward")
+
+
+def test_kinds_best_reference_and_verdicts():
+    kinds = _kinds_module()
+    seconds = {"numpy": 2e-3, "poolgrad.torch": 4e-3, "eager": 3e-3, "compiled": 2.5e-3,
+               "kornia": 1e-3}
+    # kornia is fastest, but on the reflecting blur it computes another function
+    marked = kinds._row(_kind("blur_pool 3-tap/2"), "NCHW", "forward", seconds, 1.0)
+    assert marked["best_reference"] == "compiled"
+    assert marked["speedup_numpy"] == pytest.approx(1.25)
+    assert marked["speedup_torch"] == pytest.approx(0.625)
+    same = kinds._row(_kind("blur_pool 3-tap/2 zeros"), "NCHW", "forward", seconds, 1.0)
+    assert same["best_reference"] == "kornia" and same["speedup_numpy"] == pytest.approx(0.5)
+    assert same["torch_overhead"] == pytest.approx(1.0)
+    rows = [marked, same]
+    machine = {"cpu": "test CPU", "threads": 2, "copy_bandwidth_GBps": 10.0}
+    result = {"machine": machine, "quick": False, "repeats": 5, "shape": [32, 64, 56, 56],
+              "rows": rows, "summary": kinds.summarize(rows)}
+    table = kinds.format_table(result)
+    assert "    1.00*" in table and "    1.00 " in table  # kornia marked on one row only
+    assert ("poolgrad's NumPy API, forward: geometric-mean speedup over the best reference "
+            "0.79x; slower in 1 of 2 rows\n  blur_pool 3-tap/2 zeros NCHW") in table
+    assert "poolgrad.torch, forward: " in table and "slower in 2 of 2 rows" in table
+    assert "quick mode" not in table
+    quick = kinds.format_table({**result, "quick": True})
+    assert quick.endswith(suite.QUICK_NOTE) and "geometric-mean" not in quick
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--device", "cuda"], "--kinds times the CPU kernels: leave out --device cuda"),
+    (["--models"], "--kinds times no models: leave out --models"),
+    (["--torch"], "--kinds times poolgrad.torch already: leave out --torch"),
+])
+def test_kinds_with_another_mode_is_refused(tmp_path, capsys, flags, message):
+    out = tmp_path / "kinds.json"
+    assert cli.main(["bench", "--kinds", "--quick", *flags, "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"poolgrad bench: error: {message}\n" and captured.out == ""
+    assert not out.exists()

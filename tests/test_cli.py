@@ -111,3 +111,16 @@ def test_bench_writes_under_runs_by_default(tmp_path, monkeypatch):
     monkeypatch.setattr(numpy_api, "format_table", lambda result: "table")
     assert cli.main(["bench", "--quick"]) == 0
     assert json.loads((tmp_path / "runs" / "bench.json").read_text()) == {"quick": True}
+
+
+def test_bench_kinds_writes_its_own_file_under_runs(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    from poolgrad.bench import kinds
+    monkeypatch.setattr(kinds, "run", lambda progress, **kwargs: {"mode": "kinds", **kwargs})
+    monkeypatch.setattr(kinds, "format_table", lambda result: "table")
+    assert cli.main(["bench", "--kinds", "--quick", "--threads", "1"]) == 0
+    written = json.loads((tmp_path / "runs" / "bench-kinds.json").read_text())
+    assert {key: written[key] for key in ("mode", "quick", "threads", "repeats")} == {
+        "mode": "kinds", "quick": True, "threads": 1, "repeats": None}
+    assert not (tmp_path / "runs" / "bench.json").exists()

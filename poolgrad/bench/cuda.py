@@ -26,7 +26,6 @@ from __future__ import annotations
 import statistics
 import time
 import types
-import warnings
 from dataclasses import asdict
 
 from . import suite, torch_api
@@ -126,14 +125,6 @@ def _check_agree(passes: dict, what: str, torch) -> None:
                                      f"{pass_name}: {error}") from None
 
 
-def _compiled(layer, torch):
-    # Dynamo keeps compiled graphs per code object, and every layer's wrapper shares
-    # one: without a reset, later layers would reach its recompile limit and run eager
-    torch._dynamo.reset()
-    return torch.compile(torch_api.functional_call(layer, torch.nn.functional),
-                         dynamic=False, fullgraph=True)
-
-
 def _bytes(layer, pass_name: str, x, y) -> int:
     """What the pass must read and write, in bytes
     (:func:`poolgrad.bench.suite.must_move`)."""
@@ -155,10 +146,9 @@ def _time_layer(layer, front_end, torch, device, repeats, compile_variants, band
                      "eager": torch_api.functional_call(layer, torch.nn.functional)}
             compile_start = time.perf_counter()
             if (layout, dtype_name) in compile_variants:
-                calls["compiled"] = _compiled(layer, torch)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", "`torch.jit.script_method` is deprecated",
-                                        DeprecationWarning)
+                calls["compiled"] = suite.compile_static(
+                    torch_api.functional_call(layer, torch.nn.functional), torch)
+            with suite.quiet_compile():
                 passes = {name: suite.torch_passes(call, x, torch)
                           for name, call in calls.items()}
                 _check_agree(passes, f"{layer.name} {layout} {dtype_name}", torch)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import statistics
 import time
-import warnings
 import zlib
 from dataclasses import asdict
 
@@ -30,10 +29,12 @@ from .suite import (
     Layer,
     best_pytorch,
     channels_last,
+    compile_static,
     copy_bandwidth,
     header,
     machine_info,
     must_move,
+    quiet_compile,
     summarize,
     torch_input,
     torch_passes,
@@ -75,15 +76,9 @@ def _compiled_passes(layer: Layer, xt, torch):
     """The passes of ``torch.compile`` of PyTorch's call (Inductor, static shapes, one
     graph), each called once to compile it; returns them and the seconds compiling
     took."""
-    # Dynamo keeps compiled graphs per code object, and every layer's wrapper shares
-    # one: without a reset, later layers would reach its recompile limit and run eager
-    torch._dynamo.reset()
-    compiled = torch.compile(_torch_call(layer, torch), dynamic=False, fullgraph=True)
+    compiled = compile_static(_torch_call(layer, torch), torch)
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        # Inductor's first compile imports torch.utils.mkldnn, which warns about itself
-        warnings.filterwarnings("ignore", "`torch.jit.script_method` is deprecated",
-                                DeprecationWarning)
+    with quiet_compile():
         passes = torch_passes(compiled, xt, torch)
         for function in passes.values():
             function()

@@ -5,10 +5,12 @@ JSON they write."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import platform
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,6 +119,25 @@ def torch_passes(fn, xt, torch) -> dict:
     return {"forward": forward,
             "backward": lambda: torch.autograd.grad(y, leaf, dy, retain_graph=True)[0],
             "forward+backward": both}
+
+
+def compile_static(function, torch):
+    """``function`` compiled as every suite compiles its PyTorch baseline: Inductor,
+    static shapes, one graph. Dynamo's caches are reset first: it keeps compiled graphs
+    per code object, and the suites' wrappers share one, so that without a reset later
+    layers would reach its recompile limit and run eager."""
+    torch._dynamo.reset()
+    return torch.compile(function, dynamic=False, fullgraph=True)
+
+
+@contextlib.contextmanager
+def quiet_compile():
+    """Around a compiled function's first calls: Inductor's first compile imports
+    torch.utils.mkldnn, which warns about itself."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`torch.jit.script_method` is deprecated",
+                                DeprecationWarning)
+        yield
 
 
 def copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import time
-import warnings
 from dataclasses import asdict
 
 import numpy as np
@@ -103,17 +102,10 @@ def _compile(layer, pass_name, x, dy, eager, torch):
     """The compiled variant of one (layer, layout, pass), called once so that it is
     compiled and checked against ``eager`` (the same pass); returns it and the seconds
     compiling took."""
-    # Dynamo keeps compiled graphs per code object, and every layer's wrapper shares
-    # one: without a reset, later layers would hit its recompile limit and run eager
-    torch._dynamo.reset()
-    compiled = torch.compile(functional_call(layer, torch.nn.functional),
-                             dynamic=False, fullgraph=True)
+    compiled = suite.compile_static(functional_call(layer, torch.nn.functional), torch)
     run = _passes(compiled, x, dy, torch)[pass_name]
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        # Inductor's first compile imports torch.utils.mkldnn, which warns about itself
-        warnings.filterwarnings("ignore", "`torch.jit.script_method` is deprecated",
-                                DeprecationWarning)
+    with suite.quiet_compile():
         result = run()  # forward+backward: also compiles the backward graph
     seconds = time.perf_counter() - start
     torch.testing.assert_close(result, eager())
