@@ -316,13 +316,13 @@ def check_agree(kind: Kind, x: np.ndarray, params, front_end, kornia_layer=None,
         "poolgrad's NumPy API": ("numpy", {"forward": lambda: torch.from_numpy(y),
                                            "forward+backward": lambda: torch.from_numpy(
                                                gradient)}),
-        "poolgrad.torch": ("torch", torch_api._passes(
+        "poolgrad.torch": ("torch", torch_api.passes(
             front_end_call(kind, front_end, tensors, SEED), xt, dyt, torch))}
     if kornia_layer is not None and kind.kornia_differs is None:
-        implementations["kornia"] = (None, torch_api._passes(kornia_layer, xt, dyt, torch))
+        implementations["kornia"] = (None, torch_api.passes(kornia_layer, xt, dyt, torch))
     for name, (like, passes) in implementations.items():
         draws = kind.draws(xt, SEED, like) if kind.draws else None
-        expected = torch_api._passes(reference_call(kind, tensors, draws), xt, dyt, torch)
+        expected = torch_api.passes(reference_call(kind, tensors, draws), xt, dyt, torch)
         for pass_name in PASSES:
             _assert_close(passes[pass_name](), expected[pass_name](), tolerance,
                           f"{name} and the plain PyTorch reference disagree on {kind.name} "
@@ -342,17 +342,17 @@ def _compile(kind, params, xt, dyt, pass_name):
     ones at every call, as the eager one) and the seconds compiling took."""
     compiled = suite.compile_static(lambda t, u: kind.reference(t, u, *params), torch)
     draws = kind.draws(xt) if kind.draws else None  # in the dtype it is timed with
-    run = torch_api._passes(reference_call(kind, (), draws, compiled), xt, dyt,
+    run = torch_api.passes(reference_call(kind, (), draws, compiled), xt, dyt,
                             torch)[pass_name]
     start = time.perf_counter()
     with suite.quiet_compile():
         result = run()  # forward+backward: also compiles the backward graph
     seconds = time.perf_counter() - start
-    expected = torch_api._passes(reference_call(kind, params, draws), xt, dyt, torch)
+    expected = torch_api.passes(reference_call(kind, params, draws), xt, dyt, torch)
     _assert_close(result, expected[pass_name](), TOLERANCE,
                   f"compiled and eager PyTorch disagree on {kind.name}, {pass_name}")
     timed = reference_call(kind, (), function=compiled)
-    return torch_api._passes(timed, xt, dyt, torch)[pass_name], seconds
+    return torch_api.passes(timed, xt, dyt, torch)[pass_name], seconds
 
 
 # ------------------------------------------------------------------------- timing
@@ -378,11 +378,11 @@ def _time_kind(kind, base, front_end, kornia, repeats, compile_layouts, progress
         dy = np.ones(tuple(dyt.shape), x.dtype)
         implementations = {
             "numpy": _numpy_passes(kind, x, params, dy, np.random.default_rng(2)),
-            "poolgrad.torch": torch_api._passes(front_end_call(
+            "poolgrad.torch": torch_api.passes(front_end_call(
                 kind, front_end, tensors, torch.Generator().manual_seed(2)), xt, dyt, torch),
-            "eager": torch_api._passes(reference_call(kind, tensors), xt, dyt, torch)}
+            "eager": torch_api.passes(reference_call(kind, tensors), xt, dyt, torch)}
         if layer is not None:
-            implementations["kornia"] = torch_api._passes(layer, xt, dyt, torch)
+            implementations["kornia"] = torch_api.passes(layer, xt, dyt, torch)
         for pass_name in PASSES:
             if progress:
                 progress(f"{kind.name} {layout} {pass_name}")

@@ -73,7 +73,7 @@ def functional_call(layer: suite.Layer, functional):
     return lambda t: pool(t, layer.kernel, layer.stride, layer.padding)
 
 
-def _passes(fn, x, dy, torch):
+def passes(fn, x, dy, torch):
     """The two timed passes of ``fn`` on ``x``: functions of no arguments."""
     def forward():
         with torch.no_grad():
@@ -103,7 +103,7 @@ def _compile(layer, pass_name, x, dy, eager, torch):
     compiled and checked against ``eager`` (the same pass); returns it and the seconds
     compiling took."""
     compiled = suite.compile_static(functional_call(layer, torch.nn.functional), torch)
-    run = _passes(compiled, x, dy, torch)[pass_name]
+    run = passes(compiled, x, dy, torch)[pass_name]
     start = time.perf_counter()
     with suite.quiet_compile():
         result = run()  # forward+backward: also compiles the backward graph
@@ -121,7 +121,7 @@ def _time_layer(layer, base, front_end, torch, repeats, compile_layouts, progres
                               layout, torch)
         with torch.no_grad():
             dy = torch.ones_like(eager_call(x))  # in the layout PyTorch's output has
-        ours, eager = _passes(ours_call, x, dy, torch), _passes(eager_call, x, dy, torch)
+        ours, eager = passes(ours_call, x, dy, torch), passes(eager_call, x, dy, torch)
         _check_agree(ours, eager, f"{layer.name} {layout}", torch)
         for pass_name in PASSES:
             if progress:
@@ -157,8 +157,8 @@ def call_overhead(front_end, torch, quick: bool, repeats: int) -> dict:
         return pullback(dy)
 
     ours_pool, eager_pool = front_end.max_pool2d, torch.nn.functional.max_pool2d
-    ours = _passes(lambda t: ours_pool(t, 2, 2), xt, dyt, torch)
-    eager = _passes(lambda t: eager_pool(t, 2, 2), xt, dyt, torch)
+    ours = passes(lambda t: ours_pool(t, 2, 2), xt, dyt, torch)
+    eager = passes(lambda t: eager_pool(t, 2, 2), xt, dyt, torch)
     numpy_passes = {"forward": lambda: ops.max_pool(x, 2, 2),
                     "forward+backward": numpy_forward_backward}
     calls = 3 if quick else SMALL_CALLS
@@ -193,7 +193,7 @@ def large_layer_overhead(front_end, torch, quick: bool, repeats: int) -> dict:
             _, pullback = ops.vjp(ops.max_pool, array, *args)
             return pullback(dy)
 
-        ours = _passes(functional_call(layer, front_end), x, dyt, torch)
+        ours = passes(functional_call(layer, front_end), x, dyt, torch)
         numpy_passes = {"forward": lambda array=array: ops.max_pool(array, *args),
                         "forward+backward": numpy_forward_backward}
         for pass_name in PASSES:
@@ -231,8 +231,8 @@ def _pooling_alone(model, x, front_end, torch, repeats: int) -> dict:
         with torch.no_grad():
             dy = torch.ones_like(module(pooled))
         seconds = timing.median_seconds({
-            POOLING[0]: _passes(module, pooled, dy, torch)["forward+backward"],
-            POOLING[1]: _passes(swapped[0], pooled, dy, torch)["forward+backward"]}, repeats)
+            POOLING[0]: passes(module, pooled, dy, torch)["forward+backward"],
+            POOLING[1]: passes(swapped[0], pooled, dy, torch)["forward+backward"]}, repeats)
         for name in POOLING:
             total[name] += seconds[name] * 1e3
     return {"layers": len(inputs), "ms": total}
