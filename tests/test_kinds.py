@@ -160,6 +160,33 @@ def test_gem_pool_is_the_formula_with_gradients_for_x_and_p(kernel, stride, p):
         lambda q: pg.gem_pool(x, float(q), kernel, stride, eps), p, dy)), rel=1e-6)
 
 
+@pytest.mark.parametrize("layout, kernel", [
+    ("nchw", "power_mean.gem_global_{}_planes"),
+    ("channels_last", "power_mean.gem_global_{}_channels_last")])
+def test_global_gem_runs_its_fused_kernels_in_either_layout(layout, kernel):
+    x = tie_free((2, 5, 6, 7), seed=12)
+    if layout == "channels_last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    y, pullback = pg.vjp(pg.gem_pool, x, 3.0, eps=0.03)
+    assert pullback.kernels == {"forward": kernel.format("forward"),
+                                "backward": kernel.format("backward")}
+    planar, planar_pullback = pg.vjp(pg.gem_pool, np.ascontiguousarray(x), 3.0, eps=0.03)
+    np.testing.assert_array_equal(y, planar)  # the same sums in the same order
+    dy = np.random.default_rng(13).standard_normal(y.shape)
+    dx, dp = pullback(dy)
+    assert dx.strides == x.strides  # the gradient keeps the layout
+    planar_dx, planar_dp = planar_pullback(dy)
+    np.testing.assert_allclose(dx, planar_dx, rtol=1e-15)
+    assert dp == pytest.approx(planar_dp, rel=1e-12)
+    half = x.astype(np.float16)  # computed in float32; NaN propagates, as the clamp does
+    half[0, 1, 2, 3] = np.nan
+    y16 = pg.gem_pool(half, 3.0)
+    assert y16.dtype == np.float16 and np.isnan(y16[0, 1]).all()
+    assert np.isfinite(np.delete(y16.reshape(10), 1)).all()
+    unbatched = pg.gem_pool(x[0], 3.0, eps=0.03, spatial_dims=2)
+    np.testing.assert_array_equal(unbatched, y[0])
+
+
 def test_gem_pool_large_p_tends_to_max_without_overflow():
     x = np.random.default_rng(10).random((2, 4, 6, 6)).astype(np.float32) * 100
     y = pg.gem_pool(x, p=400.0)

@@ -1,11 +1,12 @@
 """The dispatch's rules for the pooling kinds of :mod:`poolgrad.kinds`: anti-aliased
-pooling (:mod:`.blur`), the weighted window averages (:mod:`.weighted`) and fractional
-max pooling (:mod:`.fractional`, whose windows come with each call). Each has
-one kernel per pass; the run signatures are in :mod:`.dispatch`."""
+pooling (:mod:`.blur`), the weighted window averages (:mod:`.weighted`), fractional
+max pooling (:mod:`.fractional`, whose windows come with each call) and global GeM
+(:mod:`.power_mean`, on ``(N, C, L)`` views: channels innermost, or planes). Each has
+one kernel per pass and layout; the run signatures are in :mod:`.dispatch`."""
 
 from __future__ import annotations
 
-from . import blur, fractional, weighted
+from . import blur, fractional, power_mean, weighted
 from .rule import Rule, always
 
 
@@ -38,11 +39,25 @@ def _sample(plan):
         x, plan.table, plan.extent, draws, y, pos)
 
 
-def _fractional(kernel):
+def _channels_innermost(plan, operand, record):
+    return operand.layout == "channels_last"
+
+
+def _bound(kernel):
     return lambda plan: kernel
 
 
 RULES = {
+    ("gem_global", "forward"): [
+        Rule("power_mean.gem_global_forward_channels_last", _channels_innermost,
+             _bound(power_mean.gem_global_forward_channels_last)),
+        Rule("power_mean.gem_global_forward_planes", always,
+             _bound(power_mean.gem_global_forward_planes))],
+    ("gem_global", "backward"): [
+        Rule("power_mean.gem_global_backward_channels_last", _channels_innermost,
+             _bound(power_mean.gem_global_backward_channels_last)),
+        Rule("power_mean.gem_global_backward_planes", always,
+             _bound(power_mean.gem_global_backward_planes))],
     ("blur", "forward"): [Rule("blur.blur_pool_forward", always, _blur, records=True)],
     ("blur", "backward"): [Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
@@ -52,10 +67,10 @@ RULES = {
     ("stochastic", "sample"): [
         Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],
     ("fractional", "forward"): [Rule("fractional.fractional_max_forward", always,
-                                     _fractional(fractional.fractional_max_forward),
+                                     _bound(fractional.fractional_max_forward),
                                      records=True)],
     ("fractional", "backward"): [Rule("fractional.fractional_max_backward", always,
-                                      _fractional(fractional.fractional_max_backward))],
+                                      _bound(fractional.fractional_max_backward))],
     ("fractional", "indices"): [Rule("fractional.fractional_max_indices", always,
-                                     _fractional(fractional.fractional_max_indices))],
+                                     _bound(fractional.fractional_max_indices))],
 }

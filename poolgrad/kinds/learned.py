@@ -15,6 +15,7 @@ import numpy as np
 from .. import _inputs as inputs
 from .. import autodiff, geometry, ops
 from ..engines import Pullback
+from ..kernels import dispatch, power_mean
 
 # ------------------------------------------------------------------------------- GeM
 
@@ -29,18 +30,17 @@ def _gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims
                          "globally)")
     ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, kernel_size=kernel_size,
                                        stride=stride)
+    if kernel_size is None:
+        return _gem_global(x, p, eps, ndim, want_pullback)
+    # windowed: the core's Lp pooling of the clamped input, per dim (so that the core
+    # reads x's spatial dims as the kinds' rule does)
     compute = inputs.COMPUTE_DTYPE[x.dtype]
     z = np.maximum(x.astype(compute, copy=False), compute.type(eps))
-    if kernel_size is None:
-        norm, lp_pullback = ops.vjp(ops.global_lp_pool, z, p, spatial_dims=ndim)
-        count = math.prod(x.shape[-ndim:])
-    else:  # per dim, so that the core reads x's spatial dims as the kinds' rule does
-        kernel_size = geometry.per_dim(kernel_size, ndim, "kernel_size")
-        stride = kernel_size if stride is None else geometry.per_dim(stride, ndim, "stride")
-        norm, lp_pullback = ops.vjp(ops.lp_pool, z, p, kernel_size, stride)
-        count = math.prod(kernel_size)
+    kernel_size = geometry.per_dim(kernel_size, ndim, "kernel_size")
+    stride = kernel_size if stride is None else geometry.per_dim(stride, ndim, "stride")
+    norm, lp_pullback = ops.vjp(ops.lp_pool, z, p, kernel_size, stride)
     # mean = sum / count: y = (sum z^p)^(1/p) * count^(-1/p)
-    scale = compute.type(count ** (-1.0 / p))
+    scale = compute.type(math.prod(kernel_size) ** (-1.0 / p))
     y = (norm * scale).astype(x.dtype, copy=False)
     if not want_pullback:
         return y, None
@@ -53,17 +53,44 @@ def _gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims
         # dy/dp = (y / p) * (sum z^p log z / sum z^p - log y), in float64
         z64 = z.astype(np.float64)
         power = z64 ** p
-        if kernel_size is None:
-            axes = tuple(range(x.ndim - ndim, x.ndim))
-            ratio = (np.sum(power * np.log(z64), axis=axes, keepdims=True)
-                     / np.sum(power, axis=axes, keepdims=True))
-        else:
-            ratio = (ops.avg_pool(power * np.log(z64), kernel_size, stride)
-                     / ops.avg_pool(power, kernel_size, stride))
+        ratio = (ops.avg_pool(power * np.log(z64), kernel_size, stride)
+                 / ops.avg_pool(power, kernel_size, stride))
         dp = np.sum(dy.astype(np.float64) * (y64 / p) * (ratio - np.log(y64)))
         return dx, float(dp)
     return y, Pullback("gem_pool", backward, y.shape, x.shape, x.dtype, {"z": z},
                        tuple(lp_pullback.kernels.values()), params=("p",))
+
+
+def _gem_global(x, p, eps, ndim, want_pullback):
+    """Global GeM on :mod:`poolgrad.kernels.power_mean`'s fused kernels: one pass over
+    x forward (y, and the ratio ``dp`` needs), one backward; nothing of x's size kept."""
+    compute = inputs.COMPUTE_DTYPE[x.dtype]
+    lead = x.shape[:-ndim]
+    planes = x.astype(compute, copy=False).reshape(((1,) if len(lead) == 1 else ())
+                                                   + lead + (-1,))  # (N, C, L)
+    operand = dispatch.Operand(compute, "channels_last" if (
+        planes.strides[1] == planes.itemsize and not planes.flags.c_contiguous) else "nchw")
+    forward = dispatch.choose("gem_global", "forward", None, operand)
+    means = np.empty(planes.shape[:2], compute)
+    ratio = np.empty(planes.shape[:2], np.float64)
+    whole = power_mean.whole_power(p)
+    forward(planes, float(eps), float(p), whole, want_pullback, means, ratio)
+    y_shape = lead + (1,) * ndim
+    y = means.reshape(y_shape).astype(x.dtype, copy=False)
+    if not want_pullback:
+        return y, None
+    backward_kernel = dispatch.choose("gem_global", "backward", None, operand)
+
+    def backward(dy):
+        dx = np.empty_like(planes)  # (the same layout)
+        backward_kernel(planes, means, np.asarray(dy, compute).reshape(means.shape),
+                        float(eps), float(p), whole, dx)
+        y64 = means.astype(np.float64)
+        dp = np.sum(np.asarray(dy, np.float64).reshape(means.shape) * (y64 / p)
+                    * (ratio - np.log(y64)))
+        return dx.reshape(x.shape).astype(x.dtype, copy=False), float(dp)
+    return y, Pullback("gem_pool", backward, y_shape, x.shape, x.dtype, {"ratio": ratio},
+                       (forward.name, backward_kernel.name), params=("p",))
 
 
 def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=None):
