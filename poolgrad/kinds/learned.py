@@ -64,18 +64,16 @@ def _gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims
 def _gem_global(x, p, eps, ndim, want_pullback):
     """Global GeM on :mod:`poolgrad.kernels.power_mean`'s fused kernels: one pass over
     x forward (y, and the ratio ``dp`` needs), one backward; nothing of x's size kept."""
-    compute = inputs.COMPUTE_DTYPE[x.dtype]
-    lead = x.shape[:-ndim]
-    planes = x.astype(compute, copy=False).reshape(((1,) if len(lead) == 1 else ())
-                                                   + lead + (-1,))  # (N, C, L)
-    operand = dispatch.Operand(compute, "channels_last" if (
-        planes.strides[1] == planes.itemsize and not planes.flags.c_contiguous) else "nchw")
-    forward = dispatch.choose("gem_global", "forward", None, operand)
-    means = np.empty(planes.shape[:2], compute)
-    ratio = np.empty(planes.shape[:2], np.float64)
+    layout = inputs.Layout(x.shape, ndim)
+    view = inputs.compute_view(x, layout)  # (N, C, D, H, W); the dispatch reads its layout
+    planes = view.reshape(view.shape[:2] + (-1,))  # (N, C, L): a view in either layout
+    operand = dispatch.operand(view)
     whole = power_mean.whole_power(p)
+    means = np.empty(planes.shape[:2], view.dtype)
+    ratio = np.empty(planes.shape[:2], np.float64)
+    forward = dispatch.choose("gem_global", "forward", None, operand)
     forward(planes, float(eps), float(p), whole, want_pullback, means, ratio)
-    y_shape = lead + (1,) * ndim
+    y_shape = layout.user_shape((1,) * ndim)
     y = means.reshape(y_shape).astype(x.dtype, copy=False)
     if not want_pullback:
         return y, None
@@ -83,7 +81,7 @@ def _gem_global(x, p, eps, ndim, want_pullback):
 
     def backward(dy):
         dx = np.empty_like(planes)  # (the same layout)
-        backward_kernel(planes, means, np.asarray(dy, compute).reshape(means.shape),
+        backward_kernel(planes, means, np.asarray(dy, view.dtype).reshape(means.shape),
                         float(eps), float(p), whole, dx)
         y64 = means.astype(np.float64)
         dp = np.sum(np.asarray(dy, np.float64).reshape(means.shape) * (y64 / p)
@@ -100,9 +98,9 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=
 
     over each window ``W`` (``kernel_size`` and ``stride``, no padding), or over all
     spatial positions with ``kernel_size=None`` (the retrieval head). ``p = 1`` is
-    average pooling and ``p -> inf`` tends to max pooling. Computed through
-    :func:`poolgrad.lp_pool`, which scales by the window's maximum, so large ``p``
-    neither overflows nor underflows.
+    average pooling and ``p -> inf`` tends to max pooling. Each window is scaled by its
+    maximum (windowed: through :func:`poolgrad.lp_pool`; global: fused kernels, one
+    pass over x each way), so large ``p`` neither overflows nor underflows.
 
     The pullback returns ``(dx, dp)``: ``dx_j = dy (z_j / y)^(p-1) / |W|`` where
     ``x_j >= eps`` (0 where the clamp holds), and ``dp`` summed over every output of

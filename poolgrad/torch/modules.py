@@ -181,11 +181,12 @@ def _settings(module: nn.Module, kind: str) -> tuple:
     if not isinstance(module, (nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd)):
         raise ValueError(f"{module!r} cannot become {kind}: {kind} replaces max or average "
                          f"pooling")
+    ndim = _spatial_dims(module)
     unsupported = {
         "ceil_mode": getattr(module, "ceil_mode", False),
         "return_indices": getattr(module, "return_indices", False),
-        "dilation": geometry.per_dim(getattr(module, "dilation", 1), _spatial_dims(module),
-                                     "dilation") != (1,) * _spatial_dims(module),
+        "dilation": geometry.per_dim(getattr(module, "dilation", 1), ndim,
+                                     "dilation") != (1,) * ndim,
     }
     found = [name for name, used in unsupported.items() if used]
     if found:
@@ -230,19 +231,22 @@ def _gem(module: nn.Module) -> nn.Module:
     return kinds.GeMPool(kernel_size=kernel, stride=stride, spatial_dims=ndim)
 
 
+def _windowed(cls, kind: str):
+    """The factory of a kind that takes a pooling's window: ``cls(kernel_size, stride,
+    padding)`` from the module's, as many spatial dims as it has."""
+    return lambda module: cls(*_settings(module, kind), spatial_dims=_spatial_dims(module))
+
+
 # target name -> (the torch.nn pooling it replaces, its factory from such a module)
 _SLIDING = (nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd)
 _TARGETS = {
     "max_blur": ((nn.modules.pooling._MaxPoolNd,), lambda m: _blurred(m, "max_blur")),
     "avg_blur": ((nn.modules.pooling._AvgPoolNd,), lambda m: _blurred(m, "avg_blur")),
-    "soft": (_SLIDING, lambda m: kinds.SoftPool(*_settings(m, "soft"),
-                                                spatial_dims=_spatial_dims(m))),
-    "mixed": (_SLIDING, lambda m: kinds.MixedPool(*_settings(m, "mixed"),
-                                                  spatial_dims=_spatial_dims(m))),
-    "gated": (_SLIDING, lambda m: kinds.GatedPool(*_settings(m, "gated"),
-                                                  spatial_dims=_spatial_dims(m))),
-    "stochastic": ((nn.modules.pooling._MaxPoolNd,), lambda m: kinds.StochasticPool(
-        *_settings(m, "stochastic"), spatial_dims=_spatial_dims(m))),
+    "soft": (_SLIDING, _windowed(kinds.SoftPool, "soft")),
+    "mixed": (_SLIDING, _windowed(kinds.MixedPool, "mixed")),
+    "gated": (_SLIDING, _windowed(kinds.GatedPool, "gated")),
+    "stochastic": ((nn.modules.pooling._MaxPoolNd,),
+                   _windowed(kinds.StochasticPool, "stochastic")),
     "gem": ((nn.modules.pooling._AdaptiveAvgPoolNd,), _gem),
 }
 _TARGET_OF_CLASS = {kinds.MaxBlurPool: "max_blur", kinds.AvgBlurPool: "avg_blur",

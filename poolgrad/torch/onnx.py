@@ -89,7 +89,7 @@ def export(model, args=(), f=None, **kwargs):
     (merged under any ``custom_translation_table`` given), the dynamo exporter and an
     opset of at least 19. The export runs under ``torch.no_grad()``: an ONNX graph is
     for inference, and max pooling then needs no winners. Returns the ONNXProgram."""
-    if kwargs.get("dynamo", True) is not True:
+    if kwargs.pop("dynamo", True) is not True:
         raise ValueError("poolgrad.torch.onnx.export needs the dynamo exporter (dynamo=True, "
                          "the default): TorchScript's exporter cannot translate custom ops")
     opset = kwargs.pop("opset_version", None)
@@ -97,7 +97,6 @@ def export(model, args=(), f=None, **kwargs):
         raise ValueError(f"poolgrad's ONNX translations need opset_version >= {MIN_OPSET}, "
                          f"got {opset}")
     table = {**translations(), **(kwargs.pop("custom_translation_table", None) or {})}
-    kwargs.pop("dynamo", None)
     try:
         with torch.no_grad():
             return torch.onnx.export(model, args, f, dynamo=True, opset_version=opset,
@@ -164,9 +163,18 @@ def _native(shape, window) -> dict | None:
     kernel, stride, pads, dilation, ceil_mode = sliding_args(window)
     if any(lo >= k or hi >= k for (lo, hi), k in zip(pads, kernel, strict=True)):
         return None
-    return dict(kernel_shape=list(kernel), strides=list(stride),
-                pads=[lo for lo, _ in pads] + [hi for _, hi in pads],
+    return dict(kernel_shape=list(kernel), strides=list(stride), pads=_onnx_pads(pads),
                 dilations=list(dilation), ceil_mode=int(ceil_mode))
+
+
+def _onnx_pads(pads) -> list[int]:
+    """``(before, after)`` pairs as ONNX's ``pads``: every before, then every after."""
+    return [lo for lo, _ in pads] + [hi for _, hi in pads]
+
+
+def _plane_strides(plan) -> list[int]:
+    """Each spatial axis's step in a flat input plane (row-major)."""
+    return [math.prod(a.length for a in plan.axes[d + 1:]) for d in range(len(plan.axes))]
 
 
 def _tap_table(plan) -> tuple[np.ndarray, np.ndarray]:
@@ -178,12 +186,12 @@ def _tap_table(plan) -> tuple[np.ndarray, np.ndarray]:
     taps = tuple(axis.extent for axis in plan.axes)
     position = np.zeros(out + taps, np.int64)
     inside = np.ones(out + taps, bool)
-    for d, axis in enumerate(plan.axes):
+    for d, (axis, plane_stride) in enumerate(zip(plan.axes, _plane_strides(plan),
+                                                  strict=True)):
         shape = [1] * (2 * ndim)
         shape[d], shape[ndim + d] = axis.count, axis.extent
         j = np.arange(axis.extent)[None, :]
         coordinate = axis.start[:, None] + j * axis.dilation
-        plane_stride = math.prod(a.length for a in plan.axes[d + 1:])
         position = position + np.clip(coordinate, 0, axis.length - 1).reshape(shape) * (
             plane_stride)
         inside = inside & ((j >= axis.first[:, None]) & (j < axis.end[:, None])).reshape(shape)
@@ -246,10 +254,9 @@ def _max_values(op, ir, x, window):
     bins) take the Gather form, and global integer maxima ``ReduceMax``."""
     shape, dtype = x.shape, x.dtype
     if dtype == ir.DataType.BFLOAT16:
-        pooled, back = op.Cast(x, to=ir.DataType.FLOAT), lambda y: op.Cast(y, to=dtype)
+        pooled, compared, back = _in_float32(op, ir, x)
     else:
-        pooled, back = x, lambda y: y
-    compared = np.dtype(np.float32) if dtype == ir.DataType.BFLOAT16 else dtype.numpy()
+        pooled, compared, back = x, dtype.numpy(), lambda y: y
     if _is_global(window):
         if compared.kind == "f":
             return back(op.GlobalMaxPool(pooled)), pooled, compared
@@ -300,20 +307,17 @@ def _max_pool_indices(winners, window, x_size):
     tap = op.Cast(winners, to=ir.DataType.INT64)
     start = np.zeros((1, 1, *plan.out_spatial), np.int64)
     index = None
-    for d, axis in enumerate(plan.axes):
-        plane_stride = math.prod(a.length for a in plan.axes[d + 1:])
+    for d, (axis, plane_stride) in enumerate(zip(plan.axes, _plane_strides(plan),
+                                                  strict=True)):
         shape = [1] * (2 + ndim)
         shape[2 + d] = axis.count
         start = start + axis.start.reshape(shape) * plane_stride
         taps_after = math.prod(a.extent for a in plan.axes[d + 1:])
-        along = op.Mod(op.Div(tap, _int64(op, ir, taps_after)), _int64(op, ir, axis.extent))
-        step = op.Mul(along, _int64(op, ir, axis.dilation * plane_stride))
+        along = op.Mod(op.Div(tap, _scalar(op, ir, taps_after, np.int64)),
+                       _scalar(op, ir, axis.extent, np.int64))
+        step = op.Mul(along, _scalar(op, ir, axis.dilation * plane_stride, np.int64))
         index = step if index is None else op.Add(index, step)
     return op.Add(index, op.Constant(value=ir.tensor(start)))
-
-
-def _int64(op, ir, value: int):
-    return op.Constant(value=ir.tensor(np.array(value, np.int64)))
 
 
 # -------------------------------------------------------------------- average pooling
@@ -387,10 +391,11 @@ def _max_unpool(y, indices, window, output_size):
     ndim = len(kernel)
     lead = op.Slice(op.Shape(y), op.Constant(value_ints=[0]), op.Constant(value_ints=[2]))
     planes = op.ReduceProd(lead, keepdims=0)
-    offsets = op.Mul(op.Range(_int64(op, ir, 0), planes, _int64(op, ir, 1)),
-                     _int64(op, ir, math.prod(output_size)))
+    offsets = op.Mul(op.Range(_scalar(op, ir, 0, np.int64), planes,
+                              _scalar(op, ir, 1, np.int64)),
+                     _scalar(op, ir, math.prod(output_size), np.int64))
     offsets = op.Reshape(offsets, op.Concat(lead, op.Constant(value_ints=[1] * ndim), axis=0))
     flat = op.Add(op.Cast(indices, to=ir.DataType.INT64), offsets)
     shape = op.Concat(lead, op.Constant(value_ints=list(output_size)), axis=0)
     return op.MaxUnpool(y, flat, shape, kernel_shape=list(kernel), strides=list(stride),
-                        pads=[lo for lo, _ in pads] + [hi for _, hi in pads])
+                        pads=_onnx_pads(pads))
