@@ -53,8 +53,11 @@ def check_array(x, name: str, floating: bool) -> np.ndarray:
 def _per_dim_count(per_dim_args, where="") -> tuple[str, int] | None:
     """``(name, count)`` of the first per-dim sequence among ``per_dim_args``, checked to
     agree with the others on the number of spatial dims; None without one."""
-    counts = {k: n for k, v in per_dim_args.items()
-              if (n := geometry.sequence_length(v)) is not None}
+    counts = {}
+    for key, value in per_dim_args.items():  # (no walrus in a comprehension: torch.compile)
+        count = geometry.sequence_length(value)
+        if count is not None:
+            counts[key] = count
     if len(set(counts.values())) > 1:
         described = ", ".join(f"{k} has {n}" for k, n in counts.items())
         raise ValueError(f"{where}per-dim arguments disagree on the number of spatial dims: "

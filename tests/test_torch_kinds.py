@@ -164,7 +164,8 @@ def test_modules_learn_their_parameters():
         optimizer.step()
         assert not torch.equal(getattr(module, name).detach(), before)
     fixed = pt.GeMPool(learn=False)
-    assert list(fixed.parameters()) == []
+    assert list(fixed.parameters()) == [] and "p" not in fixed.state_dict()
+    assert fixed.double().p.dtype == torch.float64 and fixed.float().p.dtype == torch.float32
     stochastic = pt.StochasticPool(2, seed=5)
     first = stochastic(x)
     assert torch.equal(pt.StochasticPool(2, seed=5)(x), first)
@@ -172,6 +173,38 @@ def test_modules_learn_their_parameters():
     torch.testing.assert_close(stochastic(x), pt.stochastic_pool(x, 2, training=False))
     fractional = pt.FractionalMaxPool(2, output_ratio=0.7, seed=1)
     assert fractional(x).shape == (2, 4, 5, 5)
+
+
+@pytest.mark.parametrize("kernel_size, stride", [(None, None), ((2, 3), (1, 2))])
+def test_gem_is_an_operator_with_gradients_in_x_and_p(kernel_size, stride):
+    """GeM runs as ``torch.ops.poolgrad.gem_pool`` (and its backward op): opcheck,
+    gradcheck and gradgradcheck in x and a learned p (clamped inputs included), and
+    torch.compile with fullgraph keeps the values, the channels-last layout and dp."""
+    g = torch.Generator().manual_seed(2)
+    x = (torch.rand(2, 3, 5, 7, dtype=torch.float64, generator=g) + 0.02).requires_grad_()
+    x.data.view(-1)[::9] = 0.01  # under eps: no gradient there
+    p = torch.tensor(2.7, dtype=torch.float64, requires_grad=True)
+    fn = functools.partial(pt.gem_pool, kernel_size=kernel_size, stride=stride, eps=0.015)
+    assert torch.autograd.gradcheck(fn, (x, p))
+    assert torch.autograd.gradgradcheck(fn, (x, p))
+    window = (_ops.adaptive_window((1, 1)) if kernel_size is None
+              else _ops.sliding_window(kernel_size, stride, ((0, 0),) * 2, (1, 1), False))
+    xf, pf = x.detach().float(), p.detach().float().requires_grad_()
+    torch.library.opcheck(torch.ops.poolgrad.gem_pool, (xf.requires_grad_(), pf, 0.015, window))
+    y = torch.ops.poolgrad.gem_pool(xf, pf, 0.015, window)
+    torch.library.opcheck(torch.ops.poolgrad.gem_pool_backward,
+                          (torch.rand_like(y), xf, y, pf, 0.015, window, True))
+    module = pt.GeMPool(3.0, kernel_size, stride)
+    xc = torch.rand(2, 4, 8, 9).contiguous(memory_format=torch.channels_last)
+    compiled = torch.compile(module, fullgraph=True)(xc.requires_grad_())
+    compiled.sum().backward()
+    dp = module.p.grad.clone()
+    module.p.grad = None
+    eager = module(xc)
+    eager.sum().backward()
+    torch.testing.assert_close(compiled, eager)
+    torch.testing.assert_close(module.p.grad, dp)
+    assert compiled.is_contiguous(memory_format=torch.channels_last) or compiled.shape[-1] == 1
 
 
 def test_compiled_matches_eager():

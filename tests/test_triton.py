@@ -207,6 +207,41 @@ def test_lp_forward_and_backward_match_the_cpu(name, ndim, window, p):
         same_bits(on_cpu(tdx) == 0, dx == 0)  # zeros where the CPU has zeros
 
 
+GEM_WINDOWS = [("global 2-d", 2, _ops.adaptive_window((1, 1))),
+               ("3x2 stride 2x1", 2, _ops.sliding_window((3, 2), (2, 1), ((0, 0),) * 2,
+                                                         (1, 1), False)),
+               ("1-d overlapping", 1, sliding(1, 3, 2, 0, 0, 1, False))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name,ndim,window", GEM_WINDOWS, ids=[w[0] for w in GEM_WINDOWS])
+def test_gem_forward_backward_and_p_terms_match_the_cpu(name, ndim, window, dtype):
+    """GeM's three kernels against the CPU's fused ones in every layout, with inputs
+    under the clamp (no gradient there) and a learnable p's terms."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.rand(SHAPES[ndim], generator=g, dtype=dtype)
+    x.view(-1)[::6] = 1e-4  # below eps
+    p = torch.tensor(2.6, dtype=torch.float32)
+    tolerance = {"rtol": 1e-12, "atol": 1e-14} if dtype == torch.float64 else {
+        "rtol": 2e-6, "atol": 1e-6}
+    for _, xs in layouts(x):
+        y = cpu("gem_pool")(xs, p, 1e-3, window)
+        ty = triton_impl("gem_pool")(on_device(xs), on_device(p), 1e-3, window)
+        torch.testing.assert_close(on_cpu(ty), y, **tolerance)
+        assert on_cpu(ty).stride() == y.stride()
+        dy = torch.randn(y.shape, generator=g, dtype=dtype)
+        dx, terms = cpu("gem_pool_backward")(dy, xs, y, p, 1e-3, window, True)
+        tdx, tterms = triton_impl("gem_pool_backward")(on_device(dy), on_device(xs), ty,
+                                                       on_device(p), 1e-3, window, True)
+        torch.testing.assert_close(on_cpu(tdx), dx, **tolerance)
+        torch.testing.assert_close(on_cpu(tterms), terms, **tolerance)
+        assert on_cpu(tdx).stride() == dx.stride()
+        same_bits(on_cpu(tdx) == 0, xs < 1e-3)  # zeros exactly under the clamp
+        _, untaken = triton_impl("gem_pool_backward")(on_device(dy), on_device(xs), ty,
+                                                      on_device(p), 1e-3, window, False)
+        assert not on_cpu(untaken).any()
+
+
 @pytest.mark.parametrize("name,ndim,window", WINDOWS, ids=[w[0] for w in WINDOWS])
 def test_split_ties_give_the_cpu_bits(name, ndim, window):
     """``ties="split"``: each tied maximum gets ``dy / ties``, a NaN window its winner."""
@@ -316,7 +351,7 @@ from triton.compiler import ASTSource
 from poolgrad.torch.triton import kernels as K
 
 # the tuples: each axis's (L, O, K, S, P, A, DIL, N), each tensor's 5 strides
-STRIDES = {"xs", "ys", "gs", "ps", "rs", "ss", "outs"}
+STRIDES = {"xs", "ys", "gs", "ps", "rs", "ss", "outs", "ts"}
 
 def signature(fn, pointers, constants, integers):
     sig = {}
@@ -363,6 +398,15 @@ cases = {
     "max_split_backward": (K.max_split_backward, {"x": f32, "y": f32, "dy": f32, "ties": f32,
         "pos": "*u8", "dx": f32}, dict(ADAPTIVE=False, CHANNELS_LAST=True, ACC=tl.float32,
         BLOCK=256), "i32"),
+    "gem_forward adaptive": (K.gem_forward, {"x": bf16, "y": bf16, "power": "*fp64",
+        "clamp": "*fp32"}, dict(ADAPTIVE=True, CHANNELS_LAST=False, ACC=tl.float32, BLOCK=256),
+        "i32"),
+    "gem_backward": (K.gem_backward, {"x": f32, "y": f32, "dy": f32, "power": "*fp32",
+        "clamp": "*fp32", "dx": f32}, dict(ADAPTIVE=False, CHANNELS_LAST=True, ACC=tl.float32,
+        BLOCK=256), "i32"),
+    "gem_p_terms f64": (K.gem_p_terms, {"x": "*fp64", "y": "*fp64", "dy": "*fp64",
+        "power": "*fp64", "clamp": "*fp64", "terms": "*fp64"}, dict(ADAPTIVE=False,
+        CHANNELS_LAST=False, ACC=tl.float64, BLOCK=256), "i64"),
     "unpool_claim": (K.unpool_claim, {"indices": "*i64", "owner": "*i32"}, dict(BLOCK=256), "i64"),
     "unpool_place": (K.unpool_place, {"values": bf16, "indices": "*i64", "owner": "*i32",
         "out": bf16, "written": "*u8"}, dict(WRITE_VALUES=True, BLOCK=256), "i32"),
@@ -396,7 +440,8 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
     failed = {name: r["error"] for name, r in report.items() if not r["ok"]}
     assert not failed, failed
     for name in ("max_backward bf16 u16", "avg_backward bf16", "lp_backward 2",
-                 "max_split_backward", "unpool_gather", "max_gather values"):
+                 "max_split_backward", "unpool_gather", "max_gather values", "gem_backward",
+                 "gem_p_terms f64"):
         assert not report[name]["atomics"], name
     assert report["unpool_claim"]["atomics"]  # the claim is the one atomic (a maximum)
     for name in ("avg_forward f32", "avg_backward bf16", "max_split_backward"):
@@ -420,6 +465,7 @@ for name, implementation in _cuda.IMPLEMENTATIONS.items():
     _ops.implement(getattr(_ops, name), "cpu")(counted(name, implementation))
 x = torch.randn(1, 1, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0),
                 requires_grad=True)
+p = torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
 cases = {
     "max_pool2d": (lambda t: pgt.max_pool2d(t, 3, 2, 1), True),
     "lp_pool2d": (lambda t: pgt.lp_pool2d(t, 3.0, 2, 2), True),
@@ -427,20 +473,22 @@ cases = {
     "max_pool2d split": (lambda t: pgt.max_pool2d(t.round(), 2, 1, ties="split"), False),
     "max_unpool2d": (lambda t: pgt.max_unpool2d(*pgt.max_pool2d(t, 2, 2, return_indices=True),
                                                 2, 2), False),
+    "gem_pool learned p": (lambda t, q: pgt.gem_pool(t.abs(), q, 2, 1, 0.05), False),
 }
 checks = {}
 for name, (fn, second) in cases.items():
-    checks[name] = [torch.autograd.gradcheck(fn, (x,), eps=1e-6, atol=1e-5),
-                    torch.autograd.gradgradcheck(fn, (x,), eps=1e-6, atol=1e-5) if second
+    inputs = (x, p) if "learned" in name else (x,)
+    checks[name] = [torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-5),
+                    torch.autograd.gradgradcheck(fn, inputs, eps=1e-6, atol=1e-5) if second
                     else True]
 print(json.dumps({"checks": checks, "calls": calls}))
 """
 
 
 def test_gradients_through_the_public_functions_on_the_triton_kernels():
-    """gradcheck (and gradgradcheck for max and Lp) through poolgrad.torch's functions
-    and autograd formulas with every op running its CUDA implementation, on CPU tensors
-    under the interpreter: float64, 1x1x4x5."""
+    """gradcheck (and gradgradcheck for max and Lp; GeM's p too) through
+    poolgrad.torch's functions and autograd formulas with every op running its CUDA
+    implementation, on CPU tensors under the interpreter: float64, 1x1x4x5."""
     result = printed_json(run_script(GRADCHECK_SCRIPT, interpreter=True))
     assert all(all(checks) for checks in result["checks"].values()), result["checks"]
     used = set(result["calls"])

@@ -6,7 +6,8 @@ how poolgrad.torch's backward operators run.
 - :mod:`.pullback`: :class:`Pullback` and what every family shares;
 - :mod:`.maxima`: max pooling, its winners and their indices;
 - :mod:`.averages`: average pooling;
-- :mod:`.lp`: Lp pooling.
+- :mod:`.lp`: Lp pooling;
+- :mod:`.power_mean`: GeM pooling (global and windowed).
 
 :mod:`poolgrad.ops` validates the public arguments and calls the engines; so does
 :mod:`poolgrad.torch`, on ``tensor.numpy()`` views.
@@ -15,7 +16,9 @@ how poolgrad.torch's backward operators run.
 from .averages import avg_engine, avg_pullback
 from .lp import lp_engine, lp_pullback
 from .maxima import TIE_RULES, max_engine, max_forward, max_gather, max_pullback, winner_indices
+from .power_mean import gem_backward, gem_forward, gem_kernels
 from .pullback import Pullback
 
-__all__ = ["Pullback", "TIE_RULES", "avg_engine", "avg_pullback", "lp_engine", "lp_pullback",
-           "max_engine", "max_forward", "max_gather", "max_pullback", "winner_indices"]
+__all__ = ["Pullback", "TIE_RULES", "avg_engine", "avg_pullback", "gem_backward", "gem_forward",
+           "gem_kernels", "lp_engine", "lp_pullback", "max_engine", "max_forward", "max_gather",
+           "max_pullback", "winner_indices"]

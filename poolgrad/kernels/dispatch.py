@@ -37,6 +37,12 @@ Run signatures (one per op and direction)::
     ("fractional", "backward") run(dy, starts, extent, pos, dx)  (N*C, 1, D, H, W); the
     ("fractional", "indices")  run(starts, extent, pos, in_h, in_w, indices)  windows
                                                per plane; plan: a FractionalPlan
+    ("gem", "forward")     run(x, eps, p, whole, y)   whole: power_mean.whole_power(p)
+    ("gem", "backward")    run(x, y, dy, eps, p, whole, dx)
+    ("gem", "p_terms")     run(x, y, dy, eps, p, whole, terms)  each window's dp term
+    ("gem_global", "forward")   run(x, eps, p, whole, y)   (N, C, L) views; y (N, C);
+    ("gem_global", "backward")  run(x, y, dy, eps, p, whole, with_dp, dx, terms)  plan
+                                               None
 
 This is the NumPy (CPU) backend's dispatch. The CUDA backend's, for torch tensors, is
 :mod:`poolgrad.torch.triton.dispatch`, beside the code that uses it, with the same
@@ -478,7 +484,8 @@ def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = Fa
 
     Args:
         op: ``"max"``, ``"avg"``, ``"global_avg"``, ``"lp"``, ``"unpool"``,
-            ``"blur"``, ``"weighted"``, ``"stochastic"`` or ``"fractional"``.
+            ``"blur"``, ``"weighted"``, ``"stochastic"``, ``"fractional"``, ``"gem"``
+            or ``"gem_global"``.
         direction: ``"forward"`` or ``"backward"`` (max also ``"indices"``,
             ``"tie_count"`` and ``"split"``).
         plan: the call's :class:`~poolgrad.geometry.WindowPlan` (None for unpool).

@@ -1,8 +1,9 @@
 """The dispatch's rules for the pooling kinds of :mod:`poolgrad.kinds`: anti-aliased
 pooling (:mod:`.blur`), the weighted window averages (:mod:`.weighted`), fractional
-max pooling (:mod:`.fractional`, whose windows come with each call) and global GeM
-(:mod:`.power_mean`, on ``(N, C, L)`` views: channels innermost, or planes). Each has
-one kernel per pass and layout; the run signatures are in :mod:`.dispatch`."""
+max pooling (:mod:`.fractional`, whose windows come with each call) and GeM
+(:mod:`.power_mean`: global on ``(N, C, L)`` views, channels innermost or planes, and
+over sliding windows). Each has one kernel per pass and layout; the run signatures are
+in :mod:`.dispatch`."""
 
 from __future__ import annotations
 
@@ -39,6 +40,22 @@ def _sample(plan):
         x, plan.table, plan.extent, draws, y, pos)
 
 
+def _gem(plan):
+    return lambda x, eps, p, whole, y: power_mean.gem_window_forward(
+        x, plan.table, eps, p, whole, y)
+
+
+def _gem_back(plan):
+    ptr, outs, _ = plan.cover
+    return lambda x, y, dy, eps, p, whole, dx: power_mean.gem_window_backward(
+        x, y, dy, plan.table, eps, p, whole, ptr, outs, dx)
+
+
+def _gem_p_terms(plan):
+    return lambda x, y, dy, eps, p, whole, terms: power_mean.gem_window_p_terms(
+        x, y, dy, plan.table, eps, p, whole, terms)
+
+
 def _channels_innermost(plan, operand, record):
     return operand.layout == "channels_last"
 
@@ -58,6 +75,9 @@ RULES = {
              _bound(power_mean.gem_global_backward_channels_last)),
         Rule("power_mean.gem_global_backward_planes", always,
              _bound(power_mean.gem_global_backward_planes))],
+    ("gem", "forward"): [Rule("power_mean.gem_window_forward", always, _gem)],
+    ("gem", "backward"): [Rule("power_mean.gem_window_backward", always, _gem_back)],
+    ("gem", "p_terms"): [Rule("power_mean.gem_window_p_terms", always, _gem_p_terms)],
     ("blur", "forward"): [Rule("blur.blur_pool_forward", always, _blur, records=True)],
     ("blur", "backward"): [Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [

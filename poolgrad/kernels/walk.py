@@ -119,3 +119,12 @@ def row_windows(table, od, oh):
     the output row's windows start and which of their tap rows are real."""
     return (table[0, 0, od], table[0, 1, od], table[0, 2, od],
             table[1, 0, oh], table[1, 1, oh], table[1, 2, oh])
+
+
+@inlined
+def window_range(table, od, oh, ow):
+    """The input coordinates window ``(od, oh, ow)`` reads (undilated), as half-open
+    ranges ``(d0, d1, h0, h1, w0, w1)``: its real taps only."""
+    return (table[0, 0, od] + table[0, 1, od], table[0, 0, od] + table[0, 2, od],
+            table[1, 0, oh] + table[1, 1, oh], table[1, 0, oh] + table[1, 2, oh],
+            table[2, 0, ow] + table[2, 1, ow], table[2, 0, ow] + table[2, 2, ow])

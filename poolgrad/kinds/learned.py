@@ -8,14 +8,12 @@ batch, as float64, shaped like the parameter (a float for ``p`` and ``alpha``).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import _inputs as inputs
-from .. import autodiff, geometry, ops
+from .. import autodiff, engines, geometry, ops
 from ..engines import Pullback
-from ..kernels import dispatch, power_mean
+from ..engines.pullback import owned
 
 # ------------------------------------------------------------------------------- GeM
 
@@ -31,64 +29,26 @@ def _gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims
     ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, kernel_size=kernel_size,
                                        stride=stride)
     if kernel_size is None:
-        return _gem_global(x, p, eps, ndim, want_pullback)
-    # windowed: the core's Lp pooling of the clamped input, per dim (so that the core
-    # reads x's spatial dims as the kinds' rule does)
-    compute = inputs.COMPUTE_DTYPE[x.dtype]
-    z = np.maximum(x.astype(compute, copy=False), compute.type(eps))
-    kernel_size = geometry.per_dim(kernel_size, ndim, "kernel_size")
-    stride = kernel_size if stride is None else geometry.per_dim(stride, ndim, "stride")
-    norm, lp_pullback = ops.vjp(ops.lp_pool, z, p, kernel_size, stride)
-    # mean = sum / count: y = (sum z^p)^(1/p) * count^(-1/p)
-    scale = compute.type(math.prod(kernel_size) ** (-1.0 / p))
-    y = (norm * scale).astype(x.dtype, copy=False)
-    if not want_pullback:
-        return y, None
-    y64 = (norm * scale).astype(np.float64)
-    passes = x >= eps  # where the clamp lets the gradient through (PyTorch's clamp)
-
-    def backward(dy):
-        dz = lp_pullback(dy * scale)
-        dx = np.where(passes, dz, 0).astype(dz.dtype, copy=False)
-        # dy/dp = (y / p) * (sum z^p log z / sum z^p - log y), in float64
-        z64 = z.astype(np.float64)
-        power = z64 ** p
-        ratio = (ops.avg_pool(power * np.log(z64), kernel_size, stride)
-                 / ops.avg_pool(power, kernel_size, stride))
-        dp = np.sum(dy.astype(np.float64) * (y64 / p) * (ratio - np.log(y64)))
-        return dx, float(dp)
-    return y, Pullback("gem_pool", backward, y.shape, x.shape, x.dtype, {"z": z},
-                       tuple(lp_pullback.kernels.values()), params=("p",))
-
-
-def _gem_global(x, p, eps, ndim, want_pullback):
-    """Global GeM on :mod:`poolgrad.kernels.power_mean`'s fused kernels: one pass over
-    x forward (y, and the ratio ``dp`` needs), one backward; nothing of x's size kept."""
+        plan = None
+        y_spatial = (1,) * ndim
+    else:
+        plan = inputs.sliding_plan(x, kernel_size, stride, 0, 1, False, ndim)
+        y_spatial = plan.out_spatial
     layout = inputs.Layout(x.shape, ndim)
-    view = inputs.compute_view(x, layout)  # (N, C, D, H, W); the dispatch reads its layout
-    planes = view.reshape(view.shape[:2] + (-1,))  # (N, C, L): a view in either layout
-    operand = dispatch.operand(view)
-    whole = power_mean.whole_power(p)
-    means = np.empty(planes.shape[:2], view.dtype)
-    ratio = np.empty(planes.shape[:2], np.float64)
-    forward = dispatch.choose("gem_global", "forward", None, operand)
-    forward(planes, float(eps), float(p), whole, want_pullback, means, ratio)
-    y_shape = layout.user_shape((1,) * ndim)
-    y = means.reshape(y_shape).astype(x.dtype, copy=False)
+    xk = inputs.compute_view(x, layout)
+    yk = engines.gem_forward(xk, plan, p, eps)
+    y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(y_spatial))
     if not want_pullback:
         return y, None
-    backward_kernel = dispatch.choose("gem_global", "backward", None, operand)
+    # the pullback's own copies, in their layout (the kernels it runs depend on it)
+    xk = xk.copy(order="K") if np.shares_memory(xk, x) else xk
+    yk = owned(yk, y)
 
     def backward(dy):
-        dx = np.empty_like(planes)  # (the same layout)
-        backward_kernel(planes, means, np.asarray(dy, view.dtype).reshape(means.shape),
-                        float(eps), float(p), whole, dx)
-        y64 = means.astype(np.float64)
-        dp = np.sum(np.asarray(dy, np.float64).reshape(means.shape) * (y64 / p)
-                    * (ratio - np.log(y64)))
-        return dx.reshape(x.shape).astype(x.dtype, copy=False), float(dp)
-    return y, Pullback("gem_pool", backward, y_shape, x.shape, x.dtype, {"ratio": ratio},
-                       (forward.name, backward_kernel.name), params=("p",))
+        dx, terms = engines.gem_backward(xk, yk, layout.to_kernel(dy), plan, p, eps, True)
+        return dx, float(np.sum(terms))
+    return y, Pullback("gem_pool", backward, y.shape, x.shape, x.dtype, {"x": xk, "y": yk},
+                       engines.gem_kernels(xk, plan), params=("p",))
 
 
 def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=None):
@@ -98,13 +58,13 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=
 
     over each window ``W`` (``kernel_size`` and ``stride``, no padding), or over all
     spatial positions with ``kernel_size=None`` (the retrieval head). ``p = 1`` is
-    average pooling and ``p -> inf`` tends to max pooling. Each window is scaled by its
-    maximum (windowed: through :func:`poolgrad.lp_pool`; global: fused kernels, one
-    pass over x each way), so large ``p`` neither overflows nor underflows.
+    average pooling and ``p -> inf`` tends to max pooling. Fused kernels make one pass
+    over x each way (:mod:`poolgrad.kernels.power_mean`), and scale each window by its
+    maximum, so large ``p`` neither overflows nor underflows.
 
     The pullback returns ``(dx, dp)``: ``dx_j = dy (z_j / y)^(p-1) / |W|`` where
     ``x_j >= eps`` (0 where the clamp holds), and ``dp`` summed over every output of
-    ``dy (y / p) (sum z^p log z / sum z^p - log y)``, ``z = max(x, eps)``.
+    ``dy (y / p) sum_W r^p log r / sum_W r^p``, ``r = z / y`` and ``z = max(x, eps)``.
 
     Args:
         x: ``(N, C, *spatial)``, 1-3 spatial dims, or ``(C, *spatial)`` where

@@ -4,7 +4,8 @@ Each op's formula is a ``setup_context`` that saves what its backward needs and 
 backward that calls ops in turn, so it is differentiable again: max pooling's backward
 and its gather are each other's gradients, average pooling's backward and forward are
 each other's adjoints, and the second derivatives of Lp and of split-tie max are written
-as window-sum composites.
+as window-sum composites. GeM's backward is differentiated through its composite form
+(:func:`gem_composite`), recomputed when a second derivative is asked for.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from ._ops import (
     IMPLEMENTATIONS,
     avg_pool,
     avg_pool_backward,
+    gem_pool,
+    gem_pool_backward,
     is_channels_last,
+    is_global,
     lp_pool,
     lp_pool_backward,
     max_pool,
@@ -127,6 +131,27 @@ def _split_adjoint(g: Tensor, x: Tensor, window) -> Tensor:
     y = windows(x, window, -math.inf).amax(dim=taps, keepdim=True)
     tied = windows(x, window, math.nan) == y
     return (windows(g, window, 0.0) * tied).sum(taps) / tied.sum(taps)
+
+
+def gem_composite(x: Tensor, p, eps: float, window) -> tuple[Tensor, Tensor, tuple]:
+    """GeM in torch's own differentiable ops: ``(y, the clamped taps, their dims)``, the
+    taps as ``(N, C, *out, *taps)`` (or ``(N, C, 1.., L)`` for a global window), each
+    window scaled by its (detached) maximum, which ``y`` does not depend on."""
+    z = x.clamp_min(eps)
+    if is_global(window):
+        taps, dims = z.flatten(2).reshape(*x.shape[:2], *(1,) * (x.dim() - 2), -1), (-1,)
+    else:
+        taps, dims = windows(z, window, math.nan), tuple(range(-window_ndim(window), 0))
+    largest = taps.detach().amax(dim=dims, keepdim=True)
+    y = ((taps / largest) ** p).mean(dims, keepdim=True) ** (1 / p) * largest
+    return y.squeeze(dims), taps, dims
+
+
+def _gem_p_terms(dy: Tensor, y: Tensor, taps: Tensor, dims, p) -> Tensor:
+    """Each window's term of ``dp``: ``dy (y / p) S1 / S0`` (:mod:`poolgrad.kernels.power_mean`)."""
+    r = taps / y.reshape(*y.shape, *(1,) * len(dims))
+    power = r ** p
+    return dy * (y / p) * (power * r.log()).sum(dims) / power.sum(dims)
 
 
 def _window_sum(t: Tensor, window) -> Tensor:
@@ -306,3 +331,51 @@ def _unpool_backward_grad(ctx, g):
 
 
 _autograd(max_unpool_backward, _unpool_backward_grad, _unpool_backward_setup)
+
+
+def _gem_setup(ctx, inputs, output):
+    x, p, ctx.eps, ctx.window = inputs
+    ctx.with_dp = p.requires_grad
+    ctx.save_for_backward(x, p, output)
+
+
+def _gem_grad(ctx, dy):
+    x, p, y = ctx.saved_tensors
+    dx, terms = call(gem_pool_backward, dy, x, y, p, ctx.eps, ctx.window, ctx.with_dp)
+    dp = terms.sum().to(p.dtype).reshape(p.shape) if ctx.with_dp else None
+    return dx, dp, None, None
+
+
+_autograd(gem_pool, _gem_grad, _gem_setup)
+
+
+def _gem_backward_setup(ctx, inputs, output):
+    dy, x, _, p, ctx.eps, ctx.window, ctx.with_dp = inputs
+    ctx.save_for_backward(dy, x, p)
+
+
+def _gem_backward_grad(ctx, grad_dx, grad_terms):
+    """The backward's gradients by differentiating its composite form: ``y`` is taken
+    as the function of ``x`` it is (its own gradient is 0, the whole dependence goes
+    through ``x``)."""
+    dy, x, p = ctx.saved_tensors
+    higher = torch.is_grad_enabled()  # (create_graph)
+    with torch.enable_grad():
+        dy_, x_, p_ = (t.detach().requires_grad_() for t in (dy, x, p))
+        y, taps, dims = gem_composite(x_, p_, ctx.eps, ctx.window)
+        (dx,) = torch.autograd.grad(y, x_, dy_, create_graph=True)
+        outputs, grads = [], []
+        if grad_dx is not None:
+            outputs.append(dx)
+            grads.append(grad_dx)
+        if ctx.with_dp and grad_terms is not None:
+            outputs.append(_gem_p_terms(dy_, y, taps, dims, p_))
+            grads.append(grad_terms)
+        if not outputs:
+            return (None,) * 7
+        grad_dy, grad_x, grad_p = torch.autograd.grad(
+            outputs, (dy_, x_, p_), grads, allow_unused=True, create_graph=higher)
+    return grad_dy, grad_x, None, grad_p, None, None, None
+
+
+_autograd(gem_pool_backward, _gem_backward_grad, _gem_backward_setup)

@@ -199,3 +199,39 @@ def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Ten
                           douta.shape[2:])
     return _tensor(pullback(douta), torch.contiguous_format, dout.dtype)
 
+
+
+def _gem_plan(window, x_spatial):
+    """None for a global window (the whole-plane kernels), else the sliding plan."""
+    return None if _ops.is_global(window) else _ops.plan_of(window, x_spatial)
+
+
+@_ops.implement(_ops.gem_pool, "cpu")
+def gem_pool(x: Tensor, p: Tensor, eps: float, window: list[int]) -> Tensor:
+    """``mean(max(x, eps)^p)^(1/p)`` over each sliding window, or over each whole plane
+    (a global window); ``p`` a one-element tensor (learnable)."""
+    _on_cpu(x, p)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    yk = engines.gem_forward(_inputs.compute_view(xa, layout), _gem_plan(window, xa.shape[2:]),
+                             float(p), eps)
+    y = yk.astype(xa.dtype, copy=False).reshape(_ops.out_shape(x, window))
+    return _tensor(y, _ops.memory_format(x), x.dtype)
+
+
+@_ops.implement(_ops.gem_pool_backward, "cpu")
+def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
+                      window: list[int], with_dp: bool) -> tuple[Tensor, Tensor]:
+    """``dx``, and with ``with_dp`` each window's term of ``dp`` (``y``'s shape, in the
+    compute dtype; their sum is ``dp``), else zeros."""
+    _on_cpu(dy, x, y, p)
+    xa, ya, dya = _array(x), _array(y), _array(dy)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    xk, yk = _inputs.compute_view(xa, layout), _inputs.compute_view(ya, layout)
+    dyk = layout.to_kernel(dya.astype(xk.dtype, copy=False))
+    dx, terms = engines.gem_backward(xk, yk, dyk, _gem_plan(window, xa.shape[2:]), float(p),
+                                     eps, with_dp)
+    compute = _ops.compute_dtype(x)
+    terms = (torch.from_numpy(terms.reshape(y.shape)).to(compute) if with_dp
+             else torch.zeros(y.shape, dtype=compute))
+    return _tensor(dx.reshape(x.shape), _ops.memory_format(x), dy.dtype), terms

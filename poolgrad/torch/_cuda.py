@@ -127,6 +127,28 @@ def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[in
     return dx
 
 
+# ---------------------------------------------------------------------------------- GeM
+
+
+def gem_pool(x: Tensor, p: Tensor, eps: float, window: list[int]) -> Tensor:
+    plan = _ops.plan_of(window, x.shape[2:])
+    y = empty(_out_shape(x, plan), x, _ops.memory_format(x))
+    dispatch.choose("gem", "forward", plan)(_five(x), _five(y), p, eps)
+    return y
+
+
+def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
+                      window: list[int], with_dp: bool) -> tuple[Tensor, Tensor]:
+    plan = _ops.plan_of(window, x.shape[2:])
+    dx = empty(x.shape, dy, _ops.memory_format(x))
+    dispatch.choose("gem", "backward", plan)(_five(x), _five(y), _five(dy), p, eps, _five(dx))
+    terms = torch.zeros(y.shape, dtype=_ops.compute_dtype(x), device=x.device)
+    if with_dp:
+        dispatch.choose("gem", "p_terms", plan)(_five(x), _five(y), _five(dy), p, eps,
+                                                _five(terms))
+    return dx, terms
+
+
 # -------------------------------------------------------------------------- unpooling
 
 
@@ -201,6 +223,8 @@ IMPLEMENTATIONS = {
     "lp_pool_backward": lp_pool_backward,
     "max_unpool": max_unpool,
     "max_unpool_backward": max_unpool_backward,
+    "gem_pool": gem_pool,
+    "gem_pool_backward": gem_pool_backward,
 }
 IMPLEMENTATIONS = {name: _on_their_device(implementation)
                    for name, implementation in IMPLEMENTATIONS.items()}

@@ -24,6 +24,8 @@ operator                      what it computes                       its gradien
 ``lp_pool_backward``          the Lp gradient                        window-sum composites
 ``max_unpool``                values back at their indices           ``max_unpool_backward``
 ``max_unpool_backward``       the unpooled gradient at the indices   ``max_unpool``
+``gem_pool``                  power means (GeM), ``p`` a tensor      ``gem_pool_backward``
+``gem_pool_backward``         ``dx`` and the terms of ``dp``         recomputed composite
 ============================  =====================================  ==================
 
 Inputs are batched ``(N, C, *spatial)`` (:mod:`poolgrad.torch.functional` adds and
@@ -89,10 +91,14 @@ def _plan(window: tuple[int, ...], in_spatial: tuple[int, ...]) -> geometry.Wind
     return geometry.sliding_plan(in_spatial, kernel, stride, dilation, pads, ceil_mode)
 
 
+def is_global(window) -> bool:
+    """Whether ``window`` is one window over each whole plane."""
+    return window[0] == ADAPTIVE and all(o == 1 for o in window[1:])
+
+
 def avg_kind(window) -> str:
     """The dispatch's op for an average over ``window``: a global one has its own."""
-    is_global = window[0] == ADAPTIVE and all(o == 1 for o in window[1:])
-    return "global_avg" if is_global else "avg"
+    return "global_avg" if is_global(window) else "avg"
 
 
 def divisor_mode(window, count_include_pad) -> str:
@@ -353,3 +359,32 @@ def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Ten
 @max_unpool_backward.register_fake
 def _(dout, indices, window):
     return empty(indices.shape, dout, torch.contiguous_format)
+
+
+# ---------------------------------------------------------------------------------- GeM
+
+
+@_operator
+def gem_pool(x: Tensor, p: Tensor, eps: float, window: list[int]) -> Tensor:
+    """``mean(max(x, eps)^p)^(1/p)`` over each sliding window, or over each whole plane
+    (a global window); ``p`` a one-element tensor (learnable)."""
+    refuse_device(x, p)
+
+
+@gem_pool.register_fake
+def _(x, p, eps, window):
+    return empty(out_shape(x, window), x, memory_format(x))
+
+
+@_operator
+def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
+                      window: list[int], with_dp: bool) -> tuple[Tensor, Tensor]:
+    """``dx``, and with ``with_dp`` each window's term of ``dp`` (``y``'s shape, in the
+    compute dtype; their sum is ``dp``), else zeros."""
+    refuse_device(dy, x, y, p)
+
+
+@gem_pool_backward.register_fake
+def _(dy, x, y, p, eps, window, with_dp):
+    return (empty(x.shape, dy, memory_format(x)),
+            empty(y.shape, y, torch.contiguous_format, compute_dtype(x)))

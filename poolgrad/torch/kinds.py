@@ -1,11 +1,12 @@
 """The pooling kinds of :mod:`poolgrad.kinds` in PyTorch: functions and modules.
 
-Each kind is an exact composition of poolgrad.torch's operators (max and average
-pooling and the max's gather, on poolgrad's Numba kernels on the CPU and its Triton
-kernels on CUDA) and torch's own differentiable ops (padding, depthwise convolution,
-window views, softmax). So autograd, gradients of gradients, ``torch.compile`` and
-CUDA tensors work for every kind, and the values and gradients are those of the NumPy
-operators (the tests compare them in float64). What each composes:
+Each kind is an operator of its own (``torch.ops.poolgrad.*``, on the Numba kernels of
+the NumPy operator on the CPU and Triton kernels on CUDA), or an exact composition of
+poolgrad.torch's operators (max and average pooling and the max's gather) and torch's
+own differentiable ops (padding, depthwise convolution, window views, softmax). So
+autograd, gradients of gradients, ``torch.compile`` and CUDA tensors work for every
+kind, and the values and gradients are those of the NumPy operators (the tests compare
+them in float64). What each is:
 
 ==========================  =================================================
 kind                        composition
@@ -23,8 +24,8 @@ kind                        composition
 ``fractional_max_pool``     the windows (from :mod:`poolgrad.kinds.fractional`'s
                             sequences) gathered by index, their argmax, then a
                             gather at the winner
-``gem_pool``                the window view (or the whole plane) scaled by its
-                            maximum, ``mean(z^p)^(1/p)``, ``p`` a tensor
+``gem_pool``                its own operators (fused Numba kernels on the CPU,
+                            Triton on CUDA); ``p`` a tensor
 ``mixed_pool``              poolgrad's max and average pooling, blended
 ``gated_pool``              the same, blended by ``sigmoid(gate . window)``
 ``attention_pool``          matrix products and a softmax over positions
@@ -39,6 +40,7 @@ The random kinds take a ``torch.Generator`` (or an int seed) for their draws.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -351,23 +353,25 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=
     as :func:`blur_pool` takes it."""
     _check_parameter(p, "p", positive=True)
     _check_parameter(eps, "eps", positive=True)
+    if isinstance(p, Tensor) and p.numel() != 1:
+        raise ValueError(f"gem_pool: p must be a number or a one-element tensor, got a "
+                         f"tensor of shape {tuple(p.shape)}")
     if kernel_size is None and stride is not None:
         raise ValueError("gem_pool: stride needs a kernel_size (kernel_size=None pools "
                          "globally)")
     x, ndim, unbatched = _batched(x, "gem_pool", spatial_dims, kernel_size=kernel_size,
                                   stride=stride)
-    z = x.clamp_min(eps)
-    if kernel_size is None:
-        taps = z.flatten(2)
-        dims = (-1,)
-        shape = (*x.shape[:2], *(1,) * ndim)
-    else:
-        taps = windows(z, _window(x, kernel_size, stride, 0), math.nan)
-        dims = _taps(ndim)
-        shape = None
-    largest = taps.detach().amax(dim=dims, keepdim=True)  # scales out of any overflow
-    y = ((taps / largest) ** p).mean(dims, keepdim=True) ** (1 / p) * largest
-    return unbatch(y.reshape(shape) if shape else y.squeeze(dims), unbatched)
+    window = (ops.adaptive_window((1,) * ndim) if kernel_size is None
+              else _window(x, kernel_size, stride, 0))
+    power = p if isinstance(p, Tensor) else _constant(float(p), x.device)
+    return unbatch(call(ops.gem_pool, x, power, float(eps), window), unbatched)
+
+
+@functools.lru_cache(maxsize=256)
+def _constant(value: float, device) -> Tensor:
+    """``value`` as a float64 tensor on ``device``, kept, so that a call under CUDA
+    graph capture copies nothing to the device (after a first call outside it)."""
+    return torch.tensor(value, dtype=torch.float64, device=device)
 
 
 def _max_and_avg(x, window):
@@ -525,13 +529,16 @@ class GeMPool(_Module):
         # refused here, not at the first forward (gem_pool checks p again at every call,
         # where an optimizer may have stepped it out of range)
         value = torch.tensor(inputs.check_p(p), dtype=torch.float64)
-        self.p = nn.Parameter(value) if learn else value
+        if learn:
+            self.p = nn.Parameter(value)
+        else:  # moves with the module (.to, .cuda), outside its state as before
+            self.register_buffer("p", value, persistent=False)
         self.kernel_size, self.stride = kernel_size, stride
         self.eps = inputs.check_real(eps, "eps", positive=True)
         self.spatial_dims = spatial_dims
 
     def forward(self, x):
-        return gem_pool(x, self.p.to(x.dtype), self.kernel_size, self.stride, self.eps,
+        return gem_pool(x, self.p, self.kernel_size, self.stride, self.eps,
                         spatial_dims=self.spatial_dims)
 
 

@@ -19,13 +19,18 @@ Lp pooling               ``LpPool`` (``GlobalLpPool``) for an integer ``p``, els
                          ``Pow``, a window sum and ``Pow`` again
 adaptive pooling         the pool of equal windows where the sizes divide
 unpooling                ``MaxUnpool`` (indices made flat over the whole tensor, as ONNX's)
+GeM                      ``Max`` with eps, ``Pow`` by ``p`` (a graph input when learned), a
+                         window mean (``AveragePool``, ``GlobalAveragePool``), ``Pow`` by
+                         ``1/p``
 what no node takes       a pad as large as the kernel (ONNX Runtime refuses it), unequal
                          adaptive bins, int64 maxima: a ``Gather`` of each window's taps
                          and its reduction (static spatial sizes needed)
 =======================  ===================================================================
 
 Every translation is the operator's own semantics: outputs equal torch's (max bit for
-bit, the rest to float rounding), tested with ONNX Runtime. The ``abs`` of poolgrad's Lp
+bit, the rest to float rounding), tested with ONNX Runtime. GeM is exported without
+the per-window scaling by the maximum that poolgrad computes with, so in float32 a
+``max(x)^p`` beyond 3.4e38 overflows there (x above 6.9e12 at p = 3). The ``abs`` of poolgrad's Lp
 pooling is ONNX LpPool's own. What cannot be exported is refused with
 :class:`ExportRefused` (a ValueError) that says what to change: a Gather form with
 dynamic spatial sizes, and the kinds that draw at random (``stochastic_pool``,
@@ -126,7 +131,8 @@ def translations() -> dict:
     ops = torch.ops.poolgrad
     return {ops.max_pool.default: _max_pool, ops.max_pool_values.default: _max_pool_values,
             ops.max_pool_indices.default: _max_pool_indices, ops.avg_pool.default: _avg_pool,
-            ops.lp_pool.default: _lp_pool, ops.max_unpool.default: _max_unpool}
+            ops.lp_pool.default: _lp_pool, ops.max_unpool.default: _max_unpool,
+            ops.gem_pool.default: _gem_pool}
 
 
 # ----------------------------------------------------------------------- the windows
@@ -378,6 +384,24 @@ def _lp_pool(x, p, window):
     powered = op.Pow(op.Abs(x), _scalar(op, ir, p, dtype))
     return cast_back(op.Pow(_window_sum(op, ir, powered, dtype, window, shape),
                             _scalar(op, ir, 1 / p, dtype)))
+
+
+# -------------------------------------------------------------------------------- GeM
+
+
+def _gem_pool(x, p, eps, window):
+    """``mean(max(x, eps)^p)^(1/p)``: a window's mean as an average over its taps (GeM's
+    windows lie inside the input), ``p`` cast to the computing dtype."""
+    op, ir = _onnxscript()
+    shape = x.shape
+    x, dtype, cast_back = _in_float32(op, ir, x)
+    power = op.Reshape(op.CastLike(p, x), op.Constant(value_ints=[]))
+    raised = op.Pow(op.Max(x, _scalar(op, ir, eps, dtype)), power)
+    if _is_global(window):
+        mean = op.GlobalAveragePool(raised)
+    else:
+        mean = op.AveragePool(raised, count_include_pad=0, **_native(shape, window))
+    return cast_back(op.Pow(mean, op.Reciprocal(power)))
 
 
 # -------------------------------------------------------------------------- unpooling

@@ -9,7 +9,10 @@ H, W)`` of any strides. The runs take the arguments of the Numba dispatch's sign
 * an average's ``divisor`` is ``(mode, override)``, ``mode`` ``"padded"`` or ``"real"``;
 * max has a ``"gather"`` pass, ``run(src, pos, out)``: ``src`` read at each window's
   winner;
-* an unpool forward with ``y`` None finds ``written`` alone.
+* an unpool forward with ``y`` None finds ``written`` alone;
+* GeM (global windows included) takes ``p`` as the op's tensor and ``eps`` as a float:
+  ``run(x, y, p, eps)``, ``run(x, y, dy, p, eps, dx)`` and ``p_terms``'
+  ``run(x, y, dy, p, eps, terms)``.
 
 There is one kernel per pass: the windows are recomputed per element, so every
 geometry and layout takes the same kernel, with layout and adaptivity as its
@@ -62,6 +65,9 @@ RULES = {
     ("global_avg", "backward"): _AVG["backward"],
     ("lp", "forward"): [Rule("triton.lp_forward", always, _launched("lp_forward_run"))],
     ("lp", "backward"): [Rule("triton.lp_backward", always, _launched("lp_backward_run"))],
+    ("gem", "forward"): [Rule("triton.gem_forward", always, _launched("gem_forward_run"))],
+    ("gem", "backward"): [Rule("triton.gem_backward", always, _launched("gem_backward_run"))],
+    ("gem", "p_terms"): [Rule("triton.gem_p_terms", always, _launched("gem_p_terms_run"))],
     ("unpool", "forward"): [
         Rule("triton.unpool_place", always, _launched("unpool_forward_run"))],
     ("unpool", "backward"): [

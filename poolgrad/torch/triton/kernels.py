@@ -484,3 +484,92 @@ def unpool_gather(dout, indices, written, dy, total, count, plane, BLOCK: tl.con
     target = tl.load(indices + offs, mask=won, other=0)
     g = tl.load(dout + p * plane + target, mask=won, other=0.0)
     tl.store(dy + offs, tl.where(won, g, tl.zeros_like(g)), mask=live)
+
+
+@triton.jit
+def _gem_constants(power, clamp, ACC: tl.constexpr):
+    """``(p, eps)`` in ``ACC``: ``power`` is the op's ``p`` tensor (one element, any float
+    dtype), ``clamp`` a one-element tensor of ``eps`` in ``ACC``."""
+    return tl.load(power).to(ACC), tl.load(clamp)
+
+
+@triton.jit
+def _clamped(v, eps):
+    """``max(v, eps)``, NaN kept."""
+    return tl.where(v < eps, eps, v)
+
+
+@triton.jit
+def gem_forward(x, y, power, clamp, total, C, axes, xs, ys,
+                ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """GeM: ``y = m * (sum (z / m)^p / K)^(1/p)`` over each window's ``K`` real taps,
+    ``z = max(x, eps)`` and ``m`` its largest ``z`` (at least ``eps``, never 0), as
+    :mod:`poolgrad.kernels.power_mean` computes it (sums in ``ACC``)."""
+    offs, live = _lanes(total, BLOCK)
+    n, c, od, oh, ow = _outputs(offs, C, axes, CHANNELS_LAST)
+    windows = _windows(od, oh, ow, axes, ADAPTIVE)
+    base = n * xs[0] + c * xs[1]
+    p, eps = _gem_constants(power, clamp, ACC)
+    largest = tl.zeros([BLOCK], dtype=ACC) + eps
+    for t in range(0, _taps(axes)):
+        offset, real = _tap(t, axes, windows, xs, live)
+        z = _clamped(tl.load(x + base + offset, mask=real, other=0.0).to(ACC), eps)
+        largest = tl.where(real & (z > largest), z, largest)
+    acc = tl.zeros([BLOCK], dtype=ACC)
+    for t in range(0, _taps(axes)):
+        offset, real = _tap(t, axes, windows, xs, live)
+        z = _clamped(tl.load(x + base + offset, mask=real, other=0.0).to(ACC), eps)
+        acc = tl.where(real, acc + _power(z / largest, p), acc)
+    count = _divisor(windows, 0, 1, ACC)
+    result = largest * _power(acc / count, 1.0 / p)
+    tl.store(y + _at(ys, n, c, od, oh, ow), _narrow(result, y.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def gem_backward(x, y, dy, power, clamp, dx, total, C, axes, xs, ys, gs, rs,
+                 ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """``dx[i]`` = the sum over the windows ``o`` that read ``i`` of
+    ``dy[o] / K[o] * (x[i] / y[o])^(p-1)``, in increasing window order, where
+    ``x[i] >= eps``; else 0. ``dy`` has the strides ``gs``, ``dx`` the strides ``rs``."""
+    offs, live = _lanes(total, BLOCK)
+    n, c, i_d, ih, iw = _inputs(offs, C, axes, CHANNELS_LAST)
+    p, eps = _gem_constants(power, clamp, ACC)
+    value = tl.load(x + _at(xs, n, c, i_d, ih, iw), mask=live, other=0.0).to(ACC)
+    passes = live & (value >= eps)
+    acc = tl.zeros([BLOCK], dtype=ACC)
+    for t in range(0, _candidates(axes)):
+        od, oh, ow, _, valid = _covering(t, i_d, ih, iw, axes, ADAPTIVE)
+        valid = passes & valid
+        mean = tl.load(y + _at(ys, n, c, od, oh, ow), mask=valid, other=1.0).to(ACC)
+        g = tl.load(dy + _at(gs, n, c, od, oh, ow), mask=valid, other=0.0).to(ACC)
+        count = _divisor(_windows(od, oh, ow, axes, ADAPTIVE), 0, 1, ACC)
+        acc = tl.where(valid, acc + g / count * _power(value / mean, p - 1.0), acc)
+    tl.store(dx + _at(rs, n, c, i_d, ih, iw), _narrow(acc, dx.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def gem_p_terms(x, y, dy, power, clamp, terms, total, C, axes, xs, ys, gs, ts,
+                ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """Each window's term of ``dp``: ``dy * (y / p) * S1 / S0``, ``r = z / y``,
+    ``S0 = sum r^p`` and ``S1 = sum r^p log r`` over its real taps (``terms`` has ``y``'s
+    shape and the strides ``ts``; their sum, a separate reduction, is ``dp``)."""
+    offs, live = _lanes(total, BLOCK)
+    n, c, od, oh, ow = _outputs(offs, C, axes, CHANNELS_LAST)
+    windows = _windows(od, oh, ow, axes, ADAPTIVE)
+    base = n * xs[0] + c * xs[1]
+    p, eps = _gem_constants(power, clamp, ACC)
+    mean = tl.load(y + _at(ys, n, c, od, oh, ow), mask=live, other=1.0).to(ACC)
+    g = tl.load(dy + _at(gs, n, c, od, oh, ow), mask=live, other=0.0).to(ACC)
+    s0 = tl.zeros([BLOCK], dtype=ACC)
+    s1 = tl.zeros([BLOCK], dtype=ACC)
+    for t in range(0, _taps(axes)):
+        offset, real = _tap(t, axes, windows, xs, live)
+        z = _clamped(tl.load(x + base + offset, mask=real, other=1.0).to(ACC), eps)
+        r = z / mean
+        raised = _power(r, p)
+        s0 = tl.where(real, s0 + raised, s0)
+        s1 = tl.where(real, s1 + raised * tl.log(r), s1)
+    tl.store(terms + _at(ts, n, c, od, oh, ow), g * (mean / p) * s1 / s0, mask=live)

@@ -168,3 +168,31 @@ def unpool_backward_run(plan):
         kernels.unpool_gather[(triton.cdiv(dy.numel(), BLOCK),)](
             dout, indices, written, dy, dy.numel(), dy.shape[2], dout.shape[2], BLOCK=BLOCK)
     return run
+
+
+@functools.lru_cache(maxsize=64)
+def _clamp(eps: float, dtype, device):
+    """``eps`` as a one-element tensor in ``dtype`` on the device (kept, as
+    :func:`_exponents`): a float argument would reach the kernel as float32."""
+    return torch.tensor([eps], dtype=dtype, device=device)
+
+
+def _gem(p, eps, t):
+    return p, _clamp(float(eps), _ops.compute_dtype(t), t.device)
+
+
+def gem_forward_run(plan):
+    return lambda x, y, p, eps: _launch(kernels.gem_forward, plan, y, (x, y, *_gem(p, eps, x)),
+                                        (x, y))
+
+
+def gem_backward_run(plan):
+    return lambda x, y, dy, p, eps, dx: _launch(
+        kernels.gem_backward, plan, dx, (x, y, dy, *_gem(p, eps, x), dx), (x, y, dy, dx))
+
+
+def gem_p_terms_run(plan):
+    """``run(x, y, dy, p, eps, terms)``: ``terms`` (``y``'s shape) in the compute dtype."""
+    return lambda x, y, dy, p, eps, terms: _launch(
+        kernels.gem_p_terms, plan, terms, (x, y, dy, *_gem(p, eps, x), terms),
+        (x, y, dy, terms))
