@@ -568,7 +568,7 @@ def blur_plan(
         out.append(count)
     shapes.append(tuple(shape))
     pre_kernel = [1] * lead + list(kernel) if pre == "max" else [1] * KERNEL_AXES
-    width = max((len(w) for w in filters), default=1)
+    width = max([1, *(len(w) for w in filters)])  # (no default=: torch.compile traces it)
     table = np.zeros((len(filters), width))
     for row, weights in enumerate(filters):
         table[row, : len(weights)] = weights

@@ -121,8 +121,25 @@ def _source(length: int, before: int, after: int, mode: str, device) -> Tensor:
     return index.clamp(0, length - 1)  # replicate, and zeros before masking
 
 
-def _blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
-    for axis, ((lo, hi), length) in enumerate(zip(pads, x.shape[2:], strict=True)):
+_TORCH_PAD_MODES = {"zeros": "constant", "reflect": "reflect", "replicate": "replicate",
+                    "circular": "circular"}
+
+
+def _padded(x: Tensor, pads, mode, by_index: bool | None = None) -> Tensor:
+    """``x`` padded by ``pads`` in ``mode``. On the CPU, ``F.pad``, wherever it takes the
+    pads: torch 2.13's Inductor corrupts the heap in the backward of the index_select
+    form (two padded axes and a grouped convolution). On CUDA (or ``by_index``), the
+    index_select form, whose backward is deterministic (``F.pad``'s reflect and
+    replicate backwards are not)."""
+    lengths = x.shape[2:]
+    largest = max(max(lo, hi) - length for (lo, hi), length in zip(pads, lengths, strict=True))
+    fits = {"reflect": largest < 0, "circular": largest <= 0}.get(mode, True)
+    if by_index is None:
+        by_index = x.device.type != "cpu" or not fits
+    if not by_index:
+        flat = [p for lo, hi in reversed(pads) for p in (lo, hi)]
+        return torch.nn.functional.pad(x, flat, mode=_TORCH_PAD_MODES[mode])
+    for axis, ((lo, hi), length) in enumerate(zip(pads, lengths, strict=True)):
         dim = 2 + axis
         source = _source(length, lo, hi, mode, x.device)
         x = x.index_select(dim, source)
@@ -131,6 +148,11 @@ def _blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
             inside = ((inside >= 0) & (inside < length)).reshape(
                 [-1 if d == dim else 1 for d in range(x.dim())])
             x = torch.where(inside, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return x
+
+
+def _blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
+    x = _padded(x, pads, mode)
     weight = torch.ones((), dtype=torch.float64)
     for axis, size in enumerate(sizes):
         taps = torch.tensor(geometry.binomial_filter(size), dtype=torch.float64)
@@ -142,16 +164,22 @@ def _blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
     return conv(x, weight, stride=stride, groups=channels)
 
 
+@torch.compiler.assume_constant_result
+def _check_blur(in_spatial, pre, kernel, sizes, stride, pads, padding_mode) -> bool:
+    """The NumPy operator's plan, built for its checks (sizes, reflect padding shorter
+    than the map). torch.compile runs it while tracing, on the static sizes, and keeps
+    none of it in the graph (the plan's NumPy tables are not for Dynamo to trace)."""
+    geometry.blur_plan(in_spatial, pre, kernel, sizes, stride, pads, padding_mode)
+    return True
+
+
 def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode,
                spatial_dims, name):
     ndim, kernel, stride, sizes, pads = numpy_blur.blur_arguments(
         _shape(x, name), kernel_size, stride, filter_size, padding, padding_mode,
         spatial_dims, f"{name}: ")
     x, unbatched = _check_input(x, ndim, name)
-    # the NumPy operator's plan, for its checks (sizes, reflect padding shorter than the
-    # map); Dynamo traces the uncached function (as functional.sliding's)
-    plan = geometry.blur_plan.__wrapped__ if torch.compiler.is_compiling() else geometry.blur_plan
-    plan(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
+    _check_blur(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
     if pre != "none":
         window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
         if pre == "max":
@@ -247,7 +275,9 @@ def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
 
 def _stochastic(x, window, training, generator):
     """Stochastic pooling of a batched x."""
-    if not bool(x.detach().min() >= 0):  # NaN, the min's too, fails as a negative does
+    # NaN, the min's too, fails as a negative does; a compiled graph cannot branch on the
+    # data, so it is not checked there
+    if not torch.compiler.is_compiling() and not bool(x.detach().min() >= 0):
         raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
                          "be >= 0 (as after a ReLU) and not NaN")
     if not training:
