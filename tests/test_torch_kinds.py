@@ -12,7 +12,8 @@ import poolgrad as pg
 torch = pytest.importorskip("torch")
 import poolgrad.torch as pt  # noqa: E402
 from poolgrad.torch import _ops  # noqa: E402
-from poolgrad.torch.kinds import _draw, _padded  # noqa: E402
+from poolgrad.torch._blur import padded  # noqa: E402
+from poolgrad.torch.kinds import _draw  # noqa: E402
 
 
 def _check_against_numpy(torch_fn, numpy_op, x, args, kwargs, params=()):
@@ -217,7 +218,7 @@ def test_both_paddings_agree(mode):
     either device's form)."""
     x = torch.rand(2, 3, 5, 4, 3, dtype=torch.float64, requires_grad=True)
     pads = ((1, 2), (0, 3), (2, 1))
-    by_pad, by_index = _padded(x, pads, mode, False), _padded(x, pads, mode, True)
+    by_pad, by_index = padded(x, pads, mode, False), padded(x, pads, mode, True)
     assert torch.equal(by_pad, by_index)
     weight = torch.rand_like(by_pad)
     pad_dx, index_dx = (torch.autograd.grad(y, x, weight)[0] for y in (by_pad, by_index))

@@ -53,6 +53,7 @@ from ..kinds import blur as numpy_blur
 from ..kinds import fractional as numpy_fractional
 from . import _ops as ops
 from ._autograd import call, windows
+from ._blur import blur, check_blur
 from .functional import batched as _check_input
 from .functional import max_result, sliding, unbatch
 from .onnx import refuse_export
@@ -110,83 +111,20 @@ def _generator(generator, device) -> torch.Generator | None:
 # ----------------------------------------------------------------------- anti-aliased
 
 
-def _source(length: int, before: int, after: int, mode: str, device) -> Tensor:
-    """Which element each padded position copies (zeros: any, masked later)."""
-    index = torch.arange(-before, length + after, device=device)
-    if mode == "reflect":
-        index = index.abs()
-        return torch.where(index >= length, 2 * (length - 1) - index, index)
-    if mode == "circular":
-        return index.remainder(length)
-    return index.clamp(0, length - 1)  # replicate, and zeros before masking
-
-
-_TORCH_PAD_MODES = {"zeros": "constant", "reflect": "reflect", "replicate": "replicate",
-                    "circular": "circular"}
-
-
-def _padded(x: Tensor, pads, mode, by_index: bool | None = None) -> Tensor:
-    """``x`` padded by ``pads`` in ``mode``. On the CPU, ``F.pad``, wherever it takes the
-    pads: torch 2.13's Inductor corrupts the heap in the backward of the index_select
-    form (two padded axes and a grouped convolution). On CUDA (or ``by_index``), the
-    index_select form, whose backward is deterministic (``F.pad``'s reflect and
-    replicate backwards are not)."""
-    lengths = x.shape[2:]
-    largest = max(max(lo, hi) - length for (lo, hi), length in zip(pads, lengths, strict=True))
-    fits = {"reflect": largest < 0, "circular": largest <= 0}.get(mode, True)
-    if by_index is None:
-        by_index = x.device.type != "cpu" or not fits
-    if not by_index:
-        flat = [p for lo, hi in reversed(pads) for p in (lo, hi)]
-        return torch.nn.functional.pad(x, flat, mode=_TORCH_PAD_MODES[mode])
-    for axis, ((lo, hi), length) in enumerate(zip(pads, lengths, strict=True)):
-        dim = 2 + axis
-        source = _source(length, lo, hi, mode, x.device)
-        x = x.index_select(dim, source)
-        if mode == "zeros":
-            inside = torch.arange(-lo, length + hi, device=x.device)
-            inside = ((inside >= 0) & (inside < length)).reshape(
-                [-1 if d == dim else 1 for d in range(x.dim())])
-            x = torch.where(inside, x, torch.zeros((), dtype=x.dtype, device=x.device))
-    return x
-
-
-def _blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
-    x = _padded(x, pads, mode)
-    weight = torch.ones((), dtype=torch.float64)
-    for axis, size in enumerate(sizes):
-        taps = torch.tensor(geometry.binomial_filter(size), dtype=torch.float64)
-        weight = weight.unsqueeze(-1) * taps.reshape((1,) * axis + (-1,))
-    channels = x.shape[1]
-    weight = weight.to(x.dtype).to(x.device).expand(channels, 1, *sizes)
-    conv = (torch.nn.functional.conv1d, torch.nn.functional.conv2d,
-            torch.nn.functional.conv3d)[ndim - 1]
-    return conv(x, weight, stride=stride, groups=channels)
-
-
-@torch.compiler.assume_constant_result
-def _check_blur(in_spatial, pre, kernel, sizes, stride, pads, padding_mode) -> bool:
-    """The NumPy operator's plan, built for its checks (sizes, reflect padding shorter
-    than the map). torch.compile runs it while tracing, on the static sizes, and keeps
-    none of it in the graph (the plan's NumPy tables are not for Dynamo to trace)."""
-    geometry.blur_plan(in_spatial, pre, kernel, sizes, stride, pads, padding_mode)
-    return True
-
-
 def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode,
                spatial_dims, name):
     ndim, kernel, stride, sizes, pads = numpy_blur.blur_arguments(
         _shape(x, name), kernel_size, stride, filter_size, padding, padding_mode,
         spatial_dims, f"{name}: ")
     x, unbatched = _check_input(x, ndim, name)
-    _check_blur(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
+    check_blur(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
     if pre != "none":
         window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
         if pre == "max":
             x = max_result(x, window, False, False, "first")
         else:
             x = call(ops.avg_pool, x, window, True, None)
-    return unbatch(_blur(x, ndim, stride, sizes, pads, padding_mode), unbatched)
+    return unbatch(blur(x, ndim, stride, sizes, pads, padding_mode), unbatched)
 
 
 def blur_pool(x, stride=2, filter_size=3, padding_mode="reflect", padding=None, *,
