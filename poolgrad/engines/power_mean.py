@@ -30,40 +30,43 @@ def gem_kernels(xk: np.ndarray, plan) -> tuple[str, str]:
                  for direction in ("forward", "backward"))
 
 
+def _scalars(p: float, eps: float) -> tuple[float, float, int]:
+    """The kernels' ``(eps, p, whole)``."""
+    return float(eps), float(p), power_mean.whole_power(p)
+
+
 def gem_forward(xk: np.ndarray, plan, p: float, eps: float) -> np.ndarray:
     """The power means of ``xk``'s windows, or of its whole planes when ``plan`` is
     None (``y`` then ``(N, C, 1, 1, 1)``)."""
     operand = dispatch.operand(xk)
     forward = dispatch.choose(_op(plan), "forward", plan, operand)
-    whole = power_mean.whole_power(p)
     if plan is None:
         y = np.empty(xk.shape[:2], xk.dtype)
-        forward(_planes(xk), float(eps), float(p), whole, y)
+        forward(_planes(xk), *_scalars(p, eps), y)
         return y.reshape(xk.shape[:2] + (1, 1, 1))
-    y = empty(xk.shape[:2] + (1,) * (3 - len(plan.out_spatial)) + plan.out_spatial,
-              xk.dtype, operand.layout == "channels_last")
-    forward(xk, float(eps), float(p), whole, y)
+    y = empty(xk.shape[:2] + tuple(a.count for a in plan.kernel_axes), xk.dtype,
+              operand.layout == "channels_last")
+    forward(xk, *_scalars(p, eps), y)
     return y
 
 
 def gem_backward(xk: np.ndarray, yk: np.ndarray, dyk: np.ndarray, plan, p: float, eps: float,
                  with_dp: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """``(dx, p_terms or None)``: ``dx`` in ``dyk``'s dtype and
-    ``xk``'s layout, and with ``with_dp`` each window's term of ``dp`` (float64,
-    ``y``'s shape: their sum is ``dp``)."""
+    """``(dx, p_terms or None)``: ``dx`` in ``dyk``'s dtype and ``xk``'s layout, and with
+    ``with_dp`` each window's term of ``dp`` (float64, ``y``'s shape: their sum is
+    ``dp``)."""
     operand = dispatch.operand(xk)
-    whole = power_mean.whole_power(p)
+    scalars = _scalars(p, eps)
+    backward = dispatch.choose(_op(plan), "backward", plan, operand)
     dx = empty(xk.shape, dyk.dtype, operand.layout == "channels_last")
-    terms = np.empty(yk.shape, np.float64)
-    if plan is None:
-        backward = dispatch.choose("gem_global", "backward", None, operand)
-        backward(_planes(xk), _planes(yk)[..., 0], _planes(dyk)[..., 0], float(eps),
-                 float(p), whole, with_dp, _planes(dx), _planes(terms)[..., 0])
-        return dx, terms if with_dp else None
-    backward = dispatch.choose("gem", "backward", plan, operand)
-    backward(xk, yk, dyk, float(eps), float(p), whole, dx)
+    if plan is None:  # dx and the terms in one pass (the kernel writes 0s without dp)
+        terms = np.empty(yk.shape[:2], np.float64)
+        backward(_planes(xk), _planes(yk)[..., 0], _planes(dyk)[..., 0], *scalars, with_dp,
+                 _planes(dx), terms)
+        return dx, terms.reshape(yk.shape) if with_dp else None
+    backward(xk, yk, dyk, *scalars, dx)
     if not with_dp:
         return dx, None
-    dispatch.choose("gem", "p_terms", plan, operand)(xk, yk, dyk, float(eps), float(p),
-                                                       whole, terms)
+    terms = np.empty(yk.shape, np.float64)
+    dispatch.choose("gem", "p_terms", plan, operand)(xk, yk, dyk, *scalars, terms)
     return dx, terms

@@ -82,10 +82,13 @@ def empty(shape: tuple[int, ...], dtype, channels_last: bool) -> np.ndarray:
     return np.empty((n, d, h, w, c), dtype=dtype).transpose(0, 4, 1, 2, 3)
 
 
-def owned(view: np.ndarray, x: np.ndarray) -> np.ndarray:
+def owned(view: np.ndarray, x: np.ndarray, *, keep_layout: bool = False) -> np.ndarray:
     """``view`` as an array the pullback owns: later changes to ``x`` (the caller's
-    input or output) cannot reach it."""
-    return view.copy() if np.shares_memory(view, x) else view
+    input or output) cannot reach it. A copy is C-contiguous, or with ``keep_layout``
+    stored as ``view`` is (for a pullback whose kernels follow the layout)."""
+    if not np.shares_memory(view, x):
+        return view
+    return view.copy(order="K" if keep_layout else "C")
 
 
 def routing(kernel, layout, plan, state):

@@ -138,21 +138,26 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
     n_batch, n_chan, length = x.shape
     zero = np.zeros(1, dx.dtype)[0]
     for n in prange(n_batch):
+        # each channel's mean and dy / L, read and divided once, not at every position
+        mean = np.empty(n_chan, np.float64)
+        scale = np.empty(n_chan, np.float64)
+        for c in range(n_chan):
+            mean[c] = np.float64(y[n, c])
+            scale[c] = np.float64(dy[n, c]) / length
         s0 = np.zeros(n_chan, np.float64)
         s1 = np.zeros(n_chan, np.float64)
         for i in range(length):
             for c in range(n_chan):
                 v = np.float64(x[n, c, i])
-                mean = np.float64(y[n, c])
-                r = _clamped(v, eps) / mean
+                r = _clamped(v, eps) / mean[c]
                 share = _raised(r, p - 1, whole - 1)
-                dx[n, c, i] = np.float64(dy[n, c]) / length * share if v >= eps else zero
+                dx[n, c, i] = scale[c] * share if v >= eps else zero
                 if with_dp:
                     power = share * r
                     s0[c] += power
                     s1[c] += power * np.log(r)
         for c in range(n_chan):
-            terms[n, c] = (_p_term(np.float64(dy[n, c]), np.float64(y[n, c]), p, s0[c], s1[c])
+            terms[n, c] = (_p_term(np.float64(dy[n, c]), mean[c], p, s0[c], s1[c])
                            if with_dp else 0.0)
 
 

@@ -40,9 +40,8 @@ def _gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(y_spatial))
     if not want_pullback:
         return y, None
-    # the pullback's own copies, in their layout (the kernels it runs depend on it)
-    xk = xk.copy(order="K") if np.shares_memory(xk, x) else xk
-    yk = owned(yk, y)
+    # the pullback's own copies, in their layout (the kernels it runs follow it)
+    xk, yk = owned(xk, x, keep_layout=True), owned(yk, y, keep_layout=True)
 
     def backward(dy):
         dx, terms = engines.gem_backward(xk, yk, layout.to_kernel(dy), plan, p, eps, True)

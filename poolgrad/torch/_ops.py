@@ -162,6 +162,15 @@ def compute_dtype(t: Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
+@functools.lru_cache(maxsize=256)
+def constant(values: tuple[float, ...], dtype: torch.dtype, device) -> Tensor:
+    """``values`` as a 1-d tensor of ``dtype`` on ``device``, kept per arguments: a call
+    under CUDA graph capture then copies nothing to the device (after a first call
+    outside it), and a kernel gets the values in ``dtype`` (a Python float reaches a
+    Triton kernel as float32)."""
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
 def empty(shape, like: Tensor, fmt, dtype=None) -> Tensor:
     """A result as every implementation returns it (and the fake ones describe it)."""
     return torch.empty(tuple(shape), dtype=dtype or like.dtype, device=like.device,

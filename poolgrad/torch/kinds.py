@@ -40,7 +40,6 @@ The random kinds take a ``torch.Generator`` (or an int seed) for their draws.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -331,15 +330,8 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=
                                   stride=stride)
     window = (ops.adaptive_window((1,) * ndim) if kernel_size is None
               else _window(x, kernel_size, stride, 0))
-    power = p if isinstance(p, Tensor) else _constant(float(p), x.device)
+    power = p if isinstance(p, Tensor) else ops.constant((float(p),), torch.float64, x.device)
     return unbatch(call(ops.gem_pool, x, power, float(eps), window), unbatched)
-
-
-@functools.lru_cache(maxsize=256)
-def _constant(value: float, device) -> Tensor:
-    """``value`` as a float64 tensor on ``device``, kept, so that a call under CUDA
-    graph capture copies nothing to the device (after a first call outside it)."""
-    return torch.tensor(value, dtype=torch.float64, device=device)
 
 
 def _max_and_avg(x, window):

@@ -115,16 +115,10 @@ def _p_kind(p: float) -> int:
     return int(p) if p in (1.0, 2.0) else 0
 
 
-@functools.lru_cache(maxsize=64)
-def _exponents(p: float, dtype, device):
-    """``[p, 1/p, p-1]`` on the device in ``dtype``, computed in double: Triton passes a
-    Python float as float32, too coarse for float64 data. Kept per arguments, so that a
-    call under CUDA graph capture copies nothing (after a first call outside it)."""
-    return torch.tensor([p, 1.0 / p, p - 1.0], dtype=dtype, device=device)
-
-
 def _exponents_for(p, t):
-    return _exponents(float(p), _ops.compute_dtype(t), t.device)
+    """``[p, 1/p, p-1]`` in ``t``'s compute dtype, computed in double."""
+    p = float(p)
+    return _ops.constant((p, 1.0 / p, p - 1.0), _ops.compute_dtype(t), t.device)
 
 
 def lp_forward_run(plan):
@@ -170,15 +164,8 @@ def unpool_backward_run(plan):
     return run
 
 
-@functools.lru_cache(maxsize=64)
-def _clamp(eps: float, dtype, device):
-    """``eps`` as a one-element tensor in ``dtype`` on the device (kept, as
-    :func:`_exponents`): a float argument would reach the kernel as float32."""
-    return torch.tensor([eps], dtype=dtype, device=device)
-
-
 def _gem(p, eps, t):
-    return p, _clamp(float(eps), _ops.compute_dtype(t), t.device)
+    return p, _ops.constant((float(eps),), _ops.compute_dtype(t), t.device)
 
 
 def gem_forward_run(plan):
