@@ -13,7 +13,6 @@ torch = pytest.importorskip("torch")
 import poolgrad.torch as pt  # noqa: E402
 from poolgrad.torch import _ops  # noqa: E402
 from poolgrad.torch._blur import padded  # noqa: E402
-from poolgrad.torch.kinds import _draw  # noqa: E402
 
 
 def _check_against_numpy(torch_fn, numpy_op, x, args, kwargs, params=()):
@@ -130,7 +129,7 @@ def test_stochastic_draws_follow_the_numpy_rule_and_route_there():
     _, pullback = pg.vjp(pg.stochastic_pool, x, 3, 2, 1, rng=np.random.default_rng(11))
     xt = torch.tensor(x)
     window = _ops.sliding_window((3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), False)
-    winners = _draw(xt, window, torch.tensor(draws))
+    _, winners = torch.ops.poolgrad.stochastic_pool_sample(xt, torch.tensor(draws), window)
     np.testing.assert_array_equal(winners.numpy(),
                                   pullback.saved["window_positions"].reshape(2, 3, 4, 4))
     xt.requires_grad_()
@@ -209,6 +208,27 @@ def test_gem_is_an_operator_with_gradients_in_x_and_p(kernel_size, stride):
     torch.testing.assert_close(compiled, eager)
     torch.testing.assert_close(module.p.grad, dp)
     assert compiled.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_soft_and_stochastic_pooling_are_operators():
+    """SoftPool and stochastic pooling run as ``weighted_pool``, its backward and
+    ``stochastic_pool_sample``: opcheck, gradgradcheck through the functions, and the
+    channels-last layout kept."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(2, 3, 5, 6, dtype=torch.float64, generator=g).requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda t: pt.soft_pool(t, 3, 2, 1), (x,))
+    assert torch.autograd.gradgradcheck(
+        lambda t: pt.stochastic_pool(t + 0.1, 2, 1, training=False), (x,))
+    window = _ops.sliding_window((3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), True)
+    xf = x.detach().float().contiguous(memory_format=torch.channels_last).requires_grad_()
+    for kind in (_ops.SOFT, _ops.SELF):
+        torch.library.opcheck(torch.ops.poolgrad.weighted_pool, (xf, kind, window))
+        y, norm = torch.ops.poolgrad.weighted_pool(xf, kind, window)
+        assert y.is_contiguous(memory_format=torch.channels_last)
+        torch.library.opcheck(torch.ops.poolgrad.weighted_pool_backward,
+                              (torch.rand_like(y), xf, y, norm, kind, window))
+    draws = torch.rand(y.shape, dtype=torch.float64, generator=g)
+    torch.library.opcheck(torch.ops.poolgrad.stochastic_pool_sample, (xf, draws, window))
 
 
 @pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])

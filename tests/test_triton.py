@@ -242,6 +242,45 @@ def test_gem_forward_backward_and_p_terms_match_the_cpu(name, ndim, window, dtyp
         assert not on_cpu(untaken).any()
 
 
+WEIGHTED_WINDOWS = [("2x2", 2, sliding(2, 2, 2, 0, 0, 1, False)),
+                    ("3x3 stride 2 padded ceil", 2, sliding(2, 3, 2, 1, 1, 1, True)),
+                    ("1-d 3 stride 1", 1, sliding(1, 3, 1, 1, 0, 1, False))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name,ndim,window", WEIGHTED_WINDOWS,
+                         ids=[w[0] for w in WEIGHTED_WINDOWS])
+def test_weighted_averages_and_the_stochastic_draw_match_the_cpu(name, ndim, window, dtype):
+    """SoftPool and stochastic pooling's mean (forward, norm, backward) within rounding
+    of the CPU's fused kernels, and the draw's values and winners bit for bit, in every
+    layout; non-negative inputs with a window of zeros."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.rand(SHAPES[ndim], generator=g, dtype=dtype) * 3
+    x.view(-1)[::5] = 0.0
+    x[..., :3] = 0.0  # windows of zeros: SELF's y = 0, the draw's first real tap
+    tolerance = {"rtol": 1e-12, "atol": 1e-13} if dtype == torch.float64 else {
+        "rtol": 3e-6, "atol": 2e-6}
+    for _, xs in layouts(x):
+        for kind in (_ops.SOFT, _ops.SELF):
+            y, norm = cpu("weighted_pool")(xs, kind, window)
+            ty, tnorm = triton_impl("weighted_pool")(on_device(xs), kind, window)
+            torch.testing.assert_close(on_cpu(ty), y, **tolerance)
+            torch.testing.assert_close(on_cpu(tnorm), norm, **tolerance)
+            assert on_cpu(ty).stride() == y.stride()
+            dy = torch.randn(y.shape, generator=g, dtype=dtype)
+            dx = cpu("weighted_pool_backward")(dy, xs, y, norm, kind, window)
+            tdx = triton_impl("weighted_pool_backward")(on_device(dy), on_device(xs), ty,
+                                                        tnorm, kind, window)
+            torch.testing.assert_close(on_cpu(tdx), dx, **tolerance)
+            assert on_cpu(tdx).stride() == dx.stride()
+        draws = torch.rand(y.shape, generator=g, dtype=torch.float64)
+        values, winners = cpu("stochastic_pool_sample")(xs, draws, window)
+        tvalues, twinners = triton_impl("stochastic_pool_sample")(on_device(xs),
+                                                                  on_device(draws), window)
+        same_bits(tvalues, values)
+        same_bits(twinners, winners)
+
+
 @pytest.mark.parametrize("name,ndim,window", WINDOWS, ids=[w[0] for w in WINDOWS])
 def test_split_ties_give_the_cpu_bits(name, ndim, window):
     """``ties="split"``: each tied maximum gets ``dy / ties``, a NaN window its winner."""
@@ -348,10 +387,10 @@ import inspect, json
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from poolgrad.torch.triton import kernels as K
+from poolgrad.torch.triton import kernels as K, power_mean as G, weighted as WK
 
 # the tuples: each axis's (L, O, K, S, P, A, DIL, N), each tensor's 5 strides
-STRIDES = {"xs", "ys", "gs", "ps", "rs", "ss", "outs", "ts"}
+STRIDES = {"xs", "ys", "gs", "ps", "rs", "ss", "outs", "ts", "ds"}
 
 def signature(fn, pointers, constants, integers):
     sig = {}
@@ -398,15 +437,26 @@ cases = {
     "max_split_backward": (K.max_split_backward, {"x": f32, "y": f32, "dy": f32, "ties": f32,
         "pos": "*u8", "dx": f32}, dict(ADAPTIVE=False, CHANNELS_LAST=True, ACC=tl.float32,
         BLOCK=256), "i32"),
-    "gem_forward adaptive": (K.gem_forward, {"x": bf16, "y": bf16, "power": "*fp64",
+    "gem_forward adaptive": (G.gem_forward, {"x": bf16, "y": bf16, "power": "*fp64",
         "clamp": "*fp32"}, dict(ADAPTIVE=True, CHANNELS_LAST=False, ACC=tl.float32, BLOCK=256),
         "i32"),
-    "gem_backward": (K.gem_backward, {"x": f32, "y": f32, "dy": f32, "power": "*fp32",
+    "gem_backward": (G.gem_backward, {"x": f32, "y": f32, "dy": f32, "power": "*fp32",
         "clamp": "*fp32", "dx": f32}, dict(ADAPTIVE=False, CHANNELS_LAST=True, ACC=tl.float32,
         BLOCK=256), "i32"),
-    "gem_p_terms f64": (K.gem_p_terms, {"x": "*fp64", "y": "*fp64", "dy": "*fp64",
+    "gem_p_terms f64": (G.gem_p_terms, {"x": "*fp64", "y": "*fp64", "dy": "*fp64",
         "power": "*fp64", "clamp": "*fp64", "terms": "*fp64"}, dict(ADAPTIVE=False,
         CHANNELS_LAST=False, ACC=tl.float64, BLOCK=256), "i64"),
+    "weighted_forward soft bf16": (WK.weighted_forward, {"x": bf16, "y": bf16, "norm": f32},
+        dict(ADAPTIVE=False, CHANNELS_LAST=True, KIND=0, ACC=tl.float32, BLOCK=256), "i32"),
+    "weighted_backward self": (WK.weighted_backward, {"x": f32, "y": f32, "norm": f32,
+        "dy": f32, "dx": f32}, dict(ADAPTIVE=False, CHANNELS_LAST=False, KIND=1,
+        ACC=tl.float32, BLOCK=256), "i32"),
+    "weighted_backward soft f64": (WK.weighted_backward, {"x": "*fp64", "y": "*fp64",
+        "norm": "*fp64", "dy": "*fp64", "dx": "*fp64"}, dict(ADAPTIVE=False,
+        CHANNELS_LAST=True, KIND=0, ACC=tl.float64, BLOCK=256), "i64"),
+    "stochastic_sample": (WK.stochastic_sample, {"x": f32, "draws": "*fp64", "y": f32,
+        "pos": "*u8"}, dict(ADAPTIVE=False, CHANNELS_LAST=False, ACC=tl.float32, BLOCK=256),
+        "i32"),
     "unpool_claim": (K.unpool_claim, {"indices": "*i64", "owner": "*i32"}, dict(BLOCK=256), "i64"),
     "unpool_place": (K.unpool_place, {"values": bf16, "indices": "*i64", "owner": "*i32",
         "out": bf16, "written": "*u8"}, dict(WRITE_VALUES=True, BLOCK=256), "i32"),
@@ -441,7 +491,7 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
     assert not failed, failed
     for name in ("max_backward bf16 u16", "avg_backward bf16", "lp_backward 2",
                  "max_split_backward", "unpool_gather", "max_gather values", "gem_backward",
-                 "gem_p_terms f64"):
+                 "gem_p_terms f64", "weighted_backward self", "weighted_backward soft f64"):
         assert not report[name]["atomics"], name
     assert report["unpool_claim"]["atomics"]  # the claim is the one atomic (a maximum)
     for name in ("avg_forward f32", "avg_backward bf16", "max_split_backward"):
@@ -474,6 +524,11 @@ cases = {
     "max_unpool2d": (lambda t: pgt.max_unpool2d(*pgt.max_pool2d(t, 2, 2, return_indices=True),
                                                 2, 2), False),
     "gem_pool learned p": (lambda t, q: pgt.gem_pool(t.abs(), q, 2, 1, 0.05), False),
+    "soft_pool": (lambda t: pgt.soft_pool(t, 3, 2, 1), True),
+    "stochastic_pool evaluation": (lambda t: pgt.stochastic_pool(t.abs() + 0.1, 2, 1,
+                                                                 training=False), False),
+    "stochastic_pool training": (lambda t: pgt.stochastic_pool(t.abs(), 2, 1, generator=3),
+                                 False),
 }
 checks = {}
 for name, (fn, second) in cases.items():

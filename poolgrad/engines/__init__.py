@@ -7,7 +7,8 @@ how poolgrad.torch's backward operators run.
 - :mod:`.maxima`: max pooling, its winners and their indices;
 - :mod:`.averages`: average pooling;
 - :mod:`.lp`: Lp pooling;
-- :mod:`.power_mean`: GeM pooling (global and windowed).
+- :mod:`.power_mean`: GeM pooling (global and windowed);
+- :mod:`.weighted`: SoftPool and stochastic pooling.
 
 :mod:`poolgrad.ops` validates the public arguments and calls the engines; so does
 :mod:`poolgrad.torch`, on ``tensor.numpy()`` views.
@@ -18,7 +19,9 @@ from .lp import lp_engine, lp_pullback
 from .maxima import TIE_RULES, max_engine, max_forward, max_gather, max_pullback, winner_indices
 from .power_mean import gem_backward, gem_forward, gem_kernels
 from .pullback import Pullback
+from .weighted import stochastic_sample, weighted_backward, weighted_forward, weighted_kernels
 
 __all__ = ["Pullback", "TIE_RULES", "avg_engine", "avg_pullback", "gem_backward", "gem_forward",
            "gem_kernels", "lp_engine", "lp_pullback", "max_engine", "max_forward", "max_gather",
-           "max_pullback", "winner_indices"]
+           "max_pullback", "stochastic_sample", "weighted_backward", "weighted_forward",
+           "weighted_kernels", "winner_indices"]

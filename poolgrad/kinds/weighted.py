@@ -7,10 +7,17 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _inputs as inputs
-from .. import autodiff, geometry
-from ..engines import Pullback, max_pullback
+from .. import autodiff
+from ..engines import (
+    Pullback,
+    max_pullback,
+    stochastic_sample,
+    weighted_backward,
+    weighted_forward,
+    weighted_kernels,
+)
 from ..engines.pullback import owned
-from ..kernels import dispatch, weighted
+from ..kernels import weighted
 
 
 def _plan(x, kernel_size, stride, padding, spatial_dims):
@@ -23,24 +30,16 @@ def _plan(x, kernel_size, stride, padding, spatial_dims):
 
 def _weighted(x, layout, plan, kind, want_pullback, op):
     xk = inputs.compute_view(x, layout)
-    operand = dispatch.operand(xk)
-    forward = dispatch.choose("weighted", "forward", plan, operand)
-    shape = layout.kernel_shape(plan.out_spatial)
-    yk, norm = np.empty(shape, xk.dtype), np.empty(shape, xk.dtype)
-    forward(xk, yk, norm, kind)
+    yk, norm = weighted_forward(xk, plan, kind)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None
     xk, yk = owned(xk, x), owned(yk, y)
-    kernel = dispatch.choose("weighted", "backward", plan, dispatch.Operand(xk.dtype, "nchw"))
-    dx_shape = layout.kernel_shape(plan.in_spatial)
 
     def backward(dy):
-        dx = np.empty(dx_shape, dtype=dy.dtype)
-        kernel(xk, yk, norm, layout.to_kernel(dy), kind, dx)
-        return dx
+        return weighted_backward(xk, yk, norm, layout.to_kernel(dy), plan, kind)
     return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {"x": xk, "y": yk, "norm": norm},
-                       (forward.name, kernel.name))
+                       weighted_kernels(xk, plan))
 
 
 def _soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None,
@@ -95,15 +94,12 @@ def _stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, r
     if not training:
         return _weighted(x, layout, plan, weighted.SELF, want_pullback, "stochastic_pool")
     draws = inputs.generator(rng).random(x.shape[:len(layout.lead)] + plan.out_spatial)
-    shape = layout.kernel_shape(plan.out_spatial)
-    sample = dispatch.choose("stochastic", "sample", plan, dispatch.operand(xk))
-    yk = np.empty(shape, xk.dtype)
-    pos = np.empty(shape, geometry.position_dtype(plan.window_size))
-    sample(xk, layout.to_kernel(draws), yk, pos)
+    yk, pos = stochastic_sample(xk, layout.to_kernel(draws), plan)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None
-    return y, max_pullback(pos, plan, layout, x.dtype, "stochastic_pool", sample.name)
+    return y, max_pullback(pos, plan, layout, x.dtype, "stochastic_pool",
+                           "weighted.stochastic_pool_sample")
 
 
 def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rng=None,

@@ -5,7 +5,9 @@ backward that calls ops in turn, so it is differentiable again: max pooling's ba
 and its gather are each other's gradients, average pooling's backward and forward are
 each other's adjoints, and the second derivatives of Lp and of split-tie max are written
 as window-sum composites. GeM's backward is differentiated through its composite form
-(:func:`gem_composite`), recomputed when a second derivative is asked for.
+(:func:`gem_composite`), recomputed when a second derivative is asked for, and so are
+the weighted averages' (:func:`weighted_composite`). Stochastic pooling's draw routes its
+gradient as max pooling does, through its winners.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ._ops import (
     IMPLEMENTATIONS,
+    SOFT,
     avg_pool,
     avg_pool_backward,
     gem_pool,
@@ -35,6 +38,9 @@ from ._ops import (
     max_unpool_backward,
     out_shape,
     sliding_args,
+    stochastic_pool_sample,
+    weighted_pool,
+    weighted_pool_backward,
     window_ndim,
 )
 
@@ -152,6 +158,25 @@ def _gem_p_terms(dy: Tensor, y: Tensor, taps: Tensor, dims, p) -> Tensor:
     r = taps / y.reshape(*y.shape, *(1,) * len(dims))
     power = r ** p
     return dy * (y / p) * (power * r.log()).sum(dims) / power.sum(dims)
+
+
+def weighted_composite(x: Tensor, kind: int, window) -> Tensor:
+    """A weighted window average in torch's own differentiable ops, over the real taps:
+    SoftPool with each window's maximum detached (the function, and so its gradient, do
+    not depend on it), or stochastic pooling's ``sum x^2 / sum x`` (0 where the sum is)."""
+    dims = tuple(range(-window_ndim(window), 0))
+    if kind == SOFT:
+        real = windows(torch.ones((1, 1, *x.shape[2:]), dtype=torch.bool, device=x.device),
+                       window, False)
+        taps = windows(x, window, -math.inf)
+        weights = torch.exp(taps - taps.detach().amax(dim=dims, keepdim=True))
+        values = torch.where(real, taps, torch.zeros((), dtype=x.dtype, device=x.device))
+        return (weights * values).sum(dims) / weights.sum(dims)
+    taps = windows(x, window, 0.0)
+    total = taps.sum(dims)
+    some = total != 0
+    safe = torch.where(some, total, torch.ones((), dtype=x.dtype, device=x.device))
+    return torch.where(some, (taps * taps).sum(dims) / safe, torch.zeros_like(total))
 
 
 def _window_sum(t: Tensor, window) -> Tensor:
@@ -379,3 +404,56 @@ def _gem_backward_grad(ctx, grad_dx, grad_terms):
 
 
 _autograd(gem_pool_backward, _gem_backward_grad, _gem_backward_setup)
+
+
+def _weighted_setup(ctx, inputs, output):
+    x, ctx.kind, ctx.window = inputs
+    y, norm = output
+    ctx.mark_non_differentiable(norm)
+    ctx.save_for_backward(x, y, norm)
+
+
+def _weighted_grad(ctx, dy, _):
+    x, y, norm = ctx.saved_tensors
+    return call(weighted_pool_backward, dy, x, y, norm, ctx.kind, ctx.window), None, None
+
+
+_autograd(weighted_pool, _weighted_grad, _weighted_setup)
+
+
+def _weighted_backward_setup(ctx, inputs, output):
+    dy, x, _, _, ctx.kind, ctx.window = inputs
+    ctx.save_for_backward(dy, x)
+
+
+def _weighted_backward_grad(ctx, grad_dx):
+    """As :func:`_gem_backward_grad`: ``y`` and ``norm`` are functions of ``x``, and the
+    whole dependence goes through it."""
+    dy, x = ctx.saved_tensors
+    higher = torch.is_grad_enabled()
+    with torch.enable_grad():
+        dy_, x_ = (t.detach().requires_grad_() for t in (dy, x))
+        (dx,) = torch.autograd.grad(weighted_composite(x_, ctx.kind, ctx.window), x_, dy_,
+                                    create_graph=True)
+        grad_dy, grad_x = torch.autograd.grad(dx, (dy_, x_), grad_dx, allow_unused=True,
+                                              create_graph=higher)
+    return grad_dy, grad_x, None, None, None, None
+
+
+_autograd(weighted_pool_backward, _weighted_backward_grad, _weighted_backward_setup)
+
+
+def _sample_setup(ctx, inputs, output):
+    x, _, ctx.window = inputs
+    _, winners = output
+    ctx.x_size = list(x.shape)
+    ctx.mark_non_differentiable(winners)
+    ctx.save_for_backward(winners)
+
+
+def _sample_grad(ctx, dy, _):
+    (winners,) = ctx.saved_tensors
+    return call(max_pool_backward, dy, winners, ctx.window, ctx.x_size), None, None
+
+
+_autograd(stochastic_pool_sample, _sample_grad, _sample_setup)

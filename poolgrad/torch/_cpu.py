@@ -235,3 +235,43 @@ def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
     terms = (torch.from_numpy(terms.reshape(y.shape)).to(compute) if with_dp
              else torch.zeros(y.shape, dtype=compute))
     return _tensor(dx.reshape(x.shape), _ops.memory_format(x), dy.dtype), terms
+
+
+@_ops.implement(_ops.weighted_pool, "cpu")
+def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tensor]:
+    """Each window's weighted average (SOFT or SELF) and its ``norm``."""
+    _on_cpu(x)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    y, norm = engines.weighted_forward(_inputs.compute_view(xa, layout),
+                                       _ops.plan_of(window, xa.shape[2:]), kind)
+    fmt, shape = _ops.memory_format(x), _ops.out_shape(x, window)
+    return (_tensor(y.reshape(shape), fmt, x.dtype),
+            _tensor(norm.reshape(shape), fmt, _ops.compute_dtype(x)))
+
+
+@_ops.implement(_ops.weighted_pool_backward, "cpu")
+def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind: int,
+                           window: list[int]) -> Tensor:
+    """``dx``: each input's share of the windows that read it."""
+    _on_cpu(dy, x, y, norm)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    xk = _inputs.compute_view(xa, layout)
+    yk, normk = (layout.to_kernel(_array(t).astype(xk.dtype, copy=False)) for t in (y, norm))
+    dyk = layout.to_kernel(_array(dy).astype(xk.dtype, copy=False))
+    dx = engines.weighted_backward(xk, yk, normk, dyk, _ops.plan_of(window, xa.shape[2:]), kind)
+    return _tensor(dx.reshape(x.shape), _ops.memory_format(x), dy.dtype)
+
+
+@_ops.implement(_ops.stochastic_pool_sample, "cpu")
+def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
+    """One drawn tap per window: its value and its winner."""
+    _on_cpu(x, draws)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    y, winners = engines.stochastic_sample(
+        _inputs.compute_view(xa, layout), layout.to_kernel(_array(draws)),
+        _ops.plan_of(window, xa.shape[2:]))
+    fmt, shape = _ops.memory_format(x), _ops.out_shape(x, window)
+    return _tensor(y.reshape(shape), fmt, x.dtype), _tensor(winners.reshape(shape), fmt)

@@ -149,6 +149,39 @@ def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
     return dx, terms
 
 
+# ------------------------------------------------------------------ weighted averages
+
+
+def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tensor]:
+    plan = _ops.plan_of(window, x.shape[2:])
+    fmt = _ops.memory_format(x)
+    y = empty(_out_shape(x, plan), x, fmt)
+    norm = empty(y.shape, x, fmt, _ops.compute_dtype(x))
+    dispatch.choose("weighted", "forward", plan)(_five(x), _five(y), _five(norm), kind)
+    return y, norm
+
+
+def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind: int,
+                           window: list[int]) -> Tensor:
+    plan = _ops.plan_of(window, x.shape[2:])
+    dx = empty(x.shape, dy, _ops.memory_format(x))
+    if norm.stride() != y.stride():  # the kernel reads norm with y's strides
+        y, norm = y.contiguous(), norm.contiguous()
+    dispatch.choose("weighted", "backward", plan)(_five(x), _five(y), _five(norm), _five(dy),
+                                                kind, _five(dx))
+    return dx
+
+
+def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
+    plan = _ops.plan_of(window, x.shape[2:])
+    fmt = _ops.memory_format(x)
+    y = empty(_out_shape(x, plan), x, fmt)
+    winners = empty(y.shape, x, fmt, _ops.winner_dtype(x, window))
+    dispatch.choose("stochastic", "sample", plan)(_five(x), _five(draws), _five(y),
+                                                _five(winners))
+    return y, winners
+
+
 # -------------------------------------------------------------------------- unpooling
 
 
@@ -225,6 +258,9 @@ IMPLEMENTATIONS = {
     "max_unpool_backward": max_unpool_backward,
     "gem_pool": gem_pool,
     "gem_pool_backward": gem_pool_backward,
+    "weighted_pool": weighted_pool,
+    "weighted_pool_backward": weighted_pool_backward,
+    "stochastic_pool_sample": stochastic_pool_sample,
 }
 IMPLEMENTATIONS = {name: _on_their_device(implementation)
                    for name, implementation in IMPLEMENTATIONS.items()}

@@ -26,6 +26,9 @@ operator                      what it computes                       its gradien
 ``max_unpool_backward``       the unpooled gradient at the indices   ``max_unpool``
 ``gem_pool``                  power means (GeM), ``p`` a tensor      ``gem_pool_backward``
 ``gem_pool_backward``         ``dx`` and the terms of ``dp``         recomputed composite
+``weighted_pool``             SoftPool, stochastic pooling's mean    ``weighted_pool_backward``
+``weighted_pool_backward``    its gather backward                    recomputed composite
+``stochastic_pool_sample``    one drawn tap per window, its winner   ``max_pool_backward``
 ============================  =====================================  ==================
 
 Inputs are batched ``(N, C, *spatial)`` (:mod:`poolgrad.torch.functional` adds and
@@ -397,3 +400,48 @@ def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
 def _(dy, x, y, p, eps, window, with_dp):
     return (empty(x.shape, dy, memory_format(x)),
             empty(y.shape, y, torch.contiguous_format, compute_dtype(x)))
+
+
+# ------------------------------------------------------------------ weighted averages
+
+SOFT, SELF = 0, 1  # :mod:`poolgrad.kernels.weighted`'s kinds
+
+
+@_operator
+def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tensor]:
+    """Each window's weighted average over its real taps: ``kind`` SOFT (SoftPool,
+    weights ``exp(x)``) or SELF (stochastic pooling's evaluation, weights ``x``), and its
+    ``norm`` (what the backward reads: ``M + log(S)``, or ``S``), both stored as ``x``."""
+    refuse_device(x)
+
+
+@weighted_pool.register_fake
+def _(x, kind, window):
+    shape, fmt = out_shape(x, window), memory_format(x)
+    return empty(shape, x, fmt), empty(shape, x, fmt, compute_dtype(x))
+
+
+@_operator
+def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind: int,
+                           window: list[int]) -> Tensor:
+    """``dx``: each input's share of the windows that read it."""
+    refuse_device(dy, x, y, norm)
+
+
+@weighted_pool_backward.register_fake
+def _(dy, x, y, norm, kind, window):
+    return empty(x.shape, dy, memory_format(x))
+
+
+@_operator
+def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
+    """One real tap per window, drawn with probability ``x / sum(x)`` by the float64
+    ``draws`` (``y``'s shape): its value and its tap number (max pooling's winners, so
+    :func:`max_pool_backward` routes the gradient)."""
+    refuse_device(x, draws)
+
+
+@stochastic_pool_sample.register_fake
+def _(x, draws, window):
+    shape, fmt = out_shape(x, window), memory_format(x)
+    return empty(shape, x, fmt), empty(shape, x, fmt, winner_dtype(x, window))

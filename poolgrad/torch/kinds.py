@@ -16,11 +16,10 @@ kind                        composition
                             binomial filter at the stride
 ``max_blur_pool``           poolgrad's stride-1 max pooling, then ``blur_pool``
 ``avg_blur_pool``           poolgrad's stride-1 average pooling, then ``blur_pool``
-``soft_pool``               the windows as a view, weights ``exp(x - max)``
-``stochastic_pool``         training: the draw from running sums over the window
-                            view, then poolgrad's gather at the drawn tap (its
-                            gradient is max pooling's routing); evaluation:
-                            ``avg(x^2) / avg(x)`` with poolgrad's average
+``soft_pool``               its own operators (``weighted_pool``)
+``stochastic_pool``         its own operators: training, ``stochastic_pool_sample``
+                            (the draw; its gradient is max pooling's routing);
+                            evaluation, ``weighted_pool``
 ``fractional_max_pool``     the windows (from :mod:`poolgrad.kinds.fractional`'s
                             sequences) gathered by index, their argmax, then a
                             gather at the winner
@@ -154,52 +153,21 @@ def avg_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="refle
 # --------------------------------------------------------------------------- weighted
 
 
-def _real_taps(x: Tensor, window) -> Tensor:
-    """Which taps of each window lie inside the input, shaped as the window view."""
-    ones = torch.ones((1, 1, *x.shape[2:]), dtype=torch.bool, device=x.device)
-    return windows(ones, window, False)
-
-
 def soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None):
-    """:func:`poolgrad.soft_pool` on a tensor: ``sum(softmax(w) * w)`` per window, the
-    window's maximum subtracted (held constant, which leaves the function and so its
-    gradient unchanged). ``x`` as :func:`blur_pool` takes it."""
-    x, ndim, unbatched = _batched(x, "soft_pool", spatial_dims, kernel_size=kernel_size,
-                                  stride=stride, padding=padding)
+    """:func:`poolgrad.soft_pool` on a tensor: the ``weighted_pool`` operator (one fused
+    pass, forward and backward). ``x`` as :func:`blur_pool` takes it."""
+    x, _, unbatched = _batched(x, "soft_pool", spatial_dims, kernel_size=kernel_size,
+                               stride=stride, padding=padding)
     window = _window(x, kernel_size, stride, padding)
-    taps = windows(x, window, -math.inf)
-    largest = taps.detach().amax(dim=_taps(ndim), keepdim=True)
-    weights = torch.exp(taps - largest)
-    values = torch.where(_real_taps(x, window), taps, torch.zeros((), dtype=x.dtype,
-                                                                  device=x.device))
-    return unbatch((weights * values).sum(_taps(ndim)) / weights.sum(_taps(ndim)), unbatched)
-
-
-def _draw(x: Tensor, window, draws: Tensor) -> Tensor:
-    """Each window's drawn tap (as :func:`poolgrad.stochastic_pool`'s rule: the first tap
-    whose running sum exceeds ``u * S``; else the last positive one; else the first real
-    one), numbered as max pooling's winners."""
-    ndim = x.dim() - 2
-    zero = torch.zeros((), dtype=x.dtype, device=x.device)
-    real = _real_taps(x, window).flatten(-ndim)
-    values = torch.where(real, windows(x, window, 0.0).flatten(-ndim), zero)
-    running = values.cumsum(-1)
-    threshold = draws.to(running.dtype).unsqueeze(-1) * running[..., -1:]
-    passed = running > threshold
-    positive = values > 0
-    count = values.shape[-1]
-    first_passed = passed.to(torch.uint8).argmax(-1)
-    last_positive = count - 1 - positive.flip(-1).to(torch.uint8).argmax(-1)
-    first_real = real.to(torch.uint8).argmax(-1).expand_as(first_passed)
-    return torch.where(passed.any(-1), first_passed,
-                       torch.where(positive.any(-1), last_positive, first_real))
+    return unbatch(call(ops.weighted_pool, x, ops.SOFT, window)[0], unbatched)
 
 
 def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
                     generator=None, spatial_dims=None):
     """:func:`poolgrad.stochastic_pool` on a tensor. Draws are ``torch.rand(y.shape,
-    generator=generator)`` (float64, on x's device); the output is poolgrad's gather at
-    the drawn tap, whose gradient is max pooling's routing. ``x`` as :func:`blur_pool`
+    generator=generator)`` (float64, on x's device), and the ``stochastic_pool_sample``
+    operator picks each window's tap in one pass (its gradient is max pooling's
+    routing); evaluation is the ``weighted_pool`` operator. ``x`` as :func:`blur_pool`
     takes it."""
     x, _, unbatched = _batched(x, "stochastic_pool", spatial_dims, kernel_size=kernel_size,
                                stride=stride, padding=padding)
@@ -218,16 +186,10 @@ def _stochastic(x, window, training, generator):
         raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
                          "be >= 0 (as after a ReLU) and not NaN")
     if not training:
-        squares = call(ops.avg_pool, x * x, window, False, None)
-        total = call(ops.avg_pool, x, window, False, None)
-        positive = total > 0
-        safe = torch.where(positive, total, torch.ones((), dtype=x.dtype, device=x.device))
-        return torch.where(positive, squares / safe, torch.zeros_like(total))
-    shape = ops.out_shape(x, window)
-    draws = torch.rand(shape, generator=_generator(generator, x.device), dtype=torch.float64,
-                       device=x.device)
-    winners = _draw(x.detach(), window, draws).to(ops.winner_dtype(x, window))
-    return call(ops.max_pool_gather, x, winners.contiguous(), window)
+        return call(ops.weighted_pool, x, ops.SELF, window)[0]
+    draws = torch.rand(ops.out_shape(x, window), generator=_generator(generator, x.device),
+                       dtype=torch.float64, device=x.device)
+    return call(ops.stochastic_pool_sample, x, draws, window)[0]
 
 
 # ------------------------------------------------------------------------- fractional

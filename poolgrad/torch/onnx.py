@@ -61,7 +61,7 @@ import numpy as np
 import torch
 
 from .. import geometry
-from ._ops import ADAPTIVE, plan_of, sliding_args, window_ndim
+from ._ops import ADAPTIVE, SOFT, plan_of, sliding_args, window_ndim
 
 __all__ = ["MIN_OPSET", "ExportRefused", "export", "translations"]
 
@@ -132,7 +132,7 @@ def translations() -> dict:
     return {ops.max_pool.default: _max_pool, ops.max_pool_values.default: _max_pool_values,
             ops.max_pool_indices.default: _max_pool_indices, ops.avg_pool.default: _avg_pool,
             ops.lp_pool.default: _lp_pool, ops.max_unpool.default: _max_unpool,
-            ops.gem_pool.default: _gem_pool}
+            ops.gem_pool.default: _gem_pool, ops.weighted_pool.default: _weighted_pool}
 
 
 # ----------------------------------------------------------------------- the windows
@@ -402,6 +402,38 @@ def _gem_pool(x, p, eps, window):
     else:
         mean = op.AveragePool(raised, count_include_pad=0, **_native(shape, window))
     return cast_back(op.Pow(mean, op.Reciprocal(power)))
+
+
+# ------------------------------------------------------------------ weighted averages
+
+
+def _weighted_pool(x, kind, window):
+    """The Gather form: each window's real taps, weighted by ``exp(x - max)`` (SoftPool)
+    or by ``x`` (stochastic pooling's mean; 0 where the window sums to 0); the second
+    output is the backward's ``norm``."""
+    op, ir = _onnxscript()
+    shape = x.shape
+    x, dtype, cast_back = _in_float32(op, ir, x)
+    plan = plan_of(window, _static_spatial(shape, "soft_pool"))
+    taps, inside = _gathered(op, ir, x, plan)
+    last, zero = op.Constant(value_ints=[-1]), _scalar(op, ir, 0, dtype)
+    if kind == SOFT:
+        largest = op.ReduceMax(op.Where(inside, taps, _scalar(op, ir, -np.inf, dtype)), last,
+                               keepdims=1)
+        weights = op.Where(inside, op.Exp(op.Sub(taps, largest)), zero)
+    else:
+        weights = op.Where(inside, taps, zero)
+    total = op.ReduceSum(weights, last, keepdims=0)
+    weighted = op.ReduceSum(op.Mul(weights, op.Where(inside, taps, zero)), last, keepdims=0)
+    if kind == SOFT:
+        y = op.Div(weighted, total)
+        norm = op.Add(op.Squeeze(largest, last), op.Log(total))
+    else:
+        some = op.Not(op.Equal(total, zero))
+        y = op.Where(some, op.Div(weighted, op.Where(some, total, _scalar(op, ir, 1, dtype))),
+                     zero)
+        norm = total
+    return cast_back(y), norm
 
 
 # -------------------------------------------------------------------------- unpooling

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .. import _ops
-from . import kernels
+from . import kernels, power_mean, weighted
 
 BLOCK = 256
 _DIVISOR_MODES = {"padded": 0, "real": 1}
@@ -169,17 +169,34 @@ def _gem(p, eps, t):
 
 
 def gem_forward_run(plan):
-    return lambda x, y, p, eps: _launch(kernels.gem_forward, plan, y, (x, y, *_gem(p, eps, x)),
-                                        (x, y))
+    return lambda x, y, p, eps: _launch(power_mean.gem_forward, plan, y,
+                                        (x, y, *_gem(p, eps, x)), (x, y))
 
 
 def gem_backward_run(plan):
     return lambda x, y, dy, p, eps, dx: _launch(
-        kernels.gem_backward, plan, dx, (x, y, dy, *_gem(p, eps, x), dx), (x, y, dy, dx))
+        power_mean.gem_backward, plan, dx, (x, y, dy, *_gem(p, eps, x), dx), (x, y, dy, dx))
 
 
 def gem_p_terms_run(plan):
     """``run(x, y, dy, p, eps, terms)``: ``terms`` (``y``'s shape) in the compute dtype."""
     return lambda x, y, dy, p, eps, terms: _launch(
-        kernels.gem_p_terms, plan, terms, (x, y, dy, *_gem(p, eps, x), terms),
+        power_mean.gem_p_terms, plan, terms, (x, y, dy, *_gem(p, eps, x), terms),
         (x, y, dy, terms))
+
+
+def weighted_forward_run(plan):
+    """``run(x, y, norm, kind)``: ``norm`` stored as ``y``."""
+    return lambda x, y, norm, kind: _launch(weighted.weighted_forward, plan, y, (x, y, norm),
+                                            (x, y), KIND=kind)
+
+
+def weighted_backward_run(plan):
+    return lambda x, y, norm, dy, kind, dx: _launch(
+        weighted.weighted_backward, plan, dx, (x, y, norm, dy, dx), (x, y, dy, dx), KIND=kind)
+
+
+def stochastic_sample_run(plan):
+    """``run(x, draws, y, pos)``: ``pos`` stored as ``y``, ``draws`` float64."""
+    return lambda x, draws, y, pos: _launch(weighted.stochastic_sample, plan, y,
+                                            (x, draws, y, pos), (x, draws, y))
