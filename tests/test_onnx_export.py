@@ -195,6 +195,29 @@ def test_kinds_export_as_compositions_of_standard_nodes():
         np.testing.assert_allclose(g, w.detach().numpy(), rtol=1e-6, atol=1e-6)
 
 
+def test_blur_kinds_export_in_every_padding_mode_dimension_and_dtype():
+    torch.manual_seed(0)
+    model = Functions(
+        lambda x: pt.blur_pool(x, 2, 3, "zeros"),
+        lambda x: pt.blur_pool(x, (2, 3), (4, 2), "circular"),
+        lambda x: pt.max_blur_pool(x, 3, 2, 5, "replicate"),
+        lambda x: pt.avg_blur_pool(x, 2, 2, 3, "reflect"),
+        lambda x: pt.max_blur_pool(x.half(), 2, 2, 3).float(),
+        lambda x: pt.blur_pool(x.bfloat16(), 2, 3).float(),
+        lambda x: pt.blur_pool(x[..., 0], 2, 3),
+        lambda x: pt.max_blur_pool(x[:, :, None, :6], (1, 2, 2), (1, 2, 2), (1, 3, 3),
+                                   "circular"))
+    x = torch.rand(2, 3, 11, 10)
+    proto = exported(model, x)
+    assert {"Conv", "MaxPool", "AveragePool", "Pad", "Gather"} <= set(node_types(proto))
+    assert "ArgMax" not in node_types(proto)  # the unused winners are pruned
+    # float16's blurs of float16 maxima often fall on a rounding tie, which ONNX
+    # Runtime's float32 Conv may break the other way: one float16 ulp
+    half_ulp = [0, 0, 0, 0, 2 ** -11, 0, 0, 0]
+    for got, want, ulp in zip(run_onnx(proto, x), model(x), half_ulp, strict=True):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=max(ulp, 1e-6))
+
+
 @pytest.mark.parametrize("module, match", [
     (pt.StochasticPool(2).eval(), "stochastic_pool cannot be exported"),
     (pt.FractionalMaxPool(2, output_size=4, seed=0), "fractional_max_pool cannot be exported"),

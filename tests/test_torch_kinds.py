@@ -12,7 +12,7 @@ import poolgrad as pg
 torch = pytest.importorskip("torch")
 import poolgrad.torch as pt  # noqa: E402
 from poolgrad.torch import _ops  # noqa: E402
-from poolgrad.torch._blur import padded  # noqa: E402
+from poolgrad.torch._blur import blur, padded  # noqa: E402
 
 
 def _check_against_numpy(torch_fn, numpy_op, x, args, kwargs, params=()):
@@ -77,6 +77,7 @@ def test_attention_pool_values_and_three_gradients():
 @pytest.mark.parametrize("fn", [
     lambda x: pt.blur_pool(x, 2, 3, "reflect"),
     lambda x: pt.max_blur_pool(x, 2, 2, 3, "zeros"),
+    lambda x: pt.avg_blur_pool(x, 2, 2, 3, "circular"),
     lambda x: pt.soft_pool(x, 2, 1),
     lambda x: pt.gem_pool(x, 3.0, 2),
     lambda x: pt.stochastic_pool(x, 2, training=False),
@@ -229,6 +230,31 @@ def test_soft_and_stochastic_pooling_are_operators():
                               (torch.rand_like(y), xf, y, norm, kind, window))
     draws = torch.rand(y.shape, dtype=torch.float64, generator=g)
     torch.library.opcheck(torch.ops.poolgrad.stochastic_pool_sample, (xf, draws, window))
+
+
+@pytest.mark.parametrize("pre, mode", [("none", "reflect"), ("max", "zeros"),
+                                       ("avg", "circular"), ("max", "replicate")])
+def test_blur_kinds_are_operators(pre, mode):
+    """``blur_pool`` and its backward: opcheck in both layouts, the output in the input's
+    layout, and the values of the definition (the stride-1 pre-pool, the padding and a
+    depthwise binomial convolution, as CUDA composes them)."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.rand(2, 3, 9, 8, generator=g)
+    kernel = (1, 1) if pre == "none" else (2, 3)
+    pads = ((1, 1), (2, 1))
+    geometry = _ops.blur_geometry(pre, kernel, (2, 2), (3, 4), pads, mode)
+    for layout in (torch.contiguous_format, torch.channels_last):
+        xl = x.contiguous(memory_format=layout).requires_grad_()
+        torch.library.opcheck(torch.ops.poolgrad.blur_pool, (xl, geometry))
+        y, winners = torch.ops.poolgrad.blur_pool(xl, geometry)
+        assert y.is_contiguous(memory_format=layout)
+        torch.library.opcheck(torch.ops.poolgrad.blur_pool_backward,
+                              (torch.rand_like(y), winners, geometry, list(x.shape)))
+    pooled = x
+    if pre != "none":
+        pooled = (torch.nn.functional.max_pool2d(x, kernel, 1) if pre == "max"
+                  else torch.nn.functional.avg_pool2d(x, kernel, 1))
+    torch.testing.assert_close(y, blur(pooled, 2, (2, 2), (3, 4), pads, mode))
 
 
 @pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])

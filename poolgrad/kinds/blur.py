@@ -16,8 +16,7 @@ import numpy as np
 
 from .. import _inputs as inputs
 from .. import autodiff, geometry
-from ..engines import Pullback
-from ..kernels import dispatch
+from ..engines import Pullback, blur_backward, blur_forward, blur_kernels
 
 
 def _filter_sizes(filter_size, ndim):
@@ -62,31 +61,19 @@ def _blur(x, pre, kernel_size, stride, filter_size, padding, padding_mode, spati
     plan = geometry.blur_plan(layout.spatial, pre, kernel, sizes, stride, pads, padding_mode)
 
     compute = inputs.COMPUTE_DTYPE[x.dtype]
-    planes = math.prod(layout.lead)
     grid = layout.kernel_shape(())[2:]  # the leading unit axes of the (D, H, W) plane
-    xk = np.ascontiguousarray(layout.to_kernel(x), dtype=compute).reshape(
-        (planes,) + grid + tuple(layout.spatial))
-    y = np.empty((planes,) + grid + plan.out_spatial, dtype=compute)
-    if pre == "max":
-        winners = np.empty((planes,) + grid + plan.map_spatial,
-                           geometry.position_dtype(math.prod(kernel)))
-    else:
-        winners = np.empty((0, 0, 0, 0), np.uint8)
-    operand = dispatch.Operand(compute, "nchw")
-    forward = dispatch.choose("blur", "forward", plan, operand)
-    forward(xk, y, winners)
+    planes = np.ascontiguousarray(layout.to_kernel(x), dtype=compute).reshape(
+        (math.prod(layout.lead),) + grid + tuple(layout.spatial))
+    y, winners = blur_forward(planes, plan)
     result = y.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return result, None
-    backward_kernel = dispatch.choose("blur", "backward", plan, operand)
 
     def backward(dy):
-        dx = np.empty(xk.shape, dtype=dy.dtype)
-        backward_kernel(np.ascontiguousarray(dy).reshape(y.shape), winners, dx)
-        return dx
+        return blur_backward(np.ascontiguousarray(dy).reshape(y.shape), winners, plan)
     saved = {"winners": winners} if pre == "max" else {}
     return result, Pullback(op, backward, result.shape, x.shape, x.dtype, saved,
-                            (forward.name, backward_kernel.name))
+                            blur_kernels(compute, plan))
 
 
 _SHARED_ARGS = """stride: int or per dim, the subsampling step (default 2).

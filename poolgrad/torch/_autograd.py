@@ -7,7 +7,8 @@ each other's adjoints, and the second derivatives of Lp and of split-tie max are
 as window-sum composites. GeM's backward is differentiated through its composite form
 (:func:`gem_composite`), recomputed when a second derivative is asked for, and so are
 the weighted averages' (:func:`weighted_composite`). Stochastic pooling's draw routes its
-gradient as max pooling does, through its winners.
+gradient as max pooling does, through its winners. The blur's backward is linear in
+``dy``: its gradient is the forward again, a max-blur's after a gather at the winners.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from ._ops import (
     SOFT,
     avg_pool,
     avg_pool_backward,
+    blur_args,
+    blur_pool,
+    blur_pool_backward,
     gem_pool,
     gem_pool_backward,
     is_channels_last,
@@ -38,6 +42,7 @@ from ._ops import (
     max_unpool_backward,
     out_shape,
     sliding_args,
+    sliding_window,
     stochastic_pool_sample,
     weighted_pool,
     weighted_pool_backward,
@@ -457,3 +462,41 @@ def _sample_grad(ctx, dy, _):
 
 
 _autograd(stochastic_pool_sample, _sample_grad, _sample_setup)
+
+
+def _blur_setup(ctx, inputs, output):
+    x, ctx.blur = inputs
+    ctx.x_size = list(x.shape)
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(output[1])
+
+
+def _blur_grad(ctx, dy, _):
+    (winners,) = ctx.saved_tensors
+    return call(blur_pool_backward, dy, winners, ctx.blur, ctx.x_size), None
+
+
+_autograd(blur_pool, _blur_grad, _blur_setup)
+
+
+def _blur_backward_setup(ctx, inputs, output):
+    _, winners, ctx.blur, _ = inputs
+    ctx.save_for_backward(winners)
+
+
+def _blur_backward_grad(ctx, g):
+    """The adjoint of the backward: the forward on ``g``, a max-blur's on ``g`` read at
+    its winners (the max map the winners chose) with no pre-reduction."""
+    (winners,) = ctx.saved_tensors
+    pre, kernel, *_ = blur_args(ctx.blur)
+    if pre != "max":
+        return call(blur_pool, g, ctx.blur)[0], None, None, None
+    ndim = len(kernel)
+    ones = (1,) * ndim
+    mapped = call(max_pool_gather, g, winners,
+                  sliding_window(kernel, ones, ((0, 0),) * ndim, ones, False))
+    plain = [0, *ones, *ctx.blur[1 + ndim:]]
+    return call(blur_pool, mapped, plain)[0], None, None, None
+
+
+_autograd(blur_pool_backward, _blur_backward_grad, _blur_backward_setup)

@@ -10,7 +10,7 @@ from torch import Tensor
 from .. import geometry
 
 
-def _source(length: int, before: int, after: int, mode: str, device) -> Tensor:
+def pad_source(length: int, before: int, after: int, mode: str, device) -> Tensor:
     """Which element each padded position copies (zeros: any, masked later)."""
     index = torch.arange(-before, length + after, device=device)
     if mode == "reflect":
@@ -41,7 +41,7 @@ def padded(x: Tensor, pads, mode, by_index: bool | None = None) -> Tensor:
         return torch.nn.functional.pad(x, flat, mode=_TORCH_PAD_MODES[mode])
     for axis, ((lo, hi), length) in enumerate(zip(pads, lengths, strict=True)):
         dim = 2 + axis
-        source = _source(length, lo, hi, mode, x.device)
+        source = pad_source(length, lo, hi, mode, x.device)
         x = x.index_select(dim, source)
         if mode == "zeros":
             inside = torch.arange(-lo, length + hi, device=x.device)

@@ -275,3 +275,37 @@ def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple
         _ops.plan_of(window, xa.shape[2:]))
     fmt, shape = _ops.memory_format(x), _ops.out_shape(x, window)
     return _tensor(y.reshape(shape), fmt, x.dtype), _tensor(winners.reshape(shape), fmt)
+
+
+@_ops.implement(_ops.blur_pool, "cpu")
+def blur_pool(x: Tensor, blur: list[int]) -> tuple[Tensor, Tensor]:
+    """Anti-aliased pooling per plane, and a max-blur's winners."""
+    _on_cpu(x)
+    xa = _array(x)
+    plan = _ops.blur_plan_of(tuple(blur), tuple(xa.shape[2:]))
+    compute = _inputs.COMPUTE_DTYPE[xa.dtype]
+    grid = (1,) * (3 - len(plan.in_spatial))
+    planes = np.ascontiguousarray(xa, dtype=compute).reshape(
+        (xa.shape[0] * xa.shape[1],) + grid + plan.in_spatial)
+    y, winners = engines.blur_forward(planes, plan)
+    winners = (winners.reshape(_ops.blur_winners_shape(x, blur)) if plan.pre == "max"
+               else np.empty(0, np.uint8))
+    return (_tensor(y.reshape(_ops.blur_out_shape(x, blur)), _ops.memory_format(x), x.dtype),
+            _tensor(winners, torch.contiguous_format))
+
+
+@_ops.implement(_ops.blur_pool_backward, "cpu")
+def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
+                       x_size: list[int]) -> Tensor:
+    """The transposed blur, then (max-blur) the routing to the winners."""
+    _on_cpu(dy, winners)
+    dya = _array(dy)
+    plan = _ops.blur_plan_of(tuple(blur), tuple(int(s) for s in x_size[2:]))
+    compute = _inputs.COMPUTE_DTYPE[dya.dtype]
+    grid = (1,) * (3 - len(plan.in_spatial))
+    planes = x_size[0] * x_size[1]
+    dyk = np.ascontiguousarray(dya, dtype=compute).reshape((planes,) + grid + plan.out_spatial)
+    wk = (np.ascontiguousarray(winners.numpy()).reshape((planes,) + grid + plan.map_spatial)
+          if plan.pre == "max" else np.empty((0, 0, 0, 0), np.uint8))
+    dx = engines.blur_backward(dyk, wk, plan)
+    return _tensor(dx.reshape(x_size), _ops.memory_format(dy), dy.dtype)

@@ -29,6 +29,8 @@ operator                      what it computes                       its gradien
 ``weighted_pool``             SoftPool, stochastic pooling's mean    ``weighted_pool_backward``
 ``weighted_pool_backward``    its gather backward                    recomputed composite
 ``stochastic_pool_sample``    one drawn tap per window, its winner   ``max_pool_backward``
+``blur_pool``                 anti-aliased pooling (CPU), winners    ``blur_pool_backward``
+``blur_pool_backward``        the transposed chain, routed winners   ``blur_pool`` (+gather)
 ============================  =====================================  ==================
 
 Inputs are batched ``(N, C, *spatial)`` (:mod:`poolgrad.torch.functional` adds and
@@ -445,3 +447,77 @@ def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple
 def _(x, draws, window):
     shape, fmt = out_shape(x, window), memory_format(x)
     return empty(shape, x, fmt), empty(shape, x, fmt, winner_dtype(x, window))
+
+
+# ------------------------------------------------------------------ anti-aliased pooling
+
+def blur_geometry(pre: str, kernel, stride, sizes, pads, mode: str) -> list[int]:
+    """``[pre, *kernel, *stride, *filter sizes, *before, *after, mode]`` (``pre`` and
+    ``mode`` as their indices in :data:`poolgrad.geometry.BLUR_PRE` and
+    :data:`poolgrad.geometry.BLUR_PADDING_MODES`)."""
+    return [geometry.BLUR_PRE.index(pre), *kernel, *stride, *sizes, *(lo for lo, _ in pads),
+            *(hi for _, hi in pads), geometry.BLUR_PADDING_MODES.index(mode)]
+
+
+def blur_args(blur) -> tuple:
+    """``(pre, kernel, stride, sizes, pads, mode)`` of a :func:`blur_geometry`."""
+    n = (len(blur) - 2) // 5
+    kernel, stride, sizes, lo, hi = (tuple(blur[1 + i * n: 1 + (i + 1) * n]) for i in range(5))
+    return (geometry.BLUR_PRE[blur[0]], kernel, stride, sizes, tuple(zip(lo, hi, strict=True)),
+            geometry.BLUR_PADDING_MODES[blur[-1]])
+
+
+@functools.lru_cache(maxsize=256)
+def blur_plan_of(blur: tuple[int, ...], in_spatial: tuple[int, ...]) -> geometry.BlurPlan:
+    pre, kernel, stride, sizes, pads, mode = blur_args(blur)
+    return geometry.blur_plan(in_spatial, pre, kernel, sizes, stride, pads, mode)
+
+
+def blur_out_shape(x: Tensor, blur) -> list:
+    """The output shape by arithmetic alone (symbolic sizes pass)."""
+    _, kernel, stride, sizes, pads, _ = blur_args(blur)
+    return [*x.shape[:2], *((length - k + 1 + lo + hi - f) // s + 1
+                            for length, k, s, f, (lo, hi) in zip(
+                                x.shape[2:], kernel, stride, sizes, pads, strict=True))]
+
+
+def blur_winners_shape(x: Tensor, blur) -> list:
+    """A max-blur's winners: one per stride-1 window; none for the others."""
+    pre, kernel, *_ = blur_args(blur)
+    if pre != "max":
+        return [0]
+    return [*x.shape[:2], *(length - k + 1 for length, k in zip(x.shape[2:], kernel,
+                                                               strict=True))]
+
+
+def blur_winner_dtype(blur) -> torch.dtype:
+    pre, kernel, *_ = blur_args(blur)
+    taps = math.prod(kernel) if pre == "max" else 1
+    return _TORCH_DTYPE[geometry.position_dtype(taps)]
+
+
+@_operator
+def blur_pool(x: Tensor, blur: list[int]) -> tuple[Tensor, Tensor]:
+    """Anti-aliased pooling: the optional stride-1 max or mean, the binomial blur and the
+    subsampling, per plane (the output in ``x``'s layout); with a max, each stride-1
+    window's winner (else empty)."""
+    refuse_device(x)
+
+
+@blur_pool.register_fake
+def _(x, blur):
+    return (empty(blur_out_shape(x, blur), x, memory_format(x)),
+            empty(blur_winners_shape(x, blur), x, torch.contiguous_format,
+                  blur_winner_dtype(blur)))
+
+
+@_operator
+def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
+                       x_size: list[int]) -> Tensor:
+    """The transposed blur, then (max-blur) the routing to the winners."""
+    refuse_device(dy, winners)
+
+
+@blur_pool_backward.register_fake
+def _(dy, winners, blur, x_size):
+    return empty(x_size, dy, memory_format(dy))

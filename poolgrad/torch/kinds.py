@@ -116,6 +116,9 @@ def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode,
         spatial_dims, f"{name}: ")
     x, unbatched = _check_input(x, ndim, name)
     check_blur(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
+    if x.device.type == "cpu":  # the fused plane kernels (CUDA: the composition below)
+        blur_geometry = ops.blur_geometry(pre, kernel, stride, sizes, pads, padding_mode)
+        return unbatch(call(ops.blur_pool, x, blur_geometry)[0], unbatched)
     if pre != "none":
         window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
         if pre == "max":

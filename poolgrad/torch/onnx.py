@@ -19,6 +19,10 @@ Lp pooling               ``LpPool`` (``GlobalLpPool``) for an integer ``p``, els
                          ``Pow``, a window sum and ``Pow`` again
 adaptive pooling         the pool of equal windows where the sizes divide
 unpooling                ``MaxUnpool`` (indices made flat over the whole tensor, as ONNX's)
+anti-aliased pooling     the stride-1 ``MaxPool`` (its winners as max pooling's) or
+                         ``AveragePool``; ``Pad`` (zeros) or a ``Gather`` per axis
+                         (reflect, replicate, circular); the binomial filter as one
+                         ``Conv`` over every ``(n, c)`` plane at the stride
 GeM                      ``Max`` with eps, ``Pow`` by ``p`` (a graph input when learned), a
                          window mean (``AveragePool``, ``GlobalAveragePool``), ``Pow`` by
                          ``1/p``
@@ -61,7 +65,8 @@ import numpy as np
 import torch
 
 from .. import geometry
-from ._ops import ADAPTIVE, SOFT, plan_of, sliding_args, window_ndim
+from ._blur import pad_source
+from ._ops import ADAPTIVE, SOFT, blur_args, plan_of, sliding_args, sliding_window, window_ndim
 
 __all__ = ["MIN_OPSET", "ExportRefused", "export", "translations"]
 
@@ -132,7 +137,8 @@ def translations() -> dict:
     return {ops.max_pool.default: _max_pool, ops.max_pool_values.default: _max_pool_values,
             ops.max_pool_indices.default: _max_pool_indices, ops.avg_pool.default: _avg_pool,
             ops.lp_pool.default: _lp_pool, ops.max_unpool.default: _max_unpool,
-            ops.gem_pool.default: _gem_pool, ops.weighted_pool.default: _weighted_pool}
+            ops.gem_pool.default: _gem_pool, ops.weighted_pool.default: _weighted_pool,
+            ops.blur_pool.default: _blur_pool}
 
 
 # ----------------------------------------------------------------------- the windows
@@ -434,6 +440,47 @@ def _weighted_pool(x, kind, window):
                      zero)
         norm = total
     return cast_back(y), norm
+
+
+# ----------------------------------------------------------------------- anti-aliased
+
+
+def _blur_pool(x, blur):
+    """The optional stride-1 max or mean, the padding, and the N-d binomial filter as a
+    single-channel ``Conv`` over ``(N*C, 1, *padded)`` at the stride. The second output
+    is a max-blur's winners (pruned from the graph when unused), else empty."""
+    op, ir = _onnxscript()
+    pre, kernel, stride, sizes, pads, mode = blur_args(blur)
+    ndim, ones = len(kernel), [1] * len(kernel)
+    spatial = _static_spatial(x.shape, "blur_pool")
+    lead = op.Slice(op.Shape(x), op.Constant(value_ints=[0]), op.Constant(value_ints=[2]))
+    source, winners = x.dtype, op.Constant(value=ir.tensor(np.zeros(0, np.uint8)))
+    if pre == "max":  # max pooling's translation, in the input's dtype
+        x, winners = _max_pool(x, sliding_window(kernel, ones, ((0, 0),) * ndim, ones, False),
+                               "first")
+    half = source in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    x, dtype = (op.Cast(x, to=ir.DataType.FLOAT), np.float32) if half else (x, source.numpy())
+    if pre == "avg":
+        x = op.AveragePool(x, kernel_shape=list(kernel), strides=ones)
+    lengths = [length - k + 1 for length, k in zip(spatial, kernel, strict=True)]
+    if mode == "zeros":
+        x = op.Pad(x, op.Constant(value_ints=[0, 0, *(lo for lo, _ in pads), 0, 0,
+                                              *(hi for _, hi in pads)]))
+    else:
+        for axis, ((lo, hi), length) in enumerate(zip(pads, lengths, strict=True)):
+            if lo or hi:
+                copied = pad_source(length, lo, hi, mode, "cpu").numpy()
+                x = op.Gather(x, op.Constant(value=ir.tensor(copied)), axis=2 + axis)
+    padded = [length + lo + hi for length, (lo, hi) in zip(lengths, pads, strict=True)]
+    weight = np.ones((), np.float64)
+    for size in sizes:
+        weight = np.multiply.outer(weight, geometry.binomial_filter(size))
+    planes = op.Reshape(x, op.Constant(value_ints=[-1, 1, *padded]))
+    y = op.Conv(planes, op.Constant(value=ir.tensor(weight.astype(dtype)[None, None])),
+                strides=list(stride))
+    out = [(p - f) // s + 1 for p, f, s in zip(padded, sizes, stride, strict=True)]
+    y = op.Reshape(y, op.Concat(lead, op.Constant(value_ints=out), axis=0))
+    return (op.Cast(y, to=source) if half else y), winners
 
 
 # -------------------------------------------------------------------------- unpooling
