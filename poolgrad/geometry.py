@@ -486,8 +486,7 @@ MAX_FILTER_SIZE = 7
 def binomial_filter(size: int) -> tuple[float, ...]:
     """Row ``size - 1`` of Pascal's triangle, normalised to sum 1 (``[1, 2, 1] / 4``).
     The N-d filter is its outer product over the axes (Zhang 2019, kornia, timm)."""
-    row = [math.comb(size - 1, t) for t in range(size)]
-    return tuple(v / 2 ** (size - 1) for v in row)
+    return tuple(math.comb(size - 1, t) / 2 ** (size - 1) for t in range(size))
 
 
 @dataclass(frozen=True, eq=False)
@@ -505,12 +504,17 @@ class BlurPlan:
     passes: np.ndarray
     shapes: np.ndarray
     filters: np.ndarray  # float64; weights(dtype) gives the kernels' copy
+    # for the rows kernels, per axis: the pre-pool's window, the blur (identity if none)
+    window: tuple[int, int, int]
+    axis_blurs: np.ndarray  # (3, 5) int64: (taps, stride, before, after, mode)
+    axis_filters: np.ndarray  # (3, width) float64
 
-    def weights(self, dtype) -> np.ndarray:
-        kept = self.__dict__.setdefault("_weights", {})  # frozen: no setattr
+    def weights(self, dtype, table: str = "filters") -> np.ndarray:
+        """``filters`` (or ``axis_filters``) in ``dtype``, cast once per dtype."""
+        kept = self.__dict__.setdefault("_" + table, {})  # frozen: no setattr
         key = np.dtype(dtype)
         if key not in kept:
-            kept[key] = self.filters.astype(key)
+            kept[key] = getattr(self, table).astype(key)
         return kept[key]
 
 
@@ -540,6 +544,7 @@ def blur_plan(
     # the max map is the chain's start; an average's box is a pass of its own
     shape = [1] * lead + list(mapped if pre == "max" else in_spatial)
     shapes, passes, filters, out = [], [], [], []
+    axis_blurs, axis_filters = [(1, 1, 0, 0, 0)] * KERNEL_AXES, [(1.0,)] * KERNEL_AXES
 
     def add(axis, taps, step, before, code, length, weights):
         shapes.append(tuple(shape))
@@ -565,17 +570,25 @@ def blur_plan(
             add(axis, k, 1, 0, 0, m, (1.0 / k,) * k)
         if not (f == 1 and s == 1 and before == 0 and after == 0):
             add(axis, f, s, before, BLUR_PADDING_MODES.index(mode), count, binomial_filter(f))
+            axis_blurs[axis] = [f, s, before, after, BLUR_PADDING_MODES.index(mode)]
+            axis_filters[axis] = binomial_filter(f)
         out.append(count)
     shapes.append(tuple(shape))
     pre_kernel = [1] * lead + list(kernel) if pre == "max" else [1] * KERNEL_AXES
+    return BlurPlan(tuple(in_spatial), tuple(out), tuple(mapped), pre, _frozen(pre_kernel),
+                    _frozen(np.reshape(passes, (-1, 5))), _frozen(np.reshape(shapes, (-1, 3))),
+                    _filter_table(filters), (1,) * lead + tuple(kernel), _frozen(axis_blurs),
+                    _filter_table(axis_filters))
+
+
+def _filter_table(filters) -> np.ndarray:
+    """Rows of taps, zero-padded to the longest, read-only."""
     width = max([1, *(len(w) for w in filters)])  # (no default=: torch.compile traces it)
     table = np.zeros((len(filters), width))
     for row, weights in enumerate(filters):
         table[row, : len(weights)] = weights
     table.flags.writeable = False
-    return BlurPlan(tuple(in_spatial), tuple(out), tuple(mapped), pre, _frozen(pre_kernel),
-                    _frozen(np.array(passes, dtype=np.int64).reshape(-1, 5)),
-                    _frozen(np.array(shapes, dtype=np.int64).reshape(-1, 3)), table)
+    return table
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """The row-pass kernels (vectorized, for contiguous arrays and common W geometries)
 against the general kernels: the same bits, winners, NaN routing and gradients."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -387,3 +389,60 @@ def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, st
     assert ran == ["channels_last.max_values_forward"]
     _, slow = both_paths(lambda: pg.max_pool(view, **args), monkeypatch)
     assert np.ascontiguousarray(fast).tobytes() == np.ascontiguousarray(slow).tobytes()
+
+
+def test_blur_rows_kernels_match_the_general_chain():
+    """1-d and 2-d blurs stream rows (``blur.blur_rows_*``); 3-d ones run the chain.
+    Against the chain on random geometries, every padding mode and pre-pool, ties and
+    NaN: the same winners and NaN, values and gradients to rounding (the pre-pool's
+    mean and the W adjoint sum in another order)."""
+    rng = np.random.default_rng(3)
+    assert dispatch.names("blur", "forward") == ["blur.blur_rows_forward",
+                                                  "blur.blur_pool_forward"]
+    deep = geometry.blur_plan((3, 6, 6), "max", (2, 2, 2), (3, 3, 3), (2, 2, 2),
+                              ((1, 1),) * 3, "reflect")
+    assert dispatch.choose("blur", "backward", deep, dispatch.Operand(
+        np.dtype(np.float64), "nchw")).name == "blur.blur_pool_backward"
+    checked = 0
+    for trial in range(60):
+        ndim, pre = 1 + trial % 2, geometry.BLUR_PRE[trial % 3]
+        mode = geometry.BLUR_PADDING_MODES[trial // 3 % 4]
+        spatial = tuple(int(v) for v in rng.integers(3, 12, ndim))
+        kernel = tuple(int(rng.integers(1, 4)) if pre != "none" else 1 for _ in spatial)
+        pads = tuple((int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in spatial)
+        try:
+            plan = geometry.blur_plan(spatial, pre, kernel,
+                                      tuple(int(v) for v in rng.integers(1, 6, ndim)),
+                                      tuple(int(v) for v in rng.integers(1, 4, ndim)),
+                                      pads, mode)
+        except ValueError:
+            continue
+        dtype = (np.float64, np.float32)[trial % 2]
+        grid = (int(rng.integers(1, 6)),) + (1,) * (3 - ndim)
+        x = np.round(rng.standard_normal(grid + spatial) * 2).astype(dtype)  # ties
+        x.flat[rng.integers(0, x.size, 2)] = np.nan if trial % 4 == 0 else 0
+        operand = dispatch.Operand(np.dtype(dtype), "nchw")
+        records = pre == "max" and math.prod(kernel) > 1
+        outputs = []
+        for choose in (dispatch.choose, dispatch.general):
+            y = np.empty(grid + plan.out_spatial, dtype)
+            winners = (np.zeros(grid + plan.map_spatial, np.uint8) if pre == "max"
+                       else np.empty((0, 0, 0, 0), np.uint8))
+            forward = choose("blur", "forward", plan, operand)
+            forward(x, y, winners)
+            dx = np.full(x.shape, 7, dtype)
+            dy = np.nan_to_num(y) * 0.5 + 1
+            backward = choose("blur", "backward", plan, operand)
+            backward(dy, winners, dx)
+            outputs.append((forward.name, backward.name, y, winners, dx))
+        (fast_f, fast_b, y, winners, dx), (_, _, y0, winners0, dx0) = outputs
+        assert (fast_f, fast_b) == ("blur.blur_rows_forward", "blur.blur_rows_backward")
+        assert np.array_equal(np.isnan(y), np.isnan(y0))
+        if records:
+            assert np.array_equal(winners, winners0)
+        tolerance = 1e-12 if dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(np.nan_to_num(y), np.nan_to_num(y0), rtol=tolerance,
+                                   atol=tolerance)
+        np.testing.assert_allclose(dx, dx0, rtol=tolerance, atol=tolerance)
+        checked += 1
+    assert checked >= 40

@@ -34,7 +34,7 @@ ZEROS, REFLECT, REPLICATE, CIRCULAR = 0, 1, 2, 3
 
 
 @njit(inline="always", **JIT_OPTIONS)
-def _source(i, length, mode):
+def padded_source(i, length, mode):
     """The coordinate a tap at ``i`` reads along an axis of ``length``; -1: none (zeros)."""
     if 0 <= i < length:
         return i
@@ -75,7 +75,7 @@ def _line_pass(src, shape, axis, weights, taps, stride, before, mode, out_len, o
             if inner == 1:  # a line along W: one running sum
                 total = zero
                 for t in range(taps):
-                    i = _source(o * stride - before + t, length, mode)
+                    i = padded_source(o * stride - before + t, length, mode)
                     if i >= 0:
                         total += weights[t] * src[p * length + i]
                 out[base] = total
@@ -83,7 +83,7 @@ def _line_pass(src, shape, axis, weights, taps, stride, before, mode, out_len, o
             for r in range(inner):
                 out[base + r] = zero
             for t in range(taps):
-                i = _source(o * stride - before + t, length, mode)
+                i = padded_source(o * stride - before + t, length, mode)
                 if i < 0:
                     continue
                 w = weights[t]
@@ -104,7 +104,7 @@ def _line_adjoint(dout, shape, axis, weights, taps, stride, before, mode, out_le
         for o in range(out_len):
             base = (p * out_len + o) * inner
             for t in range(taps):
-                i = _source(o * stride - before + t, length, mode)
+                i = padded_source(o * stride - before + t, length, mode)
                 if i < 0:
                     continue
                 w = weights[t]
@@ -212,3 +212,288 @@ def blur_pool_backward(dy, pre_kernel, passes, shapes, weights, winners, dx):
         if with_max:
             _route_max_map(cur, dx.shape[1:], pre_kernel, winners[plane].reshape(-1),
                            dx_plane)
+
+
+# ------------------------------------------------------------------------------------
+# Rows: planes with no depth work, streamed an output row at a time
+#
+# A plane is ``(H, W * inner)``: an ``(n, c)`` plane with ``inner`` 1, or an image of
+# ``inner = C`` channels stored innermost (channels-last). The map row ``j`` (the
+# pre-pool's, or the input's own row) is built when an output row first needs it and
+# kept in a ring of ``taps_h`` rows; the output row is the H taps' weighted sum of map
+# rows (contiguous, so it vectorizes), padded along W by ``mode_w``, then the W taps at
+# the stride. With ``inner`` 1 the padded row is first split into its ``stride_w``
+# phases, so each W tap reads a contiguous run. The sums run in the chain's order
+# (taps in increasing order, H before W), the pre-pools' as documented below. Rows are
+# passed as views: LLVM vectorizes a loop over two distinct views, and not the same
+# loop over offsets into flat arrays it cannot tell apart.
+
+
+@njit(**JIT_OPTIONS)
+def _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box):
+    """Row ``j`` of the stride-1 pre-pool of ``x[plane]`` (rows ``(H, W * inner)``)
+    into ``row`` (``MW * inner``): ``pre`` 1 the max (first maximum in row-major window
+    order, or the first NaN; the winning tap, as its entry of ``codes`` (``0 .. kh * kw
+    - 1`` in the winners' dtype, so the selects stay in that dtype), into ``taps``), 2
+    the mean (each column's over ``kh`` rows into ``box``, then over ``kw`` columns,
+    each sum weighted by ``box_weights``)."""
+    length = row.shape[0]
+    if pre == 1:
+        first = x[plane, j]
+        for k in range(length):
+            row[k] = first[k]
+            taps[k] = codes[0]
+        for jh in range(kh):
+            src = x[plane, j + jh]
+            for jw in range(kw):
+                if jh == 0 and jw == 0:
+                    continue
+                code = codes[jh * kw + jw]
+                offset = jw * inner
+                for k in range(length):
+                    v = src[offset + k]
+                    best = row[k]
+                    wins = beats(v, best)
+                    row[k] = v if wins else best
+                    taps[k] = code if wins else taps[k]
+        return
+    box[:] = 0.0
+    for jh in range(kh):
+        src = x[plane, j + jh]
+        for k in range(box.shape[0]):
+            box[k] += box_weights[0] * src[k]
+    row[:] = 0.0
+    for jw in range(kw):
+        offset = jw * inner
+        for k in range(length):
+            row[k] += box_weights[1] * box[offset + k]
+
+
+@njit(**JIT_OPTIONS)
+def _pad_row(padded, inner, before, length, mode):
+    """Fill the W padding of ``padded`` (``(before + length + after) * inner``, the row
+    at ``before``) from the row by ``mode`` (zeros: zeros)."""
+    total = padded.shape[0] // inner
+    for q in range(total):
+        if before <= q < before + length:
+            continue
+        i = padded_source(q - before, length, mode)
+        for c in range(inner):
+            padded[q * inner + c] = 0.0 if i < 0 else padded[(before + i) * inner + c]
+
+
+@njit(**JIT_OPTIONS)
+def _w_pass(padded, inner, taps, stride, weights, phases, out):
+    """``out[o] = sum_t weights[t] * padded[o * stride + t]`` per pixel of ``inner``."""
+    total = padded.shape[0] // inner
+    count = out.shape[0] // inner
+    out[:] = 0.0
+    if inner == 1:
+        phase_len = (total + stride - 1) // stride
+        for r in range(stride):
+            for q in range(phase_len):
+                i = q * stride + r
+                phases[r * phase_len + q] = padded[i] if i < total else 0.0
+        for t in range(taps):
+            w = weights[t]
+            base = (t % stride) * phase_len + t // stride
+            for o in range(count):
+                out[o] += w * phases[base + o]
+        return
+    for o in range(count):
+        for t in range(taps):
+            w = weights[t]
+            read = (o * stride + t) * inner
+            for c in range(inner):
+                out[o * inner + c] += w * padded[read + c]
+
+
+@njit(**JIT_OPTIONS)
+def _w_adjoint(dy_row, inner, taps, stride, before, mode, weights, padded, phases, g):
+    """The adjoint of :func:`_pad_row` then :func:`_w_pass`: ``g`` (``length * inner``)
+    from an output row's gradient, through the padded row (folded back onto what each
+    pad copied, after the row's own sums)."""
+    total = padded.shape[0] // inner
+    count = dy_row.shape[0] // inner
+    length = g.shape[0] // inner
+    if inner == 1:
+        phase_len = (total + stride - 1) // stride
+        phases[: stride * phase_len] = 0.0
+        for t in range(taps):
+            w = weights[t]
+            base = (t % stride) * phase_len + t // stride
+            for o in range(count):
+                phases[base + o] += w * dy_row[o]
+        for r in range(stride):
+            for q in range(phase_len):
+                i = q * stride + r
+                if i < total:
+                    padded[i] = phases[r * phase_len + q]
+    else:
+        padded[:] = 0.0
+        for t in range(taps):  # taps in increasing order at each position, as above
+            w = weights[t]
+            for o in range(count):
+                write = (o * stride + t) * inner
+                for c in range(inner):
+                    padded[write + c] += w * dy_row[o * inner + c]
+    for k in range(length * inner):
+        g[k] = padded[before * inner + k]
+    for q in range(total):
+        if before <= q < before + length:
+            continue
+        i = padded_source(q - before, length, mode)
+        if i >= 0:
+            for c in range(inner):
+                g[i * inner + c] += padded[q * inner + c]
+
+
+@parallel_kernel
+def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks, groups,
+                      y, winners):
+    """``y`` ``(P, OH, OW * inner)`` from ``x`` ``(P, H, W * inner)``, C-contiguous;
+    ``winners`` ``(P, MH, MW * inner)`` for a max (else unused). ``window``, ``blurs``
+    and ``weights``: the plan's per-axis ``(D, H, W)`` tables (no work along D);
+    ``pre`` 0 none, 1 max, 2 mean; ``chunks`` splits each plane's output rows into
+    that many tasks, and the ``planes * chunks`` tasks run as ``groups`` parallel
+    runs (each allocating its scratch once). The map rows are split among a plane's
+    tasks at the first row each task's first output row reads, and each task writes
+    the winners of its own map rows (all of them, read or not), so every winner is
+    written once."""
+    planes, height, row_len = x.shape
+    width = row_len // inner
+    kh, kw = window[1], window[2]
+    map_h, map_w = height - kh + 1, width - kw + 1
+    taps_h, stride_h, before_h, mode_h = blurs[1, 0], blurs[1, 1], blurs[1, 2], blurs[1, 4]
+    taps_w, stride_w, before_w = blurs[2, 0], blurs[2, 1], blurs[2, 2]
+    after_w, mode_w = blurs[2, 3], blurs[2, 4]
+    out_h = y.shape[1]
+    total_w = before_w + map_w + after_w
+    tasks = planes * chunks
+    for group in prange(groups):
+        ring = np.empty((taps_h, map_w * inner), x.dtype)
+        tags = np.empty(taps_h, np.int64)
+        taps_scratch = np.empty(map_w * inner, winners.dtype)
+        box = np.empty(row_len, x.dtype)
+        padded = np.empty(total_w * inner, x.dtype)
+        phases = np.empty(total_w + stride_w, x.dtype)
+        done = np.empty(map_h, np.bool_)
+        codes = np.empty(kh * kw, winners.dtype)
+        for tap in range(kh * kw):
+            codes[tap] = tap
+        acc = padded[before_w * inner: (before_w + map_w) * inner]
+        for task in range(group * tasks // groups, (group + 1) * tasks // groups):
+            plane, chunk = task // chunks, task % chunks
+            o0, o1 = chunk * out_h // chunks, (chunk + 1) * out_h // chunks
+            own_lo = 0 if chunk == 0 else min(max(o0 * stride_h - before_h, 0), map_h)
+            own_hi = (map_h if chunk == chunks - 1
+                      else min(max(o1 * stride_h - before_h, 0), map_h))
+            tags[:] = -1
+            done[:] = False
+            for o in range(o0, o1):
+                acc[:] = 0.0
+                for t in range(taps_h):
+                    j = padded_source(o * stride_h - before_h + t, map_h, mode_h)
+                    if j < 0:
+                        continue
+                    if pre == 0:
+                        row = x[plane, j]
+                    else:
+                        slot = j % taps_h
+                        if tags[slot] != j:
+                            mine = pre == 1 and own_lo <= j < own_hi
+                            _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes,
+                                     ring[slot], winners[plane, j] if mine else taps_scratch,
+                                     box)
+                            tags[slot] = j
+                            done[j] = done[j] or mine
+                        row = ring[slot]
+                    w = weights[1, t]
+                    for k in range(map_w * inner):
+                        acc[k] += w * row[k]
+                _pad_row(padded, inner, before_w, map_w, mode_w)
+                _w_pass(padded, inner, taps_w, stride_w, weights[2], phases, y[plane, o])
+            if pre == 1:
+                for j in range(own_lo, own_hi):
+                    if not done[j]:
+                        _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes,
+                                 ring[0], winners[plane, j], box)
+
+
+@parallel_kernel
+def blur_rows_backward(dy, inner, pre, window, blurs, weights, box_weights, reads_ptr,
+                       reads_row, reads_tap, chunks, groups, winners, dx):
+    """The adjoint of :func:`blur_rows_forward`: ``dx`` ``(P, H, W * inner)`` from
+    ``dy``. Each task owns a run of ``dx`` rows and gathers into them, so nothing is
+    shared: map row ``j``'s gradient sums, in increasing order, ``weights[1, t]`` times
+    the W adjoint of output row ``o`` over the reads ``(o, t)`` of it
+    (``reads_row[reads_ptr[j]:reads_ptr[j + 1]]``); a max routes it to the winners in
+    increasing map order, a mean spreads it back (``kw`` columns, then ``kh`` rows)."""
+    planes, height, row_len = dx.shape
+    width = row_len // inner
+    kh, kw = window[1], window[2]
+    map_h, map_w = height - kh + 1, width - kw + 1
+    taps_w, stride_w, before_w = blurs[2, 0], blurs[2, 1], blurs[2, 2]
+    after_w, mode_w = blurs[2, 3], blurs[2, 4]
+    total_w = before_w + map_w + after_w
+    slots = blurs[1, 0] + 1
+    tasks = planes * chunks
+    for group in prange(groups):
+        g_ring = np.empty((slots, map_w * inner), dx.dtype)
+        g_tags = np.empty(slots, np.int64)
+        d_ring = np.empty((kh, row_len), dx.dtype)
+        d_tags = np.empty(kh, np.int64)
+        dmap = np.empty(map_w * inner, dx.dtype)
+        padded = np.empty(total_w * inner, dx.dtype)
+        phases = np.empty(total_w + stride_w, dx.dtype)
+        tap_row = np.empty(kh * kw, np.int64)  # each tap's row and column offset: no
+        tap_offset = np.empty(kh * kw, np.int64)  # division per routed element
+        for tap in range(kh * kw):
+            tap_row[tap], tap_offset[tap] = tap // kw, (tap % kw) * inner
+        for task in range(group * tasks // groups, (group + 1) * tasks // groups):
+            plane, chunk = task // chunks, task % chunks
+            g_tags[:] = -1
+            d_tags[:] = -1
+            for i in range(chunk * height // chunks, (chunk + 1) * height // chunks):
+                out = dx[plane, i]
+                out[:] = 0.0
+                for j in range(max(0, i - kh + 1), min(i, map_h - 1) + 1):
+                    slot = j % kh
+                    if d_tags[slot] != j:  # map row j's gradient (for a mean: spread)
+                        target = d_ring[slot, : map_w * inner] if pre == 1 else dmap
+                        if pre == 0:
+                            target = out
+                        target[:] = 0.0
+                        for r in range(reads_ptr[j], reads_ptr[j + 1]):
+                            o, t = reads_row[r], reads_tap[r]
+                            g_slot = o % slots
+                            if g_tags[g_slot] != o:
+                                _w_adjoint(dy[plane, o], inner, taps_w, stride_w, before_w,
+                                           mode_w, weights[2], padded, phases,
+                                           g_ring[g_slot])
+                                g_tags[g_slot] = o
+                            w = weights[1, t]
+                            g = g_ring[g_slot]
+                            for k in range(map_w * inner):
+                                target[k] += w * g[k]
+                        if pre == 0:
+                            continue
+                        if pre == 2:
+                            spread = d_ring[slot]
+                            spread[:] = 0.0
+                            for jw in range(kw):
+                                offset = jw * inner
+                                for k in range(map_w * inner):
+                                    spread[offset + k] += box_weights[1] * dmap[k]
+                        d_tags[slot] = j
+                    if pre == 1:
+                        jh = i - j
+                        gradient, taps = d_ring[slot], winners[plane, j]
+                        for k in range(map_w * inner):
+                            tap = taps[k]
+                            if tap_row[tap] == jh:
+                                out[k + tap_offset[tap]] += gradient[k]
+                    elif pre == 2:
+                        spread = d_ring[slot]
+                        for k in range(row_len):
+                            out[k] += box_weights[0] * spread[k]

@@ -7,8 +7,76 @@ in :mod:`.dispatch`."""
 
 from __future__ import annotations
 
+import numba
+import numpy as np
+
+from .. import geometry
 from . import blur, fractional, power_mean, weighted
 from .rule import Rule, always
+
+
+def streams_rows(plan, operand, record) -> bool:
+    """A blur with no work along D (1-d and 2-d planes): the rows kernels."""
+    return plan.window[0] == 1 and tuple(plan.axis_blurs[0]) == (1, 1, 0, 0, 0)
+
+
+def _map_height(plan) -> int:
+    return ((1,) * (3 - len(plan.map_spatial)) + plan.map_spatial)[1]
+
+
+def _row_reads(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which ``(output row, H tap)`` read each map row, in increasing order, as a CSR
+    ``(ptr, rows, taps)`` over the map rows (a zero pad reads none)."""
+    taps, stride, before, _, mode = (int(v) for v in plan.axis_blurs[1])
+    map_h = _map_height(plan)
+    out_h = ((1,) * (3 - len(plan.out_spatial)) + plan.out_spatial)[1]
+    reads = sorted((j, o, t) for o in range(out_h) for t in range(taps)
+                   if (j := blur.padded_source(o * stride - before + t, map_h, mode)) >= 0)
+    read = np.array(reads, np.int64).reshape(-1, 3)
+    ptr = np.searchsorted(read[:, 0], np.arange(map_h + 1)).astype(np.int64)
+    return ptr, np.ascontiguousarray(read[:, 1]), np.ascontiguousarray(read[:, 2])
+
+
+def _row_tasks(planes: int, rows: int) -> tuple[int, int]:
+    """Tasks per plane (whole planes when there are enough for every thread) and the
+    parallel runs they are grouped into."""
+    threads = numba.get_num_threads()
+    chunks = 1 if planes >= 4 * threads else max(1, min(rows, -(-4 * threads // planes)))
+    return chunks, min(planes * chunks, 4 * threads)
+
+
+_NO_WINNERS = np.empty((0, 0, 0), np.uint8)
+
+
+def _rows_arguments(plan, dtype):
+    kh, kw = plan.window[1], plan.window[2]
+    return (geometry.BLUR_PRE.index(plan.pre), np.array(plan.window, np.int64),
+            plan.axis_blurs, plan.weights(dtype, "axis_filters"), np.array([1 / kh, 1 / kw], dtype))
+
+
+def _as_rows(a) -> np.ndarray:
+    """A ``(P, 1, H, W)`` plane block (or winners) as ``(P, H, W)``."""
+    return a.reshape(a.shape[0], a.shape[-2], a.shape[-1])
+
+
+def _blur_rows(plan):
+    def run(x, y, winners):
+        pre, *tables = _rows_arguments(plan, x.dtype)
+        rows = _as_rows(winners) if pre == 1 else _NO_WINNERS
+        blur.blur_rows_forward(_as_rows(x), 1, pre, *tables,
+                               *_row_tasks(x.shape[0], y.shape[-2]), _as_rows(y), rows)
+    return run
+
+
+def _blur_rows_back(plan):
+    reads = _row_reads(plan)
+
+    def run(dy, winners, dx):
+        pre, *tables = _rows_arguments(plan, dy.dtype)
+        rows = _as_rows(winners) if pre == 1 else _NO_WINNERS
+        blur.blur_rows_backward(_as_rows(dy), 1, pre, *tables, *reads,
+                                *_row_tasks(dx.shape[0], dx.shape[-2]), rows, _as_rows(dx))
+    return run
 
 
 def _blur(plan):
@@ -78,8 +146,12 @@ RULES = {
     ("gem", "forward"): [Rule("power_mean.gem_window_forward", always, _gem)],
     ("gem", "backward"): [Rule("power_mean.gem_window_backward", always, _gem_back)],
     ("gem", "p_terms"): [Rule("power_mean.gem_window_p_terms", always, _gem_p_terms)],
-    ("blur", "forward"): [Rule("blur.blur_pool_forward", always, _blur, records=True)],
-    ("blur", "backward"): [Rule("blur.blur_pool_backward", always, _blur_back)],
+    ("blur", "forward"): [
+        Rule("blur.blur_rows_forward", streams_rows, _blur_rows, records=True),
+        Rule("blur.blur_pool_forward", always, _blur, records=True)],
+    ("blur", "backward"): [
+        Rule("blur.blur_rows_backward", streams_rows, _blur_rows_back),
+        Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
         Rule("weighted.weighted_pool_forward", always, _weighted)],
     ("weighted", "backward"): [
