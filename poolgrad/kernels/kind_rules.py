@@ -20,16 +20,12 @@ def streams_rows(plan, operand, record) -> bool:
     return plan.window[0] == 1 and tuple(plan.axis_blurs[0]) == (1, 1, 0, 0, 0)
 
 
-def _map_height(plan) -> int:
-    return ((1,) * (3 - len(plan.map_spatial)) + plan.map_spatial)[1]
-
-
 def _row_reads(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Which ``(output row, H tap)`` read each map row, in increasing order, as a CSR
     ``(ptr, rows, taps)`` over the map rows (a zero pad reads none)."""
     taps, stride, before, _, mode = (int(v) for v in plan.axis_blurs[1])
-    map_h = _map_height(plan)
-    out_h = ((1,) * (3 - len(plan.out_spatial)) + plan.out_spatial)[1]
+    map_h = ((1,) * (3 - len(plan.map_spatial)) + plan.map_spatial)[1]
+    out_h = int(plan.shapes[-1][1])  # the (D, H, W) output plane's
     reads = sorted((j, o, t) for o in range(out_h) for t in range(taps)
                    if (j := blur.padded_source(o * stride - before + t, map_h, mode)) >= 0)
     read = np.array(reads, np.int64).reshape(-1, 3)

@@ -25,6 +25,7 @@ from ._ops import (
     avg_pool,
     avg_pool_backward,
     blur_args,
+    blur_geometry,
     blur_pool,
     blur_pool_backward,
     gem_pool,
@@ -488,14 +489,13 @@ def _blur_backward_grad(ctx, g):
     """The adjoint of the backward: the forward on ``g``, a max-blur's on ``g`` read at
     its winners (the max map the winners chose) with no pre-reduction."""
     (winners,) = ctx.saved_tensors
-    pre, kernel, *_ = blur_args(ctx.blur)
+    pre, kernel, stride, sizes, pads, mode = blur_args(ctx.blur)
     if pre != "max":
         return call(blur_pool, g, ctx.blur)[0], None, None, None
-    ndim = len(kernel)
-    ones = (1,) * ndim
+    ones = (1,) * len(kernel)
     mapped = call(max_pool_gather, g, winners,
-                  sliding_window(kernel, ones, ((0, 0),) * ndim, ones, False))
-    plain = [0, *ones, *ctx.blur[1 + ndim:]]
+                  sliding_window(kernel, ones, ((0, 0),) * len(kernel), ones, False))
+    plain = blur_geometry("none", ones, stride, sizes, pads, mode)
     return call(blur_pool, mapped, plain)[0], None, None, None
 
 
