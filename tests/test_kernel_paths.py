@@ -8,6 +8,7 @@ import pytest
 
 import poolgrad as pg
 from poolgrad import geometry
+from poolgrad.engines.pullback import empty
 from poolgrad.kernels import dispatch
 
 # The kernels each case must run, in the order (max values-only forward, max recorded
@@ -392,19 +393,22 @@ def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, st
 
 
 def test_blur_rows_kernels_match_the_general_chain():
-    """1-d and 2-d blurs stream rows (``blur.blur_rows_*``); 3-d ones run the chain.
-    Against the chain on random geometries, every padding mode and pre-pool, ties and
-    NaN: the same winners and NaN, values and gradients to rounding (the pre-pool's
-    mean and the W adjoint sum in another order)."""
+    """1-d and 2-d blurs stream rows (``blur.blur_rows_*``): over planes, or over
+    channels-last images with the channels innermost; 3-d ones run the chain.
+    Against the chain on random geometries, both layouts, every padding mode and
+    pre-pool, ties and NaN: the same winners and NaN, values and gradients to rounding
+    (the pre-pool's mean and the W adjoint sum in another order), each output in its
+    input's layout."""
     rng = np.random.default_rng(3)
-    assert dispatch.names("blur", "forward") == ["blur.blur_rows_forward",
-                                                  "blur.blur_pool_forward"]
+    assert dispatch.names("blur", "forward") == ["blur.blur_rows_forward"] * 2 + [
+        "blur.blur_pool_forward"]
     deep = geometry.blur_plan((3, 6, 6), "max", (2, 2, 2), (3, 3, 3), (2, 2, 2),
                               ((1, 1),) * 3, "reflect")
-    assert dispatch.choose("blur", "backward", deep, dispatch.Operand(
-        np.dtype(np.float64), "nchw")).name == "blur.blur_pool_backward"
-    checked = 0
-    for trial in range(60):
+    for layout in ("nchw", "channels_last"):
+        assert dispatch.choose("blur", "backward", deep, dispatch.Operand(
+            np.dtype(np.float64), layout)).name == "blur.blur_pool_backward"
+    checked = {"nchw": 0, "channels_last": 0}
+    for trial in range(80):
         ndim, pre = 1 + trial % 2, geometry.BLUR_PRE[trial % 3]
         mode = geometry.BLUR_PADDING_MODES[trial // 3 % 4]
         spatial = tuple(int(v) for v in rng.integers(3, 12, ndim))
@@ -418,25 +422,34 @@ def test_blur_rows_kernels_match_the_general_chain():
         except ValueError:
             continue
         dtype = (np.float64, np.float32)[trial % 2]
-        grid = (int(rng.integers(1, 6)),) + (1,) * (3 - ndim)
+        lead = (int(rng.integers(1, 4)), int(rng.integers(2, 5)))
+        grid = lead + (1,) * (3 - ndim)
         x = np.round(rng.standard_normal(grid + spatial) * 2).astype(dtype)  # ties
         x.flat[rng.integers(0, x.size, 2)] = np.nan if trial % 4 == 0 else 0
-        operand = dispatch.Operand(np.dtype(dtype), "nchw")
+        channels_last = trial % 5 >= 2
+        if channels_last:
+            x = np.ascontiguousarray(x.transpose(0, 2, 3, 4, 1)).transpose(0, 4, 1, 2, 3)
+        operand = dispatch.operand(x)
         records = pre == "max" and math.prod(kernel) > 1
         outputs = []
         for choose in (dispatch.choose, dispatch.general):
-            y = np.empty(grid + plan.out_spatial, dtype)
-            winners = (np.zeros(grid + plan.map_spatial, np.uint8) if pre == "max"
-                       else np.empty((0, 0, 0, 0), np.uint8))
             forward = choose("blur", "forward", plan, operand)
+            stored = forward.channels_last
+            y = empty(grid + plan.out_spatial, dtype, stored)
+            winners = (np.zeros(grid + plan.map_spatial, np.uint8) if pre == "max"
+                       else np.empty((0,) * 5, np.uint8))
+            if stored and pre == "max":
+                winners = empty(winners.shape, np.uint8, True)
+                winners[...] = 0
             forward(x, y, winners)
-            dx = np.full(x.shape, 7, dtype)
+            dx = empty(x.shape, dtype, stored)
             dy = np.nan_to_num(y) * 0.5 + 1
-            backward = choose("blur", "backward", plan, operand)
+            backward = choose("blur", "backward", plan, dispatch.operand(dy))
             backward(dy, winners, dx)
             outputs.append((forward.name, backward.name, y, winners, dx))
         (fast_f, fast_b, y, winners, dx), (_, _, y0, winners0, dx0) = outputs
         assert (fast_f, fast_b) == ("blur.blur_rows_forward", "blur.blur_rows_backward")
+        assert dispatch.operand(y).layout == dispatch.operand(dx).layout == operand.layout
         assert np.array_equal(np.isnan(y), np.isnan(y0))
         if records:
             assert np.array_equal(winners, winners0)
@@ -444,5 +457,5 @@ def test_blur_rows_kernels_match_the_general_chain():
         np.testing.assert_allclose(np.nan_to_num(y), np.nan_to_num(y0), rtol=tolerance,
                                    atol=tolerance)
         np.testing.assert_allclose(dx, dx0, rtol=tolerance, atol=tolerance)
-        checked += 1
-    assert checked >= 40
+        checked[operand.layout] += 1
+    assert min(checked.values()) >= 20, checked

@@ -142,6 +142,15 @@ def test_dtypes_layouts_and_unbatched_inputs():
     np.testing.assert_allclose(half, expected, rtol=2e-3, atol=2e-3)
     single = x.astype(np.float32)
     channels_last = np.ascontiguousarray(single.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    for op in (pg.blur_pool, pg.max_blur_pool, pg.avg_blur_pool):  # channels-last in, out
+        y, pullback = pg.vjp(op, channels_last)
+        y_planes, pullback_planes = pg.vjp(op, single)
+        dy = rng.standard_normal(y.shape).astype(np.float32)
+        dx = pullback(dy)
+        assert y.transpose(0, 2, 3, 1).flags.c_contiguous and not y.flags.c_contiguous
+        assert dx.transpose(0, 2, 3, 1).flags.c_contiguous
+        np.testing.assert_allclose(y, y_planes, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(dx, pullback_planes(dy), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(pg.max_blur_pool(channels_last), pg.max_blur_pool(single))
     np.testing.assert_array_equal(pg.blur_pool(x[0], stride=(2, 2)), pg.blur_pool(x)[0])
     read_only = x.copy()

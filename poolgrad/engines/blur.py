@@ -1,10 +1,11 @@
-"""Anti-aliased pooling (blur, max-blur, avg-blur) on the plane kernels of
+"""Anti-aliased pooling (blur, max-blur, avg-blur) on the kernels of
 :mod:`poolgrad.kernels.blur`, along a :class:`~poolgrad.geometry.BlurPlan`. The NumPy
 operators (:func:`poolgrad.blur_pool` and its two kin) and poolgrad.torch's CPU
 operators run these same functions.
 
-Arrays are planes ``(P, D, H, W)``: every ``(n, c)`` plane of the input as a 3-d block
-(leading unit axes for 1-d and 2-d), C-contiguous in the compute dtype."""
+Arrays are 5-d kernel views ``(N, C, D, H, W)`` in the compute dtype, in any layout;
+results are stored as the chosen kernel stores them: channels-last in, channels-last
+out, C-contiguous otherwise."""
 
 from __future__ import annotations
 
@@ -14,39 +15,46 @@ import numpy as np
 
 from .. import geometry
 from ..kernels import dispatch
-
-
-def _operand(dtype) -> dispatch.Operand:
-    return dispatch.Operand(np.dtype(dtype), "nchw")
-
-
-def blur_kernels(dtype, plan) -> tuple[str, str]:
-    """The names of the kernels that run the forward and the backward."""
-    return tuple(dispatch.choose("blur", direction, plan, _operand(dtype)).name
-                 for direction in ("forward", "backward"))
+from .pullback import empty
 
 
 def _grid(plan) -> tuple[int, ...]:
     return (1,) * (geometry.KERNEL_AXES - len(plan.in_spatial))
 
 
-def blur_forward(planes: np.ndarray, plan) -> tuple[np.ndarray, np.ndarray]:
-    """``(y, winners)``: the output planes ``(P, *out)`` (3-d), and for a max-blur each
-    stride-1 window's winning tap ``(P, *max map)`` (else an empty array)."""
-    grid = _grid(plan)
-    y = np.empty((planes.shape[0],) + grid + plan.out_spatial, planes.dtype)
+def blur_kernels(xk: np.ndarray, plan) -> tuple[str, str]:
+    """The names of the kernels that run the forward and the backward of ``xk``."""
+    operand = dispatch.operand(xk)
+    return tuple(dispatch.choose("blur", direction, plan, operand).name
+                 for direction in ("forward", "backward"))
+
+
+def blur_forward(xk: np.ndarray, plan) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, winners)``: the output ``(N, C, *out)`` and for a max-blur each stride-1
+    window's winning tap ``(N, C, *max map)`` (else an empty array), both 5-d."""
+    kernel = dispatch.choose("blur", "forward", plan, dispatch.operand(xk))
+    lead = xk.shape[:2]
+    y = empty(lead + _grid(plan) + plan.out_spatial, xk.dtype, kernel.channels_last)
     if plan.pre == "max":
-        winners = np.empty((planes.shape[0],) + grid + plan.map_spatial,
-                           geometry.position_dtype(math.prod(plan.pre_kernel)))
+        winners = empty(lead + _grid(plan) + plan.map_spatial,
+                        geometry.position_dtype(math.prod(plan.pre_kernel)),
+                        kernel.channels_last)
     else:
-        winners = np.empty((0, 0, 0, 0), np.uint8)
-    dispatch.choose("blur", "forward", plan, _operand(planes.dtype))(planes, y, winners)
+        winners = np.empty((0,) * geometry.KERNEL_AXES, np.uint8)
+    kernel(xk, y, winners)
     return y, winners
 
 
-def blur_backward(dy: np.ndarray, winners: np.ndarray, plan) -> np.ndarray:
-    """``dx`` planes ``(P, D, H, W)`` in ``dy``'s dtype from the output planes' ``dy``
-    (3-d, C-contiguous) and the forward's winners."""
-    dx = np.empty((dy.shape[0],) + _grid(plan) + plan.in_spatial, dy.dtype)
-    dispatch.choose("blur", "backward", plan, _operand(dy.dtype))(dy, winners, dx)
+def blur_backward(dyk: np.ndarray, winners: np.ndarray, plan, *,
+                  channels_last: bool | None = None) -> np.ndarray:
+    """``dx`` ``(N, C, D, H, W)`` in ``dyk``'s dtype from the output's ``dyk`` (5-d)
+    and the forward's winners (any layout), stored channels-last if ``channels_last``
+    (None: as ``dyk`` is stored) and the kernel chosen for that layout allows."""
+    operand = dispatch.operand(dyk)
+    if channels_last is not None:
+        operand = dispatch.stored_as(channels_last, dyk.dtype)
+    kernel = dispatch.choose("blur", "backward", plan, operand)
+    dx = empty(dyk.shape[:2] + _grid(plan) + plan.in_spatial, dyk.dtype,
+               kernel.channels_last)
+    kernel(dyk, winners, dx)
     return dx

@@ -222,11 +222,12 @@ def blur_pool_backward(dy, pre_kernel, passes, shapes, weights, winners, dx):
 # pre-pool's, or the input's own row) is built when an output row first needs it and
 # kept in a ring of ``taps_h`` rows; the output row is the H taps' weighted sum of map
 # rows (contiguous, so it vectorizes), padded along W by ``mode_w``, then the W taps at
-# the stride. With ``inner`` 1 the padded row is first split into its ``stride_w``
-# phases, so each W tap reads a contiguous run. The sums run in the chain's order
-# (taps in increasing order, H before W), the pre-pools' as documented below. Rows are
-# passed as views: LLVM vectorizes a loop over two distinct views, and not the same
-# loop over offsets into flat arrays it cannot tell apart.
+# the stride. The sums run in the chain's order (taps in increasing order, H before
+# W), the pre-pools' as documented below. Rows are passed as views, and scalars read
+# from arrays before a loop: LLVM vectorizes a loop over distinct views, and not the
+# same loop over offsets into flat arrays it cannot tell apart. Loops skip what needs
+# no work (the pads are filled by position, not found by a test per element): NCHW
+# rows are short, so per-row costs dominate.
 
 
 @njit(**JIT_OPTIONS)
@@ -239,34 +240,38 @@ def _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box
     each sum weighted by ``box_weights``)."""
     length = row.shape[0]
     if pre == 1:
-        first = x[plane, j]
-        for k in range(length):
+        first, code = x[plane, j], codes[0]  # scalars read before the loops: LLVM
+        for k in range(length):  # cannot tell these arrays from the rows it writes
             row[k] = first[k]
-            taps[k] = codes[0]
+            taps[k] = code
         for jh in range(kh):
             src = x[plane, j + jh]
             for jw in range(kw):
                 if jh == 0 and jw == 0:
                     continue
                 code = codes[jh * kw + jw]
-                offset = jw * inner
+                taps_in = src[jw * inner: jw * inner + length]
                 for k in range(length):
-                    v = src[offset + k]
+                    v = taps_in[k]
                     best = row[k]
                     wins = beats(v, best)
                     row[k] = v if wins else best
                     taps[k] = code if wins else taps[k]
         return
-    box[:] = 0.0
-    for jh in range(kh):
+    row_weight, column_weight = box_weights[0], box_weights[1]
+    src = x[plane, j]  # the first term is the sum's start (0 + a is a): one pass less
+    for k in range(box.shape[0]):
+        box[k] = row_weight * src[k]
+    for jh in range(1, kh):
         src = x[plane, j + jh]
         for k in range(box.shape[0]):
-            box[k] += box_weights[0] * src[k]
-    row[:] = 0.0
-    for jw in range(kw):
-        offset = jw * inner
+            box[k] += row_weight * src[k]
+    for k in range(length):
+        row[k] = column_weight * box[k]
+    for jw in range(1, kw):
+        columns = box[jw * inner: jw * inner + length]
         for k in range(length):
-            row[k] += box_weights[1] * box[offset + k]
+            row[k] += column_weight * columns[k]
 
 
 @njit(**JIT_OPTIONS)
@@ -274,74 +279,63 @@ def _pad_row(padded, inner, before, length, mode):
     """Fill the W padding of ``padded`` (``(before + length + after) * inner``, the row
     at ``before``) from the row by ``mode`` (zeros: zeros)."""
     total = padded.shape[0] // inner
-    for q in range(total):
-        if before <= q < before + length:
-            continue
+    for q in range(total - length):  # the pad positions only
+        q = q if q < before else q + length
         i = padded_source(q - before, length, mode)
         for c in range(inner):
             padded[q * inner + c] = 0.0 if i < 0 else padded[(before + i) * inner + c]
 
 
 @njit(**JIT_OPTIONS)
-def _w_pass(padded, inner, taps, stride, weights, phases, out):
-    """``out[o] = sum_t weights[t] * padded[o * stride + t]`` per pixel of ``inner``."""
-    total = padded.shape[0] // inner
+def _w_pass(padded, inner, taps, stride, weights, out):
+    """``out[o] = sum_t weights[t] * padded[o * stride + t]`` per pixel of ``inner``.
+    Stride 2 is spelled out: LLVM vectorizes a constant stride's loads."""
     count = out.shape[0] // inner
     out[:] = 0.0
-    if inner == 1:
-        phase_len = (total + stride - 1) // stride
-        for r in range(stride):
-            for q in range(phase_len):
-                i = q * stride + r
-                phases[r * phase_len + q] = padded[i] if i < total else 0.0
-        for t in range(taps):
-            w = weights[t]
-            base = (t % stride) * phase_len + t // stride
+    for t in range(taps):
+        w = weights[t]
+        if inner > 1:
             for o in range(count):
-                out[o] += w * phases[base + o]
-        return
-    for o in range(count):
-        for t in range(taps):
-            w = weights[t]
-            read = (o * stride + t) * inner
-            for c in range(inner):
-                out[o * inner + c] += w * padded[read + c]
+                target = out[o * inner: (o + 1) * inner]
+                source = padded[(o * stride + t) * inner: (o * stride + t + 1) * inner]
+                for c in range(inner):
+                    target[c] += w * source[c]
+        elif stride == 2:
+            source = padded[t:]
+            for o in range(count):
+                out[o] += w * source[2 * o]
+        else:
+            for o in range(count):
+                out[o] += w * padded[o * stride + t]
 
 
 @njit(**JIT_OPTIONS)
-def _w_adjoint(dy_row, inner, taps, stride, before, mode, weights, padded, phases, g):
+def _w_adjoint(dy_row, inner, taps, stride, before, mode, weights, padded, g):
     """The adjoint of :func:`_pad_row` then :func:`_w_pass`: ``g`` (``length * inner``)
     from an output row's gradient, through the padded row (folded back onto what each
     pad copied, after the row's own sums)."""
     total = padded.shape[0] // inner
     count = dy_row.shape[0] // inner
     length = g.shape[0] // inner
-    if inner == 1:
-        phase_len = (total + stride - 1) // stride
-        phases[: stride * phase_len] = 0.0
-        for t in range(taps):
-            w = weights[t]
-            base = (t % stride) * phase_len + t // stride
+    padded[:] = 0.0
+    for t in range(taps):  # taps in increasing order at each position, as above
+        w = weights[t]
+        if inner > 1:
             for o in range(count):
-                phases[base + o] += w * dy_row[o]
-        for r in range(stride):
-            for q in range(phase_len):
-                i = q * stride + r
-                if i < total:
-                    padded[i] = phases[r * phase_len + q]
-    else:
-        padded[:] = 0.0
-        for t in range(taps):  # taps in increasing order at each position, as above
-            w = weights[t]
-            for o in range(count):
-                write = (o * stride + t) * inner
+                target = padded[(o * stride + t) * inner: (o * stride + t + 1) * inner]
+                source = dy_row[o * inner: (o + 1) * inner]
                 for c in range(inner):
-                    padded[write + c] += w * dy_row[o * inner + c]
-    for k in range(length * inner):
-        g[k] = padded[before * inner + k]
-    for q in range(total):
-        if before <= q < before + length:
-            continue
+                    target[c] += w * source[c]
+        elif stride == 2:
+            target = padded[t:]
+            for o in range(count):
+                target[2 * o] += w * dy_row[o]
+        else:
+            for o in range(count):
+                padded[o * stride + t] += w * dy_row[o]
+    g[:] = padded[before * inner: (before + length) * inner]
+    for q in range(total - length):  # the pad positions only
+        q = q if q < before else q + length
         i = padded_source(q - before, length, mode)
         if i >= 0:
             for c in range(inner):
@@ -376,7 +370,6 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
         taps_scratch = np.empty(map_w * inner, winners.dtype)
         box = np.empty(row_len, x.dtype)
         padded = np.empty(total_w * inner, x.dtype)
-        phases = np.empty(total_w + stride_w, x.dtype)
         done = np.empty(map_h, np.bool_)
         codes = np.empty(kh * kw, winners.dtype)
         for tap in range(kh * kw):
@@ -391,7 +384,7 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
             tags[:] = -1
             done[:] = False
             for o in range(o0, o1):
-                acc[:] = 0.0
+                started = False
                 for t in range(taps_h):
                     j = padded_source(o * stride_h - before_h + t, map_h, mode_h)
                     if j < 0:
@@ -409,10 +402,17 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
                             done[j] = done[j] or mine
                         row = ring[slot]
                     w = weights[1, t]
-                    for k in range(map_w * inner):
-                        acc[k] += w * row[k]
+                    if started:
+                        for k in range(map_w * inner):
+                            acc[k] += w * row[k]
+                    else:  # the first tap read starts the sum
+                        for k in range(map_w * inner):
+                            acc[k] = w * row[k]
+                        started = True
+                if not started:  # every H tap fell in a zero pad
+                    acc[:] = 0.0
                 _pad_row(padded, inner, before_w, map_w, mode_w)
-                _w_pass(padded, inner, taps_w, stride_w, weights[2], phases, y[plane, o])
+                _w_pass(padded, inner, taps_w, stride_w, weights[2], y[plane, o])
             if pre == 1:
                 for j in range(own_lo, own_hi):
                     if not done[j]:
@@ -428,7 +428,9 @@ def blur_rows_backward(dy, inner, pre, window, blurs, weights, box_weights, read
     shared: map row ``j``'s gradient sums, in increasing order, ``weights[1, t]`` times
     the W adjoint of output row ``o`` over the reads ``(o, t)`` of it
     (``reads_row[reads_ptr[j]:reads_ptr[j + 1]]``); a max routes it to the winners in
-    increasing map order, a mean spreads it back (``kw`` columns, then ``kh`` rows)."""
+    increasing map order (adding an exact 0 where a tap did not win: ``dx`` starts at
+    +0, so the sums are unchanged), a mean spreads it back (``kw`` columns, then ``kh``
+    rows)."""
     planes, height, row_len = dx.shape
     width = row_len // inner
     kh, kw = window[1], window[2]
@@ -445,11 +447,10 @@ def blur_rows_backward(dy, inner, pre, window, blurs, weights, box_weights, read
         d_tags = np.empty(kh, np.int64)
         dmap = np.empty(map_w * inner, dx.dtype)
         padded = np.empty(total_w * inner, dx.dtype)
-        phases = np.empty(total_w + stride_w, dx.dtype)
-        tap_row = np.empty(kh * kw, np.int64)  # each tap's row and column offset: no
-        tap_offset = np.empty(kh * kw, np.int64)  # division per routed element
+        codes = np.empty(kh * kw, winners.dtype)  # tap numbers in the winners' dtype
         for tap in range(kh * kw):
-            tap_row[tap], tap_offset[tap] = tap // kw, (tap % kw) * inner
+            codes[tap] = tap
+        zero = np.zeros(1, dx.dtype)[0]
         for task in range(group * tasks // groups, (group + 1) * tasks // groups):
             plane, chunk = task // chunks, task % chunks
             g_tags[:] = -1
@@ -469,8 +470,7 @@ def blur_rows_backward(dy, inner, pre, window, blurs, weights, box_weights, read
                             g_slot = o % slots
                             if g_tags[g_slot] != o:
                                 _w_adjoint(dy[plane, o], inner, taps_w, stride_w, before_w,
-                                           mode_w, weights[2], padded, phases,
-                                           g_ring[g_slot])
+                                           mode_w, weights[2], padded, g_ring[g_slot])
                                 g_tags[g_slot] = o
                             w = weights[1, t]
                             g = g_ring[g_slot]
@@ -486,13 +486,16 @@ def blur_rows_backward(dy, inner, pre, window, blurs, weights, box_weights, read
                                 for k in range(map_w * inner):
                                     spread[offset + k] += box_weights[1] * dmap[k]
                         d_tags[slot] = j
-                    if pre == 1:
+                    if pre == 1:  # a select per column tap, not a scatter: it
+                        # vectorizes and never mispredicts; columns in decreasing jw
+                        # keep the increasing map order of each element's sum
                         jh = i - j
                         gradient, taps = d_ring[slot], winners[plane, j]
-                        for k in range(map_w * inner):
-                            tap = taps[k]
-                            if tap_row[tap] == jh:
-                                out[k + tap_offset[tap]] += gradient[k]
+                        for jw in range(kw - 1, -1, -1):
+                            code = codes[jh * kw + jw]
+                            target = out[jw * inner: (jw + map_w) * inner]
+                            for k in range(map_w * inner):
+                                target[k] += gradient[k] if taps[k] == code else zero
                     elif pre == 2:
                         spread = d_ring[slot]
                         for k in range(row_len):

@@ -7,6 +7,8 @@ in :mod:`.dispatch`."""
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -18,6 +20,10 @@ from .rule import Rule, always
 def streams_rows(plan, operand, record) -> bool:
     """A blur with no work along D (1-d and 2-d planes): the rows kernels."""
     return plan.window[0] == 1 and tuple(plan.axis_blurs[0]) == (1, 1, 0, 0, 0)
+
+
+def _rows_channels_last(plan, operand, record) -> bool:
+    return operand.layout == "channels_last" and streams_rows(plan, operand, record)
 
 
 def _row_reads(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -50,42 +56,78 @@ def _rows_arguments(plan, dtype):
             plan.axis_blurs, plan.weights(dtype, "axis_filters"), np.array([1 / kh, 1 / kw], dtype))
 
 
-def _as_rows(a) -> np.ndarray:
-    """A ``(P, 1, H, W)`` plane block (or winners) as ``(P, H, W)``."""
-    return a.reshape(a.shape[0], a.shape[-2], a.shape[-1])
+def _as_rows(a: np.ndarray, channels_last: bool) -> np.ndarray:
+    """A 5-d ``(N, C, 1, H, W)`` kernel view as rows: ``(N * C, H, W)`` planes, or
+    channels-last ``(N, H, W * C)`` images (a view when ``a`` is stored so, which
+    the outputs always are)."""
+    n, c, _, h, w = a.shape
+    if channels_last:
+        return a.transpose(0, 2, 3, 4, 1).reshape(n, h, w * c)
+    return a.reshape(n * c, h, w)
 
 
-def _blur_rows(plan):
-    def run(x, y, winners):
-        pre, *tables = _rows_arguments(plan, x.dtype)
-        rows = _as_rows(winners) if pre == 1 else _NO_WINNERS
-        blur.blur_rows_forward(_as_rows(x), 1, pre, *tables,
-                               *_row_tasks(x.shape[0], y.shape[-2]), _as_rows(y), rows)
-    return run
+def _blur_rows(channels_last: bool):
+    def bind(plan):
+        def run(x, y, winners):
+            pre, *tables = _rows_arguments(plan, x.dtype)
+            rows, out = _as_rows(x, channels_last), _as_rows(y, channels_last)
+            taps = _as_rows(winners, channels_last) if pre == 1 else _NO_WINNERS
+            blur.blur_rows_forward(rows, x.shape[1] if channels_last else 1, pre, *tables,
+                                   *_row_tasks(rows.shape[0], out.shape[1]), out, taps)
+        return run
+    return bind
 
 
-def _blur_rows_back(plan):
-    reads = _row_reads(plan)
+def _blur_rows_back(channels_last: bool):
+    def bind(plan):
+        reads = _row_reads(plan)
 
-    def run(dy, winners, dx):
-        pre, *tables = _rows_arguments(plan, dy.dtype)
-        rows = _as_rows(winners) if pre == 1 else _NO_WINNERS
-        blur.blur_rows_backward(_as_rows(dy), 1, pre, *tables, *reads,
-                                *_row_tasks(dx.shape[0], dx.shape[-2]), rows, _as_rows(dx))
-    return run
+        def run(dy, winners, dx):
+            pre, *tables = _rows_arguments(plan, dy.dtype)
+            rows = _as_rows(dx, channels_last)
+            taps = _as_rows(winners, channels_last) if pre == 1 else _NO_WINNERS
+            blur.blur_rows_backward(_as_rows(dy, channels_last),
+                                    dy.shape[1] if channels_last else 1, pre, *tables,
+                                    *reads, *_row_tasks(rows.shape[0], rows.shape[1]), taps,
+                                    rows)
+        return run
+    return bind
+
+
+def _planes(a: np.ndarray) -> np.ndarray:
+    """A 5-d kernel array as C-contiguous ``(N * C, D, H, W)`` planes (a view when it
+    is C-contiguous, else a copy)."""
+    return np.ascontiguousarray(a).reshape((-1,) + a.shape[2:])
+
+
+def _on_planes(out: np.ndarray):
+    """Planes to write ``out`` through, and the call that stores them in ``out``: the
+    chain writes planes, and ``out`` is channels-last when the input was."""
+    if out.flags.c_contiguous:
+        return out.reshape((-1,) + out.shape[2:]), lambda: None
+    planes = np.empty((math.prod(out.shape[:2]),) + out.shape[2:], out.dtype)
+    return planes, lambda: np.copyto(out, planes.reshape(out.shape))
 
 
 def _blur(plan):
     def run(x, y, winners):
-        blur.blur_pool_forward(x, plan.pre_kernel, plan.passes, plan.shapes,
-                               plan.weights(x.dtype), y, winners)
+        y_planes, store_y = _on_planes(y)
+        w_planes, store_w = (_on_planes(winners) if plan.pre == "max"
+                             else (_NO_WINNERS[None], lambda: None))
+        blur.blur_pool_forward(_planes(x), plan.pre_kernel, plan.passes, plan.shapes,
+                               plan.weights(x.dtype), y_planes, w_planes)
+        store_y()
+        store_w()
     return run
 
 
 def _blur_back(plan):
     def run(dy, winners, dx):
-        blur.blur_pool_backward(dy, plan.pre_kernel, plan.passes, plan.shapes,
-                                plan.weights(dy.dtype), winners, dx)
+        dx_planes, store = _on_planes(dx)
+        taps = _planes(winners) if plan.pre == "max" else _NO_WINNERS[None]
+        blur.blur_pool_backward(_planes(dy), plan.pre_kernel, plan.passes, plan.shapes,
+                                plan.weights(dy.dtype), taps, dx_planes)
+        store()
     return run
 
 
@@ -143,10 +185,12 @@ RULES = {
     ("gem", "backward"): [Rule("power_mean.gem_window_backward", always, _gem_back)],
     ("gem", "p_terms"): [Rule("power_mean.gem_window_p_terms", always, _gem_p_terms)],
     ("blur", "forward"): [
-        Rule("blur.blur_rows_forward", streams_rows, _blur_rows, records=True),
+        Rule("blur.blur_rows_forward", _rows_channels_last, _blur_rows(True), records=True),
+        Rule("blur.blur_rows_forward", streams_rows, _blur_rows(False), records=True),
         Rule("blur.blur_pool_forward", always, _blur, records=True)],
     ("blur", "backward"): [
-        Rule("blur.blur_rows_backward", streams_rows, _blur_rows_back),
+        Rule("blur.blur_rows_backward", _rows_channels_last, _blur_rows_back(True)),
+        Rule("blur.blur_rows_backward", streams_rows, _blur_rows_back(False)),
         Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
         Rule("weighted.weighted_pool_forward", always, _weighted)],

@@ -10,13 +10,10 @@ and a max keeps only each stride-1 window's winning tap (1 byte up to 256 taps).
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
 from .. import _inputs as inputs
 from .. import autodiff, geometry
 from ..engines import Pullback, blur_backward, blur_forward, blur_kernels
+from ..kernels.dispatch import is_channels_last
 
 
 def _filter_sizes(filter_size, ndim):
@@ -60,20 +57,18 @@ def _blur(x, pre, kernel_size, stride, filter_size, padding, padding_mode, spati
     layout = inputs.Layout(x.shape, ndim)
     plan = geometry.blur_plan(layout.spatial, pre, kernel, sizes, stride, pads, padding_mode)
 
-    compute = inputs.COMPUTE_DTYPE[x.dtype]
-    grid = layout.kernel_shape(())[2:]  # the leading unit axes of the (D, H, W) plane
-    planes = np.ascontiguousarray(layout.to_kernel(x), dtype=compute).reshape(
-        (math.prod(layout.lead),) + grid + tuple(layout.spatial))
-    y, winners = blur_forward(planes, plan)
+    xk = inputs.compute_view(x, layout)
+    y, winners = blur_forward(xk, plan)
     result = y.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return result, None
 
-    def backward(dy):
-        return blur_backward(np.ascontiguousarray(dy).reshape(y.shape), winners, plan)
+    def backward(dy):  # dx in x's layout, as the core's pullbacks store it
+        return blur_backward(layout.to_kernel(dy), winners, plan,
+                             channels_last=is_channels_last(xk))
     saved = {"winners": winners} if pre == "max" else {}
     return result, Pullback(op, backward, result.shape, x.shape, x.dtype, saved,
-                            blur_kernels(compute, plan))
+                            blur_kernels(xk, plan))
 
 
 _SHARED_ARGS = """stride: int or per dim, the subsampling step (default 2).

@@ -279,33 +279,28 @@ def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple
 
 @_ops.implement(_ops.blur_pool, "cpu")
 def blur_pool(x: Tensor, blur: list[int]) -> tuple[Tensor, Tensor]:
-    """Anti-aliased pooling per plane, and a max-blur's winners."""
+    """Anti-aliased pooling, and a max-blur's winners, both in ``x``'s layout."""
     _on_cpu(x)
     xa = _array(x)
     plan = _ops.blur_plan_of(tuple(blur), tuple(xa.shape[2:]))
-    compute = _inputs.COMPUTE_DTYPE[xa.dtype]
-    grid = (1,) * (3 - len(plan.in_spatial))
-    planes = np.ascontiguousarray(xa, dtype=compute).reshape(
-        (xa.shape[0] * xa.shape[1],) + grid + plan.in_spatial)
-    y, winners = engines.blur_forward(planes, plan)
-    winners = (winners.reshape(_ops.blur_winners_shape(x, blur)) if plan.pre == "max"
-               else np.empty(0, np.uint8))
-    return (_tensor(y.reshape(_ops.blur_out_shape(x, blur)), _ops.memory_format(x), x.dtype),
-            _tensor(winners, torch.contiguous_format))
+    y, winners = engines.blur_forward(
+        _inputs.compute_view(xa, _layout(xa.shape, len(plan.in_spatial))), plan)
+    fmt = _ops.memory_format(x)
+    winners = (_tensor(winners.reshape(_ops.blur_winners_shape(x, blur)), fmt)
+               if plan.pre == "max" else torch.empty(0, dtype=torch.uint8))
+    return _tensor(y.reshape(_ops.blur_out_shape(x, blur)), fmt, x.dtype), winners
 
 
 @_ops.implement(_ops.blur_pool_backward, "cpu")
 def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
                        x_size: list[int]) -> Tensor:
-    """The transposed blur, then (max-blur) the routing to the winners."""
+    """The transposed blur, then (max-blur) the routing to the winners; ``dx`` in
+    ``dy``'s layout."""
     _on_cpu(dy, winners)
     dya = _array(dy)
     plan = _ops.blur_plan_of(tuple(blur), tuple(int(s) for s in x_size[2:]))
-    compute = _inputs.COMPUTE_DTYPE[dya.dtype]
-    grid = (1,) * (3 - len(plan.in_spatial))
-    planes = x_size[0] * x_size[1]
-    dyk = np.ascontiguousarray(dya, dtype=compute).reshape((planes,) + grid + plan.out_spatial)
-    wk = (np.ascontiguousarray(winners.numpy()).reshape((planes,) + grid + plan.map_spatial)
-          if plan.pre == "max" else np.empty((0, 0, 0, 0), np.uint8))
-    dx = engines.blur_backward(dyk, wk, plan)
+    layout = _layout(dya.shape, len(plan.in_spatial))
+    wk = (_layout(winners.shape, len(plan.in_spatial)).to_kernel(winners.numpy())
+          if plan.pre == "max" else np.empty((0,) * 5, np.uint8))
+    dx = engines.blur_backward(_inputs.compute_view(dya, layout), wk, plan)
     return _tensor(dx.reshape(x_size), _ops.memory_format(dy), dy.dtype)

@@ -499,15 +499,16 @@ def blur_winner_dtype(blur) -> torch.dtype:
 @_operator
 def blur_pool(x: Tensor, blur: list[int]) -> tuple[Tensor, Tensor]:
     """Anti-aliased pooling: the optional stride-1 max or mean, the binomial blur and the
-    subsampling, per plane (the output in ``x``'s layout); with a max, each stride-1
-    window's winner (else empty)."""
+    subsampling, per plane; with a max, each stride-1 window's winner (else empty).
+    Both in ``x``'s layout."""
     refuse_device(x)
 
 
 @blur_pool.register_fake
 def _(x, blur):
     return (empty(blur_out_shape(x, blur), x, memory_format(x)),
-            empty(blur_winners_shape(x, blur), x, torch.contiguous_format,
+            empty(blur_winners_shape(x, blur), x,
+                  memory_format(x) if blur_args(blur)[0] == "max" else torch.contiguous_format,
                   blur_winner_dtype(blur)))
 
 
