@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import poolgrad as pg
+from poolgrad.kinds import fractional
 
 torch = pytest.importorskip("torch")
 import poolgrad.torch as pt  # noqa: E402
@@ -255,6 +256,61 @@ def test_blur_kinds_are_operators(pre, mode):
         pooled = (torch.nn.functional.max_pool2d(x, kernel, 1) if pre == "max"
                   else torch.nn.functional.avg_pool2d(x, kernel, 1))
     torch.testing.assert_close(y, blur(pooled, 2, (2, 2), (3, 4), pads, mode))
+
+
+@pytest.mark.parametrize("kernel, sequence", [((2, 3), "pseudo_random"),
+                                              (("disjoint", "overlapping"), "random")])
+def test_fractional_max_pool_is_an_operator(kernel, sequence):
+    """``fractional_max_pool`` and its backward and indices: opcheck in both layouts, the
+    output in the input's layout, the NumPy operator's values and winners' indices for
+    the same draws (the random orders too), gradients to second order, and one graph
+    under torch.compile(fullgraph=True)."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.rand(2, 3, 11, 12, dtype=torch.float64, generator=g)
+    out = [5, 7]
+    samples = torch.rand(2, 3, 2, dtype=torch.float64, generator=g)
+    steps = [o - (not isinstance(k, str)) for k, o in zip(kernel, out, strict=True)]
+    orders = (torch.rand(6, sum(steps), dtype=torch.float64, generator=g)
+              if sequence == "random" else torch.empty(6, 0, dtype=torch.float64))
+    windows = _ops.fractional_geometry(kernel, out, sequence)
+    op = torch.ops.poolgrad
+    for layout in (torch.contiguous_format, torch.channels_last):
+        xl = x.clone(memory_format=layout).requires_grad_()
+        torch.library.opcheck(op.fractional_max_pool, (xl, samples, orders, windows))
+        y, winners = op.fractional_max_pool(xl, samples, orders, windows)
+        assert y.is_contiguous(memory_format=layout)
+        torch.library.opcheck(op.fractional_max_pool_backward,
+                              (torch.rand_like(y), winners, samples, orders, windows,
+                               list(x.shape)))
+        torch.library.opcheck(op.fractional_max_pool_indices,
+                              (winners, samples, orders, windows, list(x.shape)))
+    if sequence == "pseudo_random":
+        expected, indices = pg.fractional_max_pool(x.numpy(), kernel, out, return_indices=True,
+                                                   samples=samples.numpy())
+        assert torch.equal(op.fractional_max_pool_indices(winners, samples, orders, windows,
+                                                          list(x.shape)),
+                           torch.from_numpy(indices))
+    else:  # the definition: each plane's windows from the same orders, their maxima
+        columns = iter(np.split(orders.numpy(), np.cumsum(steps)[:-1], axis=1))
+
+        class Orders:
+            def random(self, shape):
+                return next(columns)
+
+        starts, lengths, _ = fractional.region_tables(
+            tuple(x.shape[2:]), kernel, out, samples.numpy().reshape(6, 2), sequence, Orders())
+        planes = x.reshape(6, 11, 12).numpy()
+        expected = np.array([[[planes[p, starts[p, 1, i]: starts[p, 1, i] + lengths[p, 1, i],
+                                      starts[p, 2, j]: starts[p, 2, j] + lengths[p, 2, j]].max()
+                               for j in range(out[1])] for i in range(out[0])]
+                             for p in range(6)]).reshape(y.shape)
+    np.testing.assert_array_equal(y.detach().numpy(), expected)
+    leaf = x.clone().requires_grad_()
+    f = lambda t: op.fractional_max_pool(t, samples, orders, windows)[0]  # noqa: E731
+    assert torch.autograd.gradcheck(f, (leaf,))
+    assert torch.autograd.gradgradcheck(f, (leaf,))
+    compiled = torch.compile(f, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x), f(x))
 
 
 @pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])

@@ -8,6 +8,7 @@ how poolgrad.torch's backward operators run.
 - :mod:`.averages`: average pooling;
 - :mod:`.lp`: Lp pooling;
 - :mod:`.blur`: anti-aliased pooling (blur, max-blur, avg-blur);
+- :mod:`.fractional`: fractional max pooling, given each plane's windows;
 - :mod:`.power_mean`: GeM pooling (global and windowed);
 - :mod:`.weighted`: SoftPool and stochastic pooling.
 
@@ -17,6 +18,12 @@ how poolgrad.torch's backward operators run.
 
 from .averages import avg_engine, avg_pullback
 from .blur import blur_backward, blur_forward, blur_kernels
+from .fractional import (
+                         fractional_backward,
+                         fractional_forward,
+                         fractional_indices,
+                         fractional_kernels,
+)
 from .lp import lp_engine, lp_pullback
 from .maxima import TIE_RULES, max_engine, max_forward, max_gather, max_pullback, winner_indices
 from .power_mean import gem_backward, gem_forward, gem_kernels
@@ -24,7 +31,8 @@ from .pullback import Pullback
 from .weighted import stochastic_sample, weighted_backward, weighted_forward, weighted_kernels
 
 __all__ = ["Pullback", "TIE_RULES", "avg_engine", "avg_pullback", "blur_backward",
-           "blur_forward", "blur_kernels", "gem_backward", "gem_forward",
+           "blur_forward", "blur_kernels", "fractional_backward", "fractional_forward",
+           "fractional_indices", "fractional_kernels", "gem_backward", "gem_forward",
            "gem_kernels", "lp_engine", "lp_pullback", "max_engine", "max_forward", "max_gather",
            "max_pullback", "stochastic_sample", "weighted_backward", "weighted_forward",
            "weighted_kernels", "winner_indices"]

@@ -12,8 +12,13 @@ import numpy as np
 
 from .. import _inputs as inputs
 from .. import autodiff, geometry
-from ..engines import Pullback
-from ..kernels import dispatch
+from ..engines import (
+    Pullback,
+    fractional_backward,
+    fractional_forward,
+    fractional_indices,
+    fractional_kernels,
+)
 
 SEQUENCES = ("pseudo_random", "random")
 REGIONS = ("disjoint", "overlapping")
@@ -174,34 +179,24 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
         u = check_samples(samples, layout.lead, ndim, sequence)
 
     planes = int(np.prod(layout.lead))
-    starts, lengths, extent = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim),
-                                            sequence, generator)
-    grid = layout.kernel_shape(())[2:]
-    xk = inputs.compute_view(x, layout).reshape((planes, 1) + grid + layout.spatial)
-    shape = (planes, 1) + grid + out
-    y = np.empty(shape, compute)
-    pos = np.empty(shape, geometry.position_dtype(int(np.prod(extent))))
-    operand = dispatch.Operand(compute, "nchw")
-    plan = geometry.FractionalPlan(tuple(layout.spatial), out)
-    dispatch.choose("fractional", "forward", plan, operand)(xk, starts, lengths, extent, y, pos)
+    tables = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim), sequence,
+                           generator)
+    xk = inputs.compute_view(x, layout).reshape(
+        (planes, 1) + layout.kernel_shape(())[2:] + layout.spatial)
+    y, winners = fractional_forward(xk, tables, out)
     values = y.astype(x.dtype, copy=False).reshape(layout.user_shape(out))
     result = values
     if return_indices:
-        indices = np.empty(shape, np.int64)
-        dispatch.choose("fractional", "indices", plan, operand)(
-            starts, extent, pos, xk.shape[3], xk.shape[4], indices)
+        indices = fractional_indices(tables, winners, layout.spatial)
         result = (values, indices.reshape(values.shape))
     if not want_pullback:
         return result, None
-    backward = dispatch.choose("fractional", "backward", plan, operand)
 
     def pullback(dy):
-        dx = np.empty(xk.shape, dy.dtype)
-        backward(dy.reshape(shape), starts, extent, pos, dx)
-        return dx
+        return fractional_backward(dy.reshape(y.shape), tables, winners, layout.spatial)
     return result, Pullback("fractional_max_pool", pullback, values.shape, x.shape, x.dtype,
-                            {"window_positions": pos, "starts": starts},
-                            ("fractional.fractional_max_forward", backward.name))
+                            {"window_positions": winners, "starts": tables[0]},
+                            fractional_kernels(xk.dtype, layout.spatial, out))
 
 
 def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,

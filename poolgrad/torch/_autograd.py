@@ -28,6 +28,9 @@ from ._ops import (
     blur_geometry,
     blur_pool,
     blur_pool_backward,
+    fractional_max_pool,
+    fractional_max_pool_backward,
+    fractional_max_pool_indices,
     gem_pool,
     gem_pool_backward,
     is_channels_last,
@@ -500,3 +503,38 @@ def _blur_backward_grad(ctx, g):
 
 
 _autograd(blur_pool_backward, _blur_backward_grad, _blur_backward_setup)
+
+
+def _fractional_setup(ctx, inputs, output):
+    x, samples, orders, ctx.fractional = inputs
+    ctx.x_size = list(x.shape)
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(output[1], samples, orders)
+
+
+def _fractional_grad(ctx, dy, _):
+    winners, samples, orders = ctx.saved_tensors
+    return call(fractional_max_pool_backward, dy, winners, samples, orders, ctx.fractional,
+                ctx.x_size), None, None, None
+
+
+_autograd(fractional_max_pool, _fractional_grad, _fractional_setup)
+
+
+def _fractional_backward_setup(ctx, inputs, output):
+    _, winners, samples, orders, ctx.fractional, ctx.x_size = inputs
+    ctx.save_for_backward(winners, samples, orders)
+
+
+def _fractional_backward_grad(ctx, g):
+    """The adjoint of routing to the winners: ``g`` read at them (a gather, whose own
+    gradient is torch's scatter-add, so every order of derivative works)."""
+    winners, samples, orders = ctx.saved_tensors
+    indices = call(fractional_max_pool_indices, winners, samples, orders, ctx.fractional,
+                   ctx.x_size)
+    n, c = ctx.x_size[:2]
+    read = g.reshape(n, c, -1).gather(2, indices.reshape(n, c, -1)).reshape(indices.shape)
+    return read, None, None, None, None, None
+
+
+_autograd(fractional_max_pool_backward, _fractional_backward_grad, _fractional_backward_setup)

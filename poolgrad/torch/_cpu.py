@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .. import _inputs, engines, ops
+from .. import _inputs, engines, geometry, ops
+from ..kinds import fractional as numpy_fractional
 from . import _ops
 
 
@@ -304,3 +305,74 @@ def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
           if plan.pre == "max" else np.empty((0,) * 5, np.uint8))
     dx = engines.blur_backward(_inputs.compute_view(dya, layout), wk, plan)
     return _tensor(dx.reshape(x_size), _ops.memory_format(dy), dy.dtype)
+
+
+
+class _Columns:
+    """``.random(shape)`` for :func:`poolgrad.kinds.fractional.region_tables`: the next
+    ``shape[1]`` columns of the random sequence's ``orders``, dim after dim."""
+
+    def __init__(self, orders: np.ndarray):
+        self.orders, self.taken = orders, 0
+
+    def random(self, shape):
+        self.taken += shape[1]
+        return self.orders[:, self.taken - shape[1]: self.taken]
+
+
+def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
+    kernel, out, sequence = _ops.fractional_args(fractional)
+    planes = int(x_size[0]) * int(x_size[1])
+    u = _array(samples).reshape(planes, len(out))  # in float64 if given so, else float32
+    u = u if u.dtype == np.float64 else u.astype(np.float32)
+    return numpy_fractional.region_tables(tuple(int(s) for s in x_size[2:]), kernel, out, u,
+                                          sequence, _Columns(_array(orders)))
+
+
+def _fractional_planes(a: np.ndarray, ndim: int) -> np.ndarray:
+    """``(N * C, 1, D, H, W)`` C-contiguous planes, values in the compute dtype."""
+    grid = (1,) * (3 - ndim)
+    return np.ascontiguousarray(a, dtype=_inputs.COMPUTE_DTYPE.get(a.dtype, a.dtype)).reshape(
+        (-1, 1) + grid + a.shape[2:])
+
+
+@_ops.implement(_ops.fractional_max_pool, "cpu")
+def fractional_max_pool(x: Tensor, samples: Tensor, orders: Tensor,
+                        fractional: list[int]) -> tuple[Tensor, Tensor]:
+    """Each window's maximum and its winner, the windows built on the host (the CPU is
+    the tensor's device)."""
+    _on_cpu(x, samples, orders)
+    xa = _array(x)
+    out = _ops.fractional_args(fractional)[1]
+    tables = _fractional_tables(fractional, xa.shape, samples, orders)
+    winner = geometry.position_dtype(_ops.fractional_taps(fractional, xa.shape[2:]))
+    y, winners = engines.fractional_forward(_fractional_planes(xa, len(out)), tables, out,
+                                            winner)
+    shape, fmt = (*xa.shape[:2], *out), _ops.memory_format(x)
+    return _tensor(y.reshape(shape), fmt, x.dtype), _tensor(winners.reshape(shape), fmt)
+
+
+@_ops.implement(_ops.fractional_max_pool_backward, "cpu")
+def fractional_max_pool_backward(dy: Tensor, winners: Tensor, samples: Tensor,
+                                 orders: Tensor, fractional: list[int],
+                                 x_size: list[int]) -> Tensor:
+    """Each window's ``dy`` at its winner."""
+    _on_cpu(dy, winners, samples, orders)
+    ndim = len(x_size) - 2
+    tables = _fractional_tables(fractional, x_size, samples, orders)
+    dx = engines.fractional_backward(_fractional_planes(_array(dy), ndim), tables,
+                                     _fractional_planes(winners.numpy(), ndim),
+                                     tuple(x_size[2:]))
+    return _tensor(dx.reshape(x_size), _ops.memory_format(dy), dy.dtype)
+
+
+@_ops.implement(_ops.fractional_max_pool_indices, "cpu")
+def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor,
+                                fractional: list[int], x_size: list[int]) -> Tensor:
+    """PyTorch's int64 indices of the winners."""
+    _on_cpu(winners, samples, orders)
+    ndim = len(x_size) - 2
+    tables = _fractional_tables(fractional, x_size, samples, orders)
+    indices = engines.fractional_indices(tables, _fractional_planes(winners.numpy(), ndim),
+                                         tuple(x_size[2:]))
+    return _tensor(indices.reshape(winners.shape), _ops.memory_format(winners))

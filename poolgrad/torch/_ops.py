@@ -31,6 +31,9 @@ operator                      what it computes                       its gradien
 ``stochastic_pool_sample``    one drawn tap per window, its winner   ``max_pool_backward``
 ``blur_pool``                 anti-aliased pooling (CPU), winners    ``blur_pool_backward``
 ``blur_pool_backward``        the transposed chain, routed winners   ``blur_pool`` (+gather)
+``fractional_max_pool``       maxima over each plane's windows (CPU) ``..._backward``
+``fractional_max_pool_backward`` ``dy`` at the winners                 a gather at indices
+``fractional_max_pool_indices`` PyTorch's int64 indices from winners (integer output)
 ============================  =====================================  ==================
 
 Inputs are batched ``(N, C, *spatial)`` (:mod:`poolgrad.torch.functional` adds and
@@ -522,3 +525,76 @@ def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
 @blur_pool_backward.register_fake
 def _(dy, winners, blur, x_size):
     return empty(x_size, dy, memory_format(dy))
+
+
+# ------------------------------------------------------------- fractional max pooling
+
+REGION_CODES = {"disjoint": -1, "overlapping": -2}
+SEQUENCES = ("pseudo_random", "random")
+
+
+def fractional_geometry(kernel, out, sequence: str) -> list[int]:
+    """``[*kernel, *out, sequence]``: per dim the window's length or Graham's regions'
+    :data:`REGION_CODES`, the output sizes, the :data:`SEQUENCES` index."""
+    return [*(REGION_CODES.get(k, k) for k in kernel), *out, SEQUENCES.index(sequence)]
+
+
+def fractional_args(fractional) -> tuple:
+    """``(kernel, out, sequence)`` of a :func:`fractional_geometry`."""
+    ndim = (len(fractional) - 1) // 2
+    regions = {code: name for name, code in REGION_CODES.items()}  # ints: SymInts hash not
+    kernel = tuple(regions[int(k)] if k < 0 else k for k in fractional[:ndim])
+    return kernel, tuple(fractional[ndim: 2 * ndim]), SEQUENCES[int(fractional[-1])]
+
+
+def fractional_taps(fractional, spatial) -> int:
+    """A bound on the taps of any window, whatever the draws: per dim the window's
+    length, or a region's mean step ``n / o`` rounded up, plus one for the sequence's
+    rounding and one more if overlapping. The winners' dtype holds it."""
+    kernel, out, _ = fractional_args(fractional)
+    return math.prod(int(k) if not isinstance(k, str) else
+                     min(int(n), -(-int(n) // int(o)) + 1 + (k == "overlapping"))
+                     for k, n, o in zip(kernel, spatial, out, strict=True))
+
+
+@_operator
+def fractional_max_pool(x: Tensor, samples: Tensor, orders: Tensor,
+                        fractional: list[int]) -> tuple[Tensor, Tensor]:
+    """Each window's maximum and winning tap, the windows placed per plane by ``samples``
+    ``(N, C, ndim)`` (the pseudo-random ``u``) or the random sequence's ``orders``
+    ``(N * C, steps)`` (float64 draws, one column per step, dim after dim)."""
+    refuse_device(x, samples, orders)
+
+
+@fractional_max_pool.register_fake
+def _(x, samples, orders, fractional):
+    shape = [*x.shape[:2], *fractional_args(fractional)[1]]
+    fmt = memory_format(x)
+    return (empty(shape, x, fmt),
+            empty(shape, x, fmt, _TORCH_DTYPE[geometry.position_dtype(
+                fractional_taps(fractional, x.shape[2:]))]))
+
+
+@_operator
+def fractional_max_pool_backward(dy: Tensor, winners: Tensor, samples: Tensor,
+                                 orders: Tensor, fractional: list[int],
+                                 x_size: list[int]) -> Tensor:
+    """Each window's ``dy`` at its winner (the windows rebuilt from the draws)."""
+    refuse_device(dy, winners, samples, orders)
+
+
+@fractional_max_pool_backward.register_fake
+def _(dy, winners, samples, orders, fractional, x_size):
+    return empty(x_size, dy, memory_format(dy))
+
+
+@_operator
+def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor,
+                                fractional: list[int], x_size: list[int]) -> Tensor:
+    """PyTorch's int64 indices: each winner's flat position in its input plane."""
+    refuse_device(winners, samples, orders)
+
+
+@fractional_max_pool_indices.register_fake
+def _(winners, samples, orders, fractional, x_size):
+    return empty(winners.shape, winners, memory_format(winners), torch.int64)

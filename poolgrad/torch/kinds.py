@@ -20,9 +20,9 @@ kind                        composition
 ``stochastic_pool``         its own operators: training, ``stochastic_pool_sample``
                             (the draw; its gradient is max pooling's routing);
                             evaluation, ``weighted_pool``
-``fractional_max_pool``     the windows (from :mod:`poolgrad.kinds.fractional`'s
-                            sequences) gathered by index, their argmax, then a
-                            gather at the winner
+``fractional_max_pool``     its own operators on the CPU (the draws in, the
+                            windows built there); on CUDA the windows from the
+                            host gathered by index, their argmax, a gather
 ``gem_pool``                its own operators (fused Numba kernels on the CPU,
                             Triton on CUDA); ``p`` a tensor
 ``mixed_pool``              poolgrad's max and average pooling, blended
@@ -222,14 +222,6 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
         _shape(x, "fractional_max_pool"), kernel_size, output_size, output_ratio, sequence,
         spatial_dims, "fractional_max_pool: ")
     x, unbatched = _check_input(x, ndim, "fractional_max_pool")
-    y, winners = _fractional(x, ndim, kernel, out, samples, generator, sequence)
-    if return_indices:
-        return unbatch(y, unbatched), unbatch(winners, unbatched)
-    return unbatch(y, unbatched)
-
-
-def _fractional(x, ndim, kernel, out, samples, generator, sequence):
-    """Fractional max pooling of a batched x: ``(y, winners)``."""
     n, c = x.shape[:2]
     source = _generator(generator, "cpu")
     drawn = samples is None
@@ -238,11 +230,39 @@ def _fractional(x, ndim, kernel, out, samples, generator, sequence):
         samples = torch.rand((n, c, ndim), generator=source, dtype=dtype)
     elif generator is not None:
         raise ValueError("fractional_max_pool takes samples or generator, not both")
+    elif not torch.compiler.is_compiling():  # a compiled graph cannot read the data
+        numpy_fractional.check_samples(samples.detach().cpu().numpy(), (n, c), ndim, sequence)
+    if x.device.type == "cpu":
+        orders = torch.cat([torch.rand((n * c, steps), generator=source, dtype=torch.float64)
+                            for steps in _sequence_steps(kernel, out, sequence)]
+                           or [torch.empty((n * c, 0), dtype=torch.float64)], 1)
+        windows = ops.fractional_geometry(kernel, out, sequence)
+        y, winners = call(ops.fractional_max_pool, x, samples, orders, windows)
+        indices = (call(ops.fractional_max_pool_indices, winners, samples, orders, windows,
+                        list(x.shape)) if return_indices else None)
+    else:  # CUDA: the windows from the host, gathered (no Triton kernel yet)
+        y, indices = _fractional(x, ndim, kernel, out, samples, drawn, source, sequence)
+    if return_indices:
+        return unbatch(y, unbatched), unbatch(indices, unbatched)
+    return unbatch(y, unbatched)
+
+
+def _sequence_steps(kernel, out, sequence) -> list[int]:
+    """How many draws the random sequence orders per dim (none for a single window)."""
+    if sequence != "random":
+        return []
+    steps = (o if isinstance(k, str) else o - 1 for k, o in zip(kernel, out, strict=True))
+    return [s for s in steps if s > 0]
+
+
+def _fractional(x, ndim, kernel, out, samples, drawn, source, sequence):
+    """Fractional max pooling of a batched x as a composition: ``(y, indices)``."""
+    n, c = x.shape[:2]
     if drawn and sequence == "random":  # its orders come from the generator alone
         u = np.zeros((n, c, ndim))
     else:
-        u = numpy_fractional.check_samples(samples.detach().cpu().numpy(), (n, c), ndim,
-                                           sequence)
+        u = samples.detach().cpu().numpy()
+        u = u if u.dtype == np.float64 else u.astype(np.float32)
     starts, lengths, extent = numpy_fractional.region_tables(
         tuple(x.shape[2:]), kernel, out, u.reshape(n * c, ndim), sequence,
         _TorchDraws(source))

@@ -1,0 +1,72 @@
+"""Fractional max pooling on the kernels of :mod:`poolgrad.kernels.fractional`, given
+every plane's windows (:func:`poolgrad.kinds.fractional.region_tables`). The NumPy
+operator (:func:`poolgrad.fractional_max_pool`) and poolgrad.torch's CPU operators run
+these same functions.
+
+Arrays are planes ``(P, 1, D, H, W)`` (leading unit axes for 1-d and 2-d),
+C-contiguous in the compute dtype; ``tables`` is ``(starts, lengths, extent)``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import geometry
+from ..kernels import dispatch
+
+
+def _plan_operand(in_spatial, out_spatial, dtype):
+    return (geometry.FractionalPlan(tuple(in_spatial), tuple(out_spatial)),
+            dispatch.Operand(np.dtype(dtype), "nchw"))
+
+
+def fractional_kernels(dtype, in_spatial, out_spatial) -> tuple[str, str]:
+    """The names of the kernels that run the forward and the backward."""
+    plan, operand = _plan_operand(in_spatial, out_spatial, dtype)
+    return tuple(dispatch.choose("fractional", direction, plan, operand).name
+                 for direction in ("forward", "backward"))
+
+
+def _grid(ndim: int) -> tuple[int, ...]:
+    return (1,) * (geometry.KERNEL_AXES - ndim)
+
+
+def fractional_forward(planes: np.ndarray, tables, out_spatial,
+                       winner_dtype=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, winners)``, both ``(P, 1, *out)`` (3-d): each window's maximum and its
+    winning tap, row-major over the extent, in ``winner_dtype`` (default: the smallest
+    that holds the extent's taps)."""
+    starts, lengths, extent = tables
+    ndim = len(out_spatial)
+    shape = planes.shape[:2] + _grid(ndim) + tuple(out_spatial)
+    y = np.empty(shape, planes.dtype)
+    winners = np.empty(shape, winner_dtype or geometry.position_dtype(math.prod(extent)))
+    plan, operand = _plan_operand(planes.shape[-ndim:], out_spatial, planes.dtype)
+    dispatch.choose("fractional", "forward", plan, operand)(planes, starts, lengths, extent,
+                                                            y, winners)
+    return y, winners
+
+
+def fractional_backward(dy: np.ndarray, tables, winners: np.ndarray,
+                        in_spatial) -> np.ndarray:
+    """``dx`` planes ``(P, 1, D, H, W)`` in ``dy``'s dtype: each window's ``dy`` at its
+    winner (``dy`` and ``winners`` as the forward gave them)."""
+    starts, _, extent = tables
+    ndim = len(in_spatial)
+    dx = np.empty(dy.shape[:2] + _grid(ndim) + tuple(in_spatial), dy.dtype)
+    plan, operand = _plan_operand(in_spatial, dy.shape[-ndim:], dy.dtype)
+    dispatch.choose("fractional", "backward", plan, operand)(dy, starts, extent, winners, dx)
+    return dx
+
+
+def fractional_indices(tables, winners: np.ndarray, in_spatial) -> np.ndarray:
+    """Each winner's flat position in its input plane (PyTorch's int64 indices),
+    ``winners``' shape."""
+    starts, _, extent = tables
+    full = (1,) * (geometry.KERNEL_AXES - len(in_spatial)) + tuple(in_spatial)
+    indices = np.empty(winners.shape, np.int64)
+    plan, operand = _plan_operand(in_spatial, winners.shape[-len(in_spatial):], np.float64)
+    dispatch.choose("fractional", "indices", plan, operand)(starts, extent, winners, full[1],
+                                                            full[2], indices)
+    return indices
