@@ -133,7 +133,14 @@ def check_samples(samples, lead, ndim, sequence) -> np.ndarray:
                          f"dims, then one per spatial dim), got {s.shape}")
     if not np.all((s >= 0) & (s < 1)):
         raise ValueError("samples must lie in [0, 1)")
-    return s.astype(np.float64 if s.dtype == np.float64 else np.float32)
+    return in_sample_precision(s)
+
+
+def in_sample_precision(u: np.ndarray) -> np.ndarray:
+    """``u`` in the precision the sequences are computed in: float64 if given so, else
+    float32 (PyTorch computes them in the input's)."""
+    return u if u.dtype == np.float32 else u.astype(
+        np.float64 if u.dtype == np.float64 else np.float32)
 
 
 def fractional_arguments(shape, kernel_size, output_size, output_ratio, sequence,

@@ -323,8 +323,7 @@ class _Columns:
 def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
     kernel, out, sequence = _ops.fractional_args(fractional)
     planes = int(x_size[0]) * int(x_size[1])
-    u = _array(samples).reshape(planes, len(out))  # in float64 if given so, else float32
-    u = u if u.dtype == np.float64 else u.astype(np.float32)
+    u = numpy_fractional.in_sample_precision(_array(samples).reshape(planes, len(out)))
     return numpy_fractional.region_tables(tuple(int(s) for s in x_size[2:]), kernel, out, u,
                                           sequence, _Columns(_array(orders)))
 

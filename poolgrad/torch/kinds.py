@@ -261,8 +261,7 @@ def _fractional(x, ndim, kernel, out, samples, drawn, source, sequence):
     if drawn and sequence == "random":  # its orders come from the generator alone
         u = np.zeros((n, c, ndim))
     else:
-        u = samples.detach().cpu().numpy()
-        u = u if u.dtype == np.float64 else u.astype(np.float32)
+        u = numpy_fractional.in_sample_precision(samples.detach().cpu().numpy())
     starts, lengths, extent = numpy_fractional.region_tables(
         tuple(x.shape[2:]), kernel, out, u.reshape(n * c, ndim), sequence,
         _TorchDraws(source))
