@@ -194,6 +194,24 @@ def test_gem_pool_large_p_tends_to_max_without_overflow():
     np.testing.assert_allclose(y, pg.global_max_pool(x), rtol=0.02)
 
 
+@pytest.mark.parametrize("scale, p", [(1e-110, 3.0), (1e120, 3.0), (1e-50, 7.5)])
+def test_global_gem_rescales_planes_whose_sums_leave_the_range(scale, p):
+    """A plane whose sum of z^p underflows or overflows float64 is summed again
+    relative to its largest z: the right power mean, the same bits in either layout."""
+    x = np.random.default_rng(14).random((2, 3, 6, 7)) * scale
+    eps = scale * 1e-3
+    z = np.maximum(x, eps)
+    top = z.max(axis=(2, 3), keepdims=True)
+    expected = top * np.mean((z / top) ** p, axis=(2, 3), keepdims=True) ** (1 / p)
+    with np.errstate(all="ignore"):  # the plain formula fails here
+        plain = np.mean(z ** p, axis=(2, 3)) ** (1 / p)
+        assert not np.allclose(plain, expected[..., 0, 0], rtol=1e-10, atol=0)
+    y = pg.gem_pool(x, p, eps=eps)
+    np.testing.assert_allclose(y, expected, rtol=1e-13)
+    last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(pg.gem_pool(last, p, eps=eps), y)
+
+
 # --------------------------------------------------------------------- mixed, gated
 
 def test_mixed_pool_blends_and_its_alpha_gradient():

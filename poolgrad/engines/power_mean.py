@@ -30,9 +30,9 @@ def gem_kernels(xk: np.ndarray, plan) -> tuple[str, str]:
                  for direction in ("forward", "backward"))
 
 
-def _scalars(p: float, eps: float) -> tuple[float, float, int]:
+def _scalars(p: float, eps: float) -> tuple:
     """The kernels' ``(eps, p, whole)``."""
-    return float(eps), float(p), power_mean.whole_power(p)
+    return float(eps), float(p), power_mean.power_form(p)
 
 
 def gem_forward(xk: np.ndarray, plan, p: float, eps: float) -> np.ndarray:

@@ -170,15 +170,25 @@ def _bound(kernel):
     return lambda plan: kernel
 
 
+def _positions_outer(kernel, forward: bool):
+    """A global GeM kernel for channels-last arrays, run on the ``(N, L, C)`` views of
+    its ``(N, C, L)`` ones (contiguous there)."""
+    if forward:
+        return lambda plan: lambda x, eps, p, whole, y: kernel(
+            x.transpose(0, 2, 1), eps, p, whole, y)
+    return lambda plan: lambda x, y, dy, eps, p, whole, with_dp, dx, terms: kernel(
+        x.transpose(0, 2, 1), y, dy, eps, p, whole, with_dp, dx.transpose(0, 2, 1), terms)
+
+
 RULES = {
     ("gem_global", "forward"): [
         Rule("power_mean.gem_global_forward_channels_last", _channels_innermost,
-             _bound(power_mean.gem_global_forward_channels_last)),
+             _positions_outer(power_mean.gem_global_forward_channels_last, True)),
         Rule("power_mean.gem_global_forward_planes", always,
              _bound(power_mean.gem_global_forward_planes))],
     ("gem_global", "backward"): [
         Rule("power_mean.gem_global_backward_channels_last", _channels_innermost,
-             _bound(power_mean.gem_global_backward_channels_last)),
+             _positions_outer(power_mean.gem_global_backward_channels_last, False)),
         Rule("power_mean.gem_global_backward_planes", always,
              _bound(power_mean.gem_global_backward_planes))],
     ("gem", "forward"): [Rule("power_mean.gem_window_forward", always, _gem)],
