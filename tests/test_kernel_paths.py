@@ -489,3 +489,71 @@ def test_vectorizing_exp_and_log_are_numpys_to_rounding():
             exact = ~np.isfinite(want) | (want == 0)
             np.testing.assert_array_equal(got[exact], want[exact])
     assert exps[x == -745.2][0] == 0 and exps[x == 709.79][0] == np.inf
+
+
+def test_gem_rows_kernels_match_the_window_kernels():
+    """Windowed GeM on contiguous arrays runs the rows kernels (``power_mean.gem_rows_*``:
+    each tap row raised once, the windows of an output row summed together), the
+    backward only where windows do not overlap. Against the general window kernels, on
+    random geometries in 1-3 dims, both layouts, whole and other powers, windows whose
+    sums underflow (summed again relative to their maximum), NaN and the clamp: the same
+    bits for y, dx and every term of dp."""
+    from poolgrad.kernels import power_mean
+
+    rng = np.random.default_rng(21)
+    assert dispatch.names("gem", "forward") == ["power_mean.gem_rows_forward",
+                                                "power_mean.gem_window_forward"]
+    seen = set()
+    for trial in range(40):
+        ndim = 1 + trial // 3 % 3
+        kernel = tuple(int(v) for v in rng.integers(1, 4, ndim))
+        stride = tuple(k + int(rng.integers(-1, 2)) if trial % 4 else k for k in kernel)
+        stride = tuple(max(1, s) for s in stride)
+        spatial = tuple(k + int(rng.integers(0, 9)) for k in kernel)
+        lead = (int(rng.integers(1, 3)), int(rng.integers(1, 5)))
+        # whole powers (multiplied; 1 exact) and another (exp and log); few, as each
+        # compiles six kernels
+        p, dtype = ((3.0, np.float32), (4.5, np.float64), (1.0, np.float64))[trial % 3]
+        x = rng.random(lead + spatial) + 0.01
+        x.flat[rng.integers(0, x.size, 2)] = -1.0  # below eps: clamped, no gradient
+        if trial % 6 == 0:
+            x.flat[rng.integers(0, x.size)] = np.nan
+        if trial % 7 == 0:  # a corner whose z^p underflows float64
+            x[(0, 0) + (slice(0, 2),) * ndim] = 1e-120
+        x = x.astype(dtype)
+        if trial // 9 % 2 == 1:
+            x = np.ascontiguousarray(np.moveaxis(x, 1, -1)).transpose(
+                0, ndim + 1, *range(1, ndim + 1))
+        eps = 1e-130 if trial % 7 == 0 else 0.02
+        plan = pg._inputs.sliding_plan(x, kernel, stride, 0, 1, False, ndim)
+        layout = pg._inputs.Layout(x.shape, ndim)
+        xk = pg._inputs.compute_view(x, layout)
+        operand = dispatch.operand(xk)
+        whole = power_mean.power_form(p)
+        apart = all(s >= k for s, k in zip(stride, kernel, strict=True))
+        results = []
+        # the general kernels on C-ordered copies: their values do not depend on the
+        # layout, and one layout halves what this test compiles
+        for choose, xs in ((dispatch.choose, xk), (dispatch.general, np.ascontiguousarray(xk))):
+            stored = dispatch.operand(xs).layout == "channels_last"
+            forward = choose("gem", "forward", plan, operand)
+            y = empty(xs.shape[:2] + tuple(a.count for a in plan.kernel_axes), xs.dtype, stored)
+            forward(xs, eps, p, whole, y)
+            dy = np.nan_to_num(y) * 0.5 - 0.25
+            backward = choose("gem", "backward", plan, operand)
+            dx = empty(xs.shape, dtype, stored)
+            backward(xs, y, dy, eps, p, whole, dx)
+            terms = empty(y.shape, np.float64, stored)
+            choose("gem", "p_terms", plan, operand)(xs, y, dy, eps, p, whole, terms)
+            results.append(((forward.name, backward.name), y, dx, terms))
+        (names, *fast), (general_names, *slow) = results
+        assert names == ("power_mean.gem_rows_forward",
+                         "power_mean.gem_rows_backward" if apart
+                         else "power_mean.gem_window_backward")
+        assert general_names == ("power_mean.gem_window_forward",
+                                 "power_mean.gem_window_backward")
+        for a, b in zip(fast, slow, strict=True):
+            np.testing.assert_array_equal(a, b)
+        seen.add((operand.layout, apart))
+    assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
+                    for apart in (True, False)}

@@ -67,6 +67,6 @@ def gem_backward(xk: np.ndarray, yk: np.ndarray, dyk: np.ndarray, plan, p: float
     backward(xk, yk, dyk, *scalars, dx)
     if not with_dp:
         return dx, None
-    terms = np.empty(yk.shape, np.float64)
+    terms = empty(yk.shape, np.float64, operand.layout == "channels_last")  # y's layout
     dispatch.choose("gem", "p_terms", plan, operand)(xk, yk, dyk, *scalars, terms)
-    return dx, terms
+    return dx, np.ascontiguousarray(terms)  # C order, so that their sum is too

@@ -30,10 +30,11 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .walk import inlined
+from .walk import helper, inlined
 
 LN2_HIGH = 0.6931471803691238  # ln 2 with its last 32 bits zero: n * LN2_HIGH is exact
 LN2_LOW = 1.9082149292705877e-10  # ln 2 - LN2_HIGH
+ONE_BITS = 0x3FF0000000000000  # the bits of 1.0
 _ROUND = 6755399441055744.0  # 1.5 * 2**52: x + _ROUND - _ROUND rounds x to an integer
 # 1/k!: the even and the odd powers' coefficients of e^r to r^13
 _EXP_EVEN = tuple(1.0 / math.factorial(k) for k in range(0, 14, 2))
@@ -42,7 +43,7 @@ _LOG_TERMS = 11  # odd powers s^3 ... s^23
 
 
 @intrinsic
-def _bits(typingctx, value):
+def bits(typingctx, value):
     """The int64 with the bits of a float64."""
     if value != types.float64:
         return None
@@ -53,7 +54,7 @@ def _bits(typingctx, value):
 
 
 @intrinsic
-def _from_bits(typingctx, value):
+def from_bits(typingctx, value):
     """The float64 with the bits of an int64."""
     if value != types.int64:
         return None
@@ -66,10 +67,10 @@ def _from_bits(typingctx, value):
 @inlined
 def _power_of_two(n):
     """``2.0 ** n`` for an integer ``n`` from -1022 to 1023, from its bits."""
-    return _from_bits((n + np.int64(1023)) << np.int64(52))
+    return from_bits((n + np.int64(1023)) << np.int64(52))
 
 
-@inlined
+@helper
 def exp(x):
     """``e ** x`` for a float64 (the module docstring)."""
     bounded = min(max(x, -1100.0), 1100.0)  # NaN becomes a bound here, and NaN below
@@ -88,14 +89,14 @@ def exp(x):
     return x if x != x else value
 
 
-@inlined
+@helper
 def log(x):
     """The natural logarithm of a float64 (the module docstring)."""
     small = x < 2.2250738585072014e-308
     scaled = x * 18014398509481984.0 if small else x  # subnormals: times 2**54
-    bits = _bits(scaled)
-    exponent = ((bits >> np.int64(52)) & np.int64(0x7FF)) - np.int64(1023)
-    m = _from_bits((bits & np.int64(0x000FFFFFFFFFFFFF)) | np.int64(0x3FF0000000000000))
+    pattern = bits(scaled)
+    exponent = ((pattern >> np.int64(52)) & np.int64(0x7FF)) - np.int64(1023)
+    m = from_bits((pattern & np.int64(0x000FFFFFFFFFFFFF)) | np.int64(0x3FF0000000000000))
     high = m > 1.4142135623730951
     m = m * 0.5 if high else m
     e = np.float64(exponent + (np.int64(1) if high else np.int64(0))

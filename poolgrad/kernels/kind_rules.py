@@ -162,6 +162,65 @@ def _gem_p_terms(plan):
         x, y, dy, plan.table, eps, p, whole, terms)
 
 
+def _full_windows(plan, operand, record) -> bool:
+    """GeM's rows kernels: a contiguous layout, and windows that are all inside x, with
+    no dilation (what gem_pool's plans are)."""
+    return operand.layout in ("nchw", "channels_last") and all(
+        a.rule[0] == "sliding" and a.rule[2] == 0 and a.dilation == 1
+        and bool(np.all(a.first == 0)) and bool(np.all(a.end == a.extent))
+        for a in plan.kernel_axes)
+
+
+def _apart(plan, operand, record) -> bool:
+    """Full windows that do not overlap (stride >= kernel on every axis)."""
+    return _full_windows(plan, operand, record) and all(
+        a.rule[1] >= a.extent for a in plan.kernel_axes)
+
+
+def _gem_rows(kernel, pass_name):
+    """Bind a ``gem_rows_*`` kernel: 5-d views as ``(P, D, H, W * inner)`` rows, with the
+    windows' kernel and stride per axis and the parallel tasks."""
+    def bind(plan):
+        window = np.array([a.extent for a in plan.kernel_axes], np.int64)
+        steps = np.array([a.rule[1] for a in plan.kernel_axes], np.int64)
+        covered = all(a.rule[1] == a.extent and a.count * a.extent == a.length
+                      for a in plan.kernel_axes)
+
+        def rows(a, channels_last):
+            """The rows of ``a``, laid out as x is (a view for the outputs, which the
+            engine allocates so; a copy for a ``dy`` stored otherwise)."""
+            n, c, d, h, w = a.shape
+            if channels_last:
+                return a.transpose(0, 2, 3, 4, 1).reshape(n, d, h, w * c), c
+            return a.reshape(n * c, d, h, w), 1
+
+        def tasks(y_rows):
+            chunks = _row_tasks(y_rows.shape[0], y_rows.shape[1] * y_rows.shape[2])[0]
+            return chunks, y_rows.shape[0] * chunks
+
+        if pass_name == "forward":
+            def run(x, eps, p, whole, y):
+                cl = not x.flags.c_contiguous  # the rule admits NCHW and channels-last
+                (xr, inner), (yr, _) = rows(x, cl), rows(y, cl)
+                kernel(xr, inner, window, steps, *tasks(yr), eps, p, whole, yr)
+        elif pass_name == "backward":
+            def run(x, y, dy, eps, p, whole, dx):
+                if not covered:  # the inputs no window reads get 0
+                    dx.fill(0)
+                cl = not x.flags.c_contiguous
+                (xr, inner), (yr, _), (dyr, _) = rows(x, cl), rows(y, cl), rows(dy, cl)
+                kernel(xr, yr, dyr, inner, window, steps, *tasks(yr), eps, p, whole,
+                       rows(dx, cl)[0])
+        else:
+            def run(x, y, dy, eps, p, whole, terms):
+                cl = not x.flags.c_contiguous
+                (xr, inner), (yr, _), (dyr, _) = rows(x, cl), rows(y, cl), rows(dy, cl)
+                kernel(xr, yr, dyr, inner, window, steps, *tasks(yr), eps, p, whole,
+                       rows(terms, cl)[0])
+        return run
+    return bind
+
+
 def _channels_innermost(plan, operand, record):
     return operand.layout == "channels_last"
 
@@ -191,9 +250,18 @@ RULES = {
              _positions_outer(power_mean.gem_global_backward_channels_last, False)),
         Rule("power_mean.gem_global_backward_planes", always,
              _bound(power_mean.gem_global_backward_planes))],
-    ("gem", "forward"): [Rule("power_mean.gem_window_forward", always, _gem)],
-    ("gem", "backward"): [Rule("power_mean.gem_window_backward", always, _gem_back)],
-    ("gem", "p_terms"): [Rule("power_mean.gem_window_p_terms", always, _gem_p_terms)],
+    ("gem", "forward"): [
+        Rule("power_mean.gem_rows_forward", _full_windows,
+             _gem_rows(power_mean.gem_rows_forward, "forward")),
+        Rule("power_mean.gem_window_forward", always, _gem)],
+    ("gem", "backward"): [
+        Rule("power_mean.gem_rows_backward", _apart,
+             _gem_rows(power_mean.gem_rows_backward, "backward")),
+        Rule("power_mean.gem_window_backward", always, _gem_back)],
+    ("gem", "p_terms"): [
+        Rule("power_mean.gem_rows_p_terms", _full_windows,
+             _gem_rows(power_mean.gem_rows_p_terms, "p_terms")),
+        Rule("power_mean.gem_window_p_terms", always, _gem_p_terms)],
     ("blur", "forward"): [
         Rule("blur.blur_rows_forward", _rows_channels_last, _blur_rows(True), records=True),
         Rule("blur.blur_rows_forward", streams_rows, _blur_rows(False), records=True),

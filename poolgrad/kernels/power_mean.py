@@ -16,7 +16,7 @@ count. A whole ``p`` up to 8 (3, GeM's usual start) is raised by multiplying, th
 number of factors compiled in (:func:`power_form`); any other by ``exp`` and ``log``,
 and ``dp``'s terms take ``log``, both from :mod:`.elementary`, so the loops vectorize.
 
-Two families:
+Three families:
 
 * ``gem_global_*`` pool whole planes, on ``(N, C, L)`` views (the spatial dims
   flattened). ``*_planes`` walks each ``(n, c)`` plane (contiguous in NCHW);
@@ -32,9 +32,14 @@ Two families:
   the same pass.
 * ``gem_window_*`` pool sliding windows on 5-d ``(N, C, D, H, W)`` views of any strides,
   through the plan's window ``table`` (forward, ``p`` terms) and ``cover`` tables (the
-  backward gathers each input's windows in increasing output order: no races). They
-  sum each window in tap order (row-major), scaled by the window's largest ``z``:
-  ``y = m * (sum_W (z / m)^p / K)^(1/p)``.
+  backward gathers each input's windows in increasing output order: no races).
+* ``gem_rows_*`` pool windows with no padding on NCHW planes or channels-last images
+  as rows (their docstrings), and the backward only windows that do not overlap, with
+  the ``gem_window_*`` kernels' bits.
+
+The window kernels sum each window in tap order (row-major), unscaled, and sum it again relative to
+its largest ``z`` only where that sum left the range, as the planes do. The root
+``mean^(1/p)`` is :func:`_root`'s.
 """
 
 import numpy as np
@@ -46,6 +51,9 @@ from .walk import inlined, row_index, window_range
 MULTIPLIED_UP_TO = 8  # a whole power up to this is raised by multiplying
 LANES = 32  # the partial sums of a whole plane (a power of 2)
 TINY = 2.0 ** -960  # a plane's sum below this may have lost terms to underflow
+# subtracted from the bits of the estimate of mean^(-1/p) (a whole p from 3 to 8):
+# 0.06 of an octave, which roughly halves its largest error (a numerical search)
+_ESTIMATE_OFFSET = int(0.06 * 2**52)
 
 
 @inlined
@@ -78,8 +86,32 @@ def _clamped(v, eps):
 
 
 @inlined
-def _mean(largest, total, count, p):
-    return largest * (total / count) ** (1.0 / p)
+def _root(mean, p, whole, precise):
+    """``mean ** (1/p)`` for a normal ``mean > 0`` (or NaN): exact for ``p`` 1,
+    ``sqrt`` for 2. For another whole ``p``, four Newton steps towards ``mean^(-1/p)``
+    from an estimate read off the bits (within 3.5%; each step takes the error ``e`` to
+    about ``(p + 1) e^2 / 2``, so four leave it near ``1e-15``), without a division;
+    with ``precise`` (a float64 result) one Newton step on ``y^p = mean`` after them,
+    which leaves only that step's rounding. Any other ``p`` by
+    ``exp(log(mean) / p)``."""
+    if whole is None:
+        return elementary.exp(elementary.log(mean) * (1.0 / p))
+    if whole.ndim == 1:
+        return mean
+    if whole.ndim == 2:
+        return np.sqrt(mean)
+    one = np.int64(elementary.ONE_BITS)
+    # the exponent's share of the root, from the bits (a float product: an integer
+    # division keeps the loop scalar)
+    inverse = elementary.from_bits(
+        one - np.int64(np.float64(elementary.bits(mean) - one) * (1.0 / whole.ndim))
+        - _ESTIMATE_OFFSET)
+    for _ in range(4):
+        inverse += inverse * ((1.0 - mean * _raised(inverse, p, whole)) * (1.0 / p))
+    root = mean * _raised_less_one(inverse, p, whole)
+    if not precise:
+        return root
+    return root - (root - mean / _raised_less_one(root, p, whole)) * (1.0 / p)
 
 
 @inlined
@@ -150,11 +182,11 @@ def gem_global_forward_planes(x, eps, p, whole, y):
         acc = np.empty(LANES, np.float64)
         total = _plane_sum(x[n, c], eps, 1.0, p, whole, acc)
         if _in_range(total):
-            y[n, c] = _mean(1.0, total, length, p)
+            y[n, c] = _root(total / length, p, whole, y.itemsize == 8)
         else:
             largest = _largest(x[n, c], eps)
-            y[n, c] = _mean(largest, _plane_sum(x[n, c], eps, 1.0 / largest, p, whole, acc),
-                            length, p)
+            total = _plane_sum(x[n, c], eps, 1.0 / largest, p, whole, acc)
+            y[n, c] = largest * _root(total / length, p, whole, y.itemsize == 8)
 
 
 @parallel_kernel
@@ -173,12 +205,12 @@ def gem_global_forward_channels_last(x, eps, p, whole, y):
             lanes[:] = acc[:, c]
             total = _halved(lanes)
             if _in_range(total):
-                y[n, c] = _mean(1.0, total, length, p)
+                y[n, c] = _root(total / length, p, whole, y.itemsize == 8)
                 continue
             column = np.ascontiguousarray(x[n, :, c])
             largest = _largest(column, eps)
-            y[n, c] = _mean(largest, _plane_sum(column, eps, 1.0 / largest, p, whole, lanes),
-                            length, p)
+            total = _plane_sum(column, eps, 1.0 / largest, p, whole, lanes)
+            y[n, c] = largest * _root(total / length, p, whole, y.itemsize == 8)
 
 
 @inlined
@@ -256,6 +288,28 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
 # ------------------------------------------------------------------- sliding windows
 
 
+@inlined
+def _window_mean(total, count, p, whole, precise, x, n, c, d0, d1, h0, h1, w0, w1, eps):
+    """A window's power mean from its unscaled sum, or, where that sum left the range,
+    summed again relative to the window's largest ``z`` (tap order, from x)."""
+    if _in_range(total):
+        return _root(total / count, p, whole, precise)
+    largest = eps
+    for xd in range(d0, d1):
+        for xh in range(h0, h1):
+            for xw in range(w0, w1):
+                z = np.float64(x[n, c, xd, xh, xw])
+                largest = z if z > largest else largest
+    scale = 1.0 / largest
+    total = 0.0
+    for xd in range(d0, d1):
+        for xh in range(h0, h1):
+            for xw in range(w0, w1):
+                total += _raised(_clamped(np.float64(x[n, c, xd, xh, xw]), eps) * scale, p,
+                                 whole)
+    return largest * _root(total / count, p, whole, precise)
+
+
 @parallel_kernel
 def gem_window_forward(x, table, eps, p, whole, y):
     n_chan = x.shape[1]
@@ -264,21 +318,15 @@ def gem_window_forward(x, table, eps, p, whole, y):
         n, c, od, oh = row_index(row, n_chan, out_d, out_h)
         for ow in range(out_w):
             d0, d1, h0, h1, w0, w1 = window_range(table, od, oh, ow)
-            largest = eps
-            for xd in range(d0, d1):
-                for xh in range(h0, h1):
-                    for xw in range(w0, w1):
-                        z = np.float64(x[n, c, xd, xh, xw])
-                        if z > largest:
-                            largest = z
             total = 0.0
             for xd in range(d0, d1):
                 for xh in range(h0, h1):
                     for xw in range(w0, w1):
-                        z = _clamped(np.float64(x[n, c, xd, xh, xw]), eps)
-                        total += _raised(z / largest, p, whole)
+                        total += _raised(_clamped(np.float64(x[n, c, xd, xh, xw]), eps), p,
+                                         whole)
             count = (d1 - d0) * (h1 - h0) * (w1 - w0)
-            y[n, c, od, oh, ow] = _mean(largest, total, count, p)
+            y[n, c, od, oh, ow] = _window_mean(total, count, p, whole, y.itemsize == 8, x, n,
+                                               c, d0, d1, h0, h1, w0, w1, eps)
 
 
 @parallel_kernel
@@ -292,11 +340,12 @@ def gem_window_p_terms(x, y, dy, table, eps, p, whole, terms):
         for ow in range(out_w):
             d0, d1, h0, h1, w0, w1 = window_range(table, od, oh, ow)
             mean = np.float64(y[n, c, od, oh, ow])
+            inverse = 1.0 / mean
             s0, s1 = 0.0, 0.0
             for xd in range(d0, d1):
                 for xh in range(h0, h1):
                     for xw in range(w0, w1):
-                        r = _clamped(np.float64(x[n, c, xd, xh, xw]), eps) / mean
+                        r = _clamped(np.float64(x[n, c, xd, xh, xw]), eps) * inverse
                         power = _raised(r, p, whole)
                         s0 += power
                         s1 += power * elementary.log(r)
@@ -325,6 +374,203 @@ def gem_window_backward(x, y, dy, table, eps, p, whole, cover_ptr, cover_out, dx
                     for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
                         ow = cover_out[2, e]
                         count = count_h * (table[2, 2, ow] - table[2, 1, ow])
-                        share = _raised_less_one(v / np.float64(y[n, c, od, oh, ow]), p, whole)
-                        total += np.float64(dy[n, c, od, oh, ow]) / count * share
+                        r = v * (1.0 / np.float64(y[n, c, od, oh, ow]))
+                        total += np.float64(dy[n, c, od, oh, ow]) / count * _raised_less_one(
+                            r, p, whole)
             dx[n, c, i_d, ih, iw] = total
+
+
+# ------------------------------------------------------------- sliding windows, rows
+
+
+@inlined
+def _rows_task(task, chunks, rows):
+    """The plane and the half-open range of its output rows that parallel task
+    ``task`` owns (``chunks`` tasks per plane)."""
+    plane, part = task // chunks, task % chunks
+    return plane, part * rows // chunks, (part + 1) * rows // chunks
+
+
+@inlined
+def _powers(src, eps, p, whole, powered):
+    """``powered[i] = max(src[i], eps)^p`` along a contiguous row."""
+    for i in range(src.shape[0]):
+        at = uint64(i)
+        powered[at] = _raised(_clamped(np.float64(src[at]), eps), p, whole)
+
+
+@inlined
+def _add_tap(powered, start, step, inner, acc):
+    """``acc[o] += powered[(start + ow * step) * inner + c]``, the tap at ``start`` of
+    every window ``ow`` of a row, for ``o = ow * inner + c``."""
+    if inner == 1:
+        for ow in range(acc.shape[0]):
+            acc[uint64(ow)] += powered[uint64(start + ow * step)]
+        return
+    for ow in range(acc.shape[0] // inner):
+        base, out = (start + ow * step) * inner, ow * inner
+        for c in range(inner):
+            acc[uint64(out + c)] += powered[uint64(base + c)]
+
+
+@inlined
+def _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, whole,
+                   precise):
+    largest = eps
+    for a in range(window[0]):
+        for b in range(window[1]):
+            for t in range(window[2]):
+                z = np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
+                                 (ow * steps[2] + t) * inner + c])
+                largest = z if z > largest else largest
+    scale, total = 1.0 / largest, 0.0
+    for a in range(window[0]):
+        for b in range(window[1]):
+            for t in range(window[2]):
+                z = _clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
+                                          (ow * steps[2] + t) * inner + c]), eps)
+                total += _raised(z * scale, p, whole)
+    return largest * _root(total / count, p, whole, precise)
+
+
+@parallel_kernel
+def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
+    """GeM over windows with no padding on contiguous rows: ``x`` ``(P, D, H, W * inner)``
+    (NCHW planes with ``inner`` 1, or channels-last images with ``inner`` C), ``y``
+    likewise; ``window`` and ``steps`` the ``(D, H, W)`` kernel and stride. Each tap
+    row is raised to ``p`` once, contiguously, and the windows of an output row are
+    summed together from it, tap by tap in tap order, so each window's sum is
+    :func:`gem_window_forward`'s, with its bits."""
+    out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
+    count = window[0] * window[1] * window[2]
+    for task in prange(tasks):
+        plane, first, end = _rows_task(task, chunks, out_d * out_h)
+        acc = np.empty(out_l, np.float64)
+        powered = np.empty(x.shape[3], np.float64)
+        for row in range(first, end):
+            od, oh = row // out_h, row % out_h
+            acc[:] = 0.0
+            for a in range(window[0]):
+                for b in range(window[1]):
+                    _powers(x[plane, od * steps[0] + a, oh * steps[1] + b], eps, p, whole,
+                            powered)
+                    for t in range(window[2]):
+                        _add_tap(powered, t, steps[2], inner, acc)
+            out = y[plane, od, oh]
+            for o in range(out_l):
+                out[uint64(o)] = _root(acc[uint64(o)] / count, p, whole, y.itemsize == 8)
+            for o in range(out_l):
+                if not _in_range(acc[o]):  # rare: redo the window relative to its maximum
+                    ow, c = o // inner, o % inner
+                    out[o] = _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps,
+                                            count, eps, p, whole, y.itemsize == 8)
+
+
+@inlined
+def _row_factors(y, dy, count, inverse, scale):
+    """Per window of an output row: ``1/y`` and ``dy / count``."""
+    for o in range(y.shape[0]):
+        at = uint64(o)
+        inverse[at] = 1.0 / np.float64(y[at])
+        scale[at] = np.float64(dy[at]) / count
+
+
+@inlined
+def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, zero,
+                   gathered):
+    """``dx`` at the tap ``start + ow * step`` of every window of a row (laid out as in
+    :func:`_add_tap`), from each window's ``1/y`` and ``dy / count``."""
+    if inner == 1:  # gathered and scattered apart from the arithmetic, which vectorizes
+        for ow in range(inverse.shape[0]):
+            gathered[uint64(ow)] = src[uint64(start + ow * step)]
+        for ow in range(inverse.shape[0]):
+            o = uint64(ow)
+            v = gathered[o]
+            share = _raised_less_one(_clamped(v, eps) * inverse[o], p, whole)
+            gathered[o] = 0.0 + scale[o] * share if v >= eps else 0.0
+        for ow in range(inverse.shape[0]):
+            out[uint64(start + ow * step)] = gathered[uint64(ow)]
+        return
+    for ow in range(inverse.shape[0] // inner):
+        base, first = (start + ow * step) * inner, ow * inner
+        for c in range(inner):
+            at, o = uint64(base + c), uint64(first + c)
+            v = np.float64(src[at])
+            share = _raised_less_one(_clamped(v, eps) * inverse[o], p, whole)
+            out[at] = 0.0 + scale[o] * share if v >= eps else zero
+
+
+@inlined
+def _tap_terms(src, start, step, inner, eps, p, whole, inverse, s0, s1, gathered):
+    """``S0`` and ``S1`` of ``dp``'s terms, the tap ``start + ow * step`` of every window
+    of a row added (laid out as in :func:`_add_tap`)."""
+    if inner == 1:  # the tap's values gathered first, so the logarithms run contiguously
+        for ow in range(inverse.shape[0]):
+            gathered[uint64(ow)] = src[uint64(start + ow * step)]
+        for ow in range(inverse.shape[0]):
+            o = uint64(ow)
+            r = _clamped(gathered[o], eps) * inverse[o]
+            power = _raised(r, p, whole)
+            s0[o] += power
+            s1[o] += power * elementary.log(r)
+        return
+    for ow in range(inverse.shape[0] // inner):
+        base, first = (start + ow * step) * inner, ow * inner
+        for c in range(inner):
+            o = uint64(first + c)
+            r = _clamped(np.float64(src[uint64(base + c)]), eps) * inverse[o]
+            power = _raised(r, p, whole)
+            s0[o] += power
+            s1[o] += power * elementary.log(r)
+
+
+@parallel_kernel
+def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, whole, dx):
+    """``dx`` for windows that do not overlap (stride >= kernel), as
+    :func:`gem_rows_forward` lays out rows: each tap of each window written once, with
+    :func:`gem_window_backward`'s bits. Inputs no window reads are left as they are (the
+    caller zeroes them)."""
+    out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
+    count = window[0] * window[1] * window[2]
+    zero = np.zeros(1, dx.dtype)[0]
+    for task in prange(tasks):
+        plane, first, end = _rows_task(task, chunks, out_d * out_h)
+        inverse, scale = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
+        gathered = np.empty(out_l, np.float64)
+        for row in range(first, end):
+            od, oh = row // out_h, row % out_h
+            _row_factors(y[plane, od, oh], dy[plane, od, oh], count, inverse, scale)
+            for a in range(window[0]):
+                for b in range(window[1]):
+                    src = x[plane, od * steps[0] + a, oh * steps[1] + b]
+                    out = dx[plane, od * steps[0] + a, oh * steps[1] + b]
+                    for t in range(window[2]):
+                        _tap_gradients(src, out, t, steps[2], inner, eps, p, whole, inverse,
+                                       scale, zero, gathered)
+
+
+@parallel_kernel
+def gem_rows_p_terms(x, y, dy, inner, window, steps, chunks, tasks, eps, p, whole, terms):
+    """Each window's term of ``dp``, with :func:`gem_window_p_terms`' bits, rows laid out
+    as :func:`gem_rows_forward`'s."""
+    out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
+    for task in prange(tasks):
+        plane, first, end = _rows_task(task, chunks, out_d * out_h)
+        inverse, gathered = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
+        s0, s1 = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
+        for row in range(first, end):
+            od, oh = row // out_h, row % out_h
+            means, grads = y[plane, od, oh], dy[plane, od, oh]
+            for o in range(out_l):
+                inverse[o] = 1.0 / np.float64(means[o])
+            s0[:] = 0.0
+            s1[:] = 0.0
+            for a in range(window[0]):
+                for b in range(window[1]):
+                    src = x[plane, od * steps[0] + a, oh * steps[1] + b]
+                    for t in range(window[2]):
+                        _tap_terms(src, t, steps[2], inner, eps, p, whole, inverse, s0, s1,
+                                   gathered)
+            out = terms[plane, od, oh]
+            for o in range(out_l):
+                out[o] = _p_term(np.float64(grads[o]), np.float64(means[o]), p, s0[o], s1[o])

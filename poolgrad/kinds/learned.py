@@ -58,8 +58,9 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=
     over each window ``W`` (``kernel_size`` and ``stride``, no padding), or over all
     spatial positions with ``kernel_size=None`` (the retrieval head). ``p = 1`` is
     average pooling and ``p -> inf`` tends to max pooling. Fused kernels make one pass
-    over x each way (:mod:`poolgrad.kernels.power_mean`), and scale each window by its
-    maximum, so large ``p`` neither overflows nor underflows.
+    over x each way (:mod:`poolgrad.kernels.power_mean`); a window whose sum of powers
+    overflows or underflows is summed again relative to its maximum, so a large ``p``
+    neither overflows nor underflows.
 
     The pullback returns ``(dx, dp)``: ``dx_j = dy (z_j / y)^(p-1) / |W|`` where
     ``x_j >= eps`` (0 where the clamp holds), and ``dp`` summed over every output of
