@@ -491,6 +491,22 @@ def test_vectorizing_exp_and_log_are_numpys_to_rounding():
     assert exps[x == -745.2][0] == 0 and exps[x == 709.79][0] == np.inf
 
 
+def _random_windows(rng, trial):
+    """``(ndim, kernel, stride, spatial, lead)`` for the rows-vs-window tests: windows
+    with no padding, apart (stride >= kernel) or overlapping."""
+    ndim = 1 + trial // 2 % 3
+    kernel = tuple(int(v) for v in rng.integers(1, 4, ndim))
+    stride = tuple(max(1, k + int(rng.integers(-1, 2))) if trial % 4 else k for k in kernel)
+    spatial = tuple(k + int(rng.integers(0, 9)) for k in kernel)
+    return ndim, kernel, stride, spatial, (int(rng.integers(1, 3)), int(rng.integers(1, 5)))
+
+
+def _stored_as(x, ndim, channels_last):
+    """``x``, or a copy of it stored channels-last."""
+    return (np.ascontiguousarray(np.moveaxis(x, 1, -1)).transpose(
+        0, ndim + 1, *range(1, ndim + 1)) if channels_last else x)
+
+
 def test_gem_rows_kernels_match_the_window_kernels():
     """Windowed GeM on contiguous arrays runs the rows kernels (``power_mean.gem_rows_*``:
     each tap row raised once, the windows of an output row summed together), the
@@ -505,12 +521,7 @@ def test_gem_rows_kernels_match_the_window_kernels():
                                                 "power_mean.gem_window_forward"]
     seen = set()
     for trial in range(40):
-        ndim = 1 + trial // 3 % 3
-        kernel = tuple(int(v) for v in rng.integers(1, 4, ndim))
-        stride = tuple(k + int(rng.integers(-1, 2)) if trial % 4 else k for k in kernel)
-        stride = tuple(max(1, s) for s in stride)
-        spatial = tuple(k + int(rng.integers(0, 9)) for k in kernel)
-        lead = (int(rng.integers(1, 3)), int(rng.integers(1, 5)))
+        ndim, kernel, stride, spatial, lead = _random_windows(rng, trial)
         # whole powers (multiplied; 1 exact) and another (exp and log); few, as each
         # compiles six kernels
         p, dtype = ((3.0, np.float32), (4.5, np.float64), (1.0, np.float64))[trial % 3]
@@ -520,10 +531,7 @@ def test_gem_rows_kernels_match_the_window_kernels():
             x.flat[rng.integers(0, x.size)] = np.nan
         if trial % 7 == 0:  # a corner whose z^p underflows float64
             x[(0, 0) + (slice(0, 2),) * ndim] = 1e-120
-        x = x.astype(dtype)
-        if trial // 9 % 2 == 1:
-            x = np.ascontiguousarray(np.moveaxis(x, 1, -1)).transpose(
-                0, ndim + 1, *range(1, ndim + 1))
+        x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
         eps = 1e-130 if trial % 7 == 0 else 0.02
         plan = pg._inputs.sliding_plan(x, kernel, stride, 0, 1, False, ndim)
         layout = pg._inputs.Layout(x.shape, ndim)
@@ -552,6 +560,56 @@ def test_gem_rows_kernels_match_the_window_kernels():
                          else "power_mean.gem_window_backward")
         assert general_names == ("power_mean.gem_window_forward",
                                  "power_mean.gem_window_backward")
+        for a, b in zip(fast, slow, strict=True):
+            np.testing.assert_array_equal(a, b)
+        seen.add((operand.layout, apart))
+    assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
+                    for apart in (True, False)}
+
+
+def test_weighted_rows_kernels_match_the_window_kernels():
+    """SoftPool and stochastic pooling's mean run on rows kernels
+    (``weighted.weighted_rows_*``: each tap of an output row's windows gathered, then
+    the maxima and sums taken over the buffer) where windows have no padding, the
+    backward only where they do not overlap. Against the general kernels on random
+    geometries in 1-3 dims, both layouts, NaN, windows of zeros: the same bits for y,
+    norm and dx."""
+    from poolgrad.kernels import weighted
+
+    rng = np.random.default_rng(23)
+    seen = set()
+    for trial in range(36):
+        ndim, kernel, stride, spatial, lead = _random_windows(rng, trial)
+        dtype = (np.float32, np.float64)[trial % 2]
+        kind = (weighted.SOFT, weighted.SELF)[trial // 6 % 2]
+        x = rng.random(lead + spatial) * 3
+        x.flat[rng.integers(0, x.size, 3)] = 0.0  # SELF: windows of zeros give 0
+        if trial % 5 == 0:
+            x.flat[rng.integers(0, x.size)] = np.nan
+        x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
+        plan = pg._inputs.sliding_plan(x, kernel, stride, 0, 1, False, ndim)
+        xk = pg._inputs.compute_view(x, pg._inputs.Layout(x.shape, ndim))
+        operand = dispatch.operand(xk)
+        apart = all(s >= k for s, k in zip(stride, kernel, strict=True))
+        results = []
+        # the general kernels on C-ordered copies, as in the GeM test
+        for choose, xs in ((dispatch.choose, xk), (dispatch.general, np.ascontiguousarray(xk))):
+            stored = dispatch.operand(xs).layout == "channels_last"
+            shape = xs.shape[:2] + tuple(a.count for a in plan.kernel_axes)
+            y, norm = empty(shape, xs.dtype, stored), empty(shape, xs.dtype, stored)
+            forward = choose("weighted", "forward", plan, operand)
+            forward(xs, y, norm, kind)
+            dy = np.nan_to_num(y) * 0.5 - 0.25
+            backward = choose("weighted", "backward", plan, operand)
+            dx = empty(xs.shape, dtype, stored)
+            backward(xs, y, norm, dy, kind, dx)
+            results.append(((forward.name, backward.name), y, norm, dx))
+        (names, *fast), (general_names, *slow) = results
+        assert names == ("weighted.weighted_rows_forward",
+                         "weighted.weighted_rows_backward" if apart
+                         else "weighted.weighted_pool_backward")
+        assert general_names == ("weighted.weighted_pool_forward",
+                                 "weighted.weighted_pool_backward")
         for a, b in zip(fast, slow, strict=True):
             np.testing.assert_array_equal(a, b)
         seen.add((operand.layout, apart))

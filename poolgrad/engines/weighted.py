@@ -5,7 +5,8 @@ poolgrad.torch's CPU operators run these same functions.
 
 Arrays are 5-d kernel views ``(N, C, D, H, W)`` in the compute dtype, pooled along a
 sliding plan; ``kind`` is :data:`~poolgrad.kernels.weighted.SOFT` or
-:data:`~poolgrad.kernels.weighted.SELF`. Results are C-contiguous."""
+:data:`~poolgrad.kernels.weighted.SELF`. The averages and ``dx`` are stored in the
+layout of ``x`` (channels-last in, channels-last out); the draws C-contiguous."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from .. import geometry
 from ..kernels import dispatch
+from .pullback import empty
 
 
 def _out_shape(xk: np.ndarray, plan) -> tuple[int, ...]:
@@ -29,9 +31,10 @@ def weighted_kernels(xk: np.ndarray, plan) -> tuple[str, str]:
 def weighted_forward(xk: np.ndarray, plan, kind: int) -> tuple[np.ndarray, np.ndarray]:
     """``(y, norm)``: each window's weighted average and what its backward needs (the
     log of SoftPool's normaliser, stochastic pooling's window sum)."""
-    forward = dispatch.choose("weighted", "forward", plan, dispatch.operand(xk))
-    shape = _out_shape(xk, plan)
-    y, norm = np.empty(shape, xk.dtype), np.empty(shape, xk.dtype)
+    operand = dispatch.operand(xk)
+    forward = dispatch.choose("weighted", "forward", plan, operand)
+    shape, stored = _out_shape(xk, plan), operand.layout == "channels_last"
+    y, norm = empty(shape, xk.dtype, stored), empty(shape, xk.dtype, stored)
     forward(xk, y, norm, kind)
     return y, norm
 
@@ -39,8 +42,9 @@ def weighted_forward(xk: np.ndarray, plan, kind: int) -> tuple[np.ndarray, np.nd
 def weighted_backward(xk: np.ndarray, yk: np.ndarray, norm: np.ndarray, dyk: np.ndarray,
                       plan, kind: int) -> np.ndarray:
     """``dx`` in ``dyk``'s dtype: each input's share of the windows that read it."""
-    backward = dispatch.choose("weighted", "backward", plan, dispatch.operand(xk))
-    dx = np.empty(xk.shape, dyk.dtype)
+    operand = dispatch.operand(xk)
+    backward = dispatch.choose("weighted", "backward", plan, operand)
+    dx = empty(xk.shape, dyk.dtype, operand.layout == "channels_last")
     backward(xk, yk, norm, dyk, kind, dx)
     return dx
 

@@ -163,8 +163,8 @@ def _gem_p_terms(plan):
 
 
 def _full_windows(plan, operand, record) -> bool:
-    """GeM's rows kernels: a contiguous layout, and windows that are all inside x, with
-    no dilation (what gem_pool's plans are)."""
+    """The rows kernels (GeM's, the weighted averages'): a contiguous layout, and
+    windows that are all inside x, with no dilation (what gem_pool's plans are)."""
     return operand.layout in ("nchw", "channels_last") and all(
         a.rule[0] == "sliding" and a.rule[2] == 0 and a.dilation == 1
         and bool(np.all(a.first == 0)) and bool(np.all(a.end == a.extent))
@@ -177,46 +177,72 @@ def _apart(plan, operand, record) -> bool:
         a.rule[1] >= a.extent for a in plan.kernel_axes)
 
 
+def _window_rows(a: np.ndarray, channels_last: bool) -> tuple[np.ndarray, int]:
+    """``(rows, inner)``: a 5-d view as ``(P, D, H, W * inner)`` rows, laid out as x is
+    (a view for the outputs, which the engines allocate so; a copy for a ``dy`` stored
+    otherwise): NCHW planes (``inner`` 1) or channels-last images (``inner`` C)."""
+    n, c, d, h, w = a.shape
+    if channels_last:
+        return a.transpose(0, 2, 3, 4, 1).reshape(n, d, h, w * c), c
+    return a.reshape(n * c, d, h, w), 1
+
+
+def _rows_geometry(plan):
+    """``(window, steps, covered)``: the kernel and stride per axis, and whether the
+    windows read every input (so a backward that writes each tap once writes all)."""
+    axes = plan.kernel_axes
+    return (np.array([a.extent for a in axes], np.int64),
+            np.array([a.rule[1] for a in axes], np.int64),
+            all(a.rule[1] == a.extent and a.count * a.extent == a.length for a in axes))
+
+
+def _tasks(y_rows: np.ndarray) -> tuple[int, int]:
+    """``(chunks per plane, tasks)`` for the rows kernels."""
+    chunks = _row_tasks(y_rows.shape[0], y_rows.shape[1] * y_rows.shape[2])[0]
+    return chunks, y_rows.shape[0] * chunks
+
+
 def _gem_rows(kernel, pass_name):
-    """Bind a ``gem_rows_*`` kernel: 5-d views as ``(P, D, H, W * inner)`` rows, with the
-    windows' kernel and stride per axis and the parallel tasks."""
+    """Bind a ``gem_rows_*`` kernel (the rule admits NCHW and channels-last x only)."""
     def bind(plan):
-        window = np.array([a.extent for a in plan.kernel_axes], np.int64)
-        steps = np.array([a.rule[1] for a in plan.kernel_axes], np.int64)
-        covered = all(a.rule[1] == a.extent and a.count * a.extent == a.length
-                      for a in plan.kernel_axes)
-
-        def rows(a, channels_last):
-            """The rows of ``a``, laid out as x is (a view for the outputs, which the
-            engine allocates so; a copy for a ``dy`` stored otherwise)."""
-            n, c, d, h, w = a.shape
-            if channels_last:
-                return a.transpose(0, 2, 3, 4, 1).reshape(n, d, h, w * c), c
-            return a.reshape(n * c, d, h, w), 1
-
-        def tasks(y_rows):
-            chunks = _row_tasks(y_rows.shape[0], y_rows.shape[1] * y_rows.shape[2])[0]
-            return chunks, y_rows.shape[0] * chunks
-
+        window, steps, covered = _rows_geometry(plan)
         if pass_name == "forward":
             def run(x, eps, p, whole, y):
-                cl = not x.flags.c_contiguous  # the rule admits NCHW and channels-last
-                (xr, inner), (yr, _) = rows(x, cl), rows(y, cl)
-                kernel(xr, inner, window, steps, *tasks(yr), eps, p, whole, yr)
-        elif pass_name == "backward":
-            def run(x, y, dy, eps, p, whole, dx):
-                if not covered:  # the inputs no window reads get 0
-                    dx.fill(0)
                 cl = not x.flags.c_contiguous
-                (xr, inner), (yr, _), (dyr, _) = rows(x, cl), rows(y, cl), rows(dy, cl)
-                kernel(xr, yr, dyr, inner, window, steps, *tasks(yr), eps, p, whole,
-                       rows(dx, cl)[0])
-        else:
-            def run(x, y, dy, eps, p, whole, terms):
+                (xr, inner), (yr, _) = _window_rows(x, cl), _window_rows(y, cl)
+                kernel(xr, inner, window, steps, *_tasks(yr), eps, p, whole, yr)
+            return run
+
+        def run(x, y, dy, eps, p, whole, out):  # out: dx, or the terms of dp
+            if pass_name == "backward" and not covered:  # inputs no window reads get 0
+                out.fill(0)
+            cl = not x.flags.c_contiguous
+            (xr, inner), (yr, _) = _window_rows(x, cl), _window_rows(y, cl)
+            kernel(xr, yr, _window_rows(dy, cl)[0], inner, window, steps, *_tasks(yr), eps,
+                   p, whole, _window_rows(out, cl)[0])
+        return run
+    return bind
+
+
+def _weighted_rows(kernel, forward: bool):
+    """Bind a ``weighted_rows_*`` kernel (the rule admits NCHW and channels-last x)."""
+    def bind(plan):
+        window, steps, covered = _rows_geometry(plan)
+        if forward:
+            def run(x, y, norm, kind):
                 cl = not x.flags.c_contiguous
-                (xr, inner), (yr, _), (dyr, _) = rows(x, cl), rows(y, cl), rows(dy, cl)
-                kernel(xr, yr, dyr, inner, window, steps, *tasks(yr), eps, p, whole,
-                       rows(terms, cl)[0])
+                (xr, inner), (yr, _) = _window_rows(x, cl), _window_rows(y, cl)
+                kernel(xr, inner, window, steps, *_tasks(yr), kind, yr,
+                       _window_rows(norm, cl)[0])
+            return run
+
+        def run(x, y, norm, dy, kind, dx):
+            if not covered:
+                dx.fill(0)
+            cl = not x.flags.c_contiguous
+            (xr, inner), (yr, _) = _window_rows(x, cl), _window_rows(y, cl)
+            kernel(xr, yr, _window_rows(norm, cl)[0], _window_rows(dy, cl)[0], inner, window,
+                   steps, *_tasks(yr), kind, _window_rows(dx, cl)[0])
         return run
     return bind
 
@@ -271,8 +297,12 @@ RULES = {
         Rule("blur.blur_rows_backward", streams_rows, _blur_rows_back(False)),
         Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
+        Rule("weighted.weighted_rows_forward", _full_windows,
+             _weighted_rows(weighted.weighted_rows_forward, True)),
         Rule("weighted.weighted_pool_forward", always, _weighted)],
     ("weighted", "backward"): [
+        Rule("weighted.weighted_rows_backward", _apart,
+             _weighted_rows(weighted.weighted_rows_backward, False)),
         Rule("weighted.weighted_pool_backward", always, _weighted_back)],
     ("stochastic", "sample"): [
         Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],

@@ -46,7 +46,7 @@ import numpy as np
 from numba import prange, uint64
 
 from . import constant, elementary, parallel_kernel
-from .walk import inlined, row_index, window_range
+from .walk import gather_tap, inlined, row_index, rows_task, scatter_tap, window_range
 
 MULTIPLIED_UP_TO = 8  # a whole power up to this is raised by multiplying
 LANES = 32  # the partial sums of a whole plane (a power of 2)
@@ -384,14 +384,6 @@ def gem_window_backward(x, y, dy, table, eps, p, whole, cover_ptr, cover_out, dx
 
 
 @inlined
-def _rows_task(task, chunks, rows):
-    """The plane and the half-open range of its output rows that parallel task
-    ``task`` owns (``chunks`` tasks per plane)."""
-    plane, part = task // chunks, task % chunks
-    return plane, part * rows // chunks, (part + 1) * rows // chunks
-
-
-@inlined
 def _powers(src, eps, p, whole, powered):
     """``powered[i] = max(src[i], eps)^p`` along a contiguous row."""
     for i in range(src.shape[0]):
@@ -444,7 +436,7 @@ def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     count = window[0] * window[1] * window[2]
     for task in prange(tasks):
-        plane, first, end = _rows_task(task, chunks, out_d * out_h)
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
         acc = np.empty(out_l, np.float64)
         powered = np.empty(x.shape[3], np.float64)
         for row in range(first, end):
@@ -476,52 +468,38 @@ def _row_factors(y, dy, count, inverse, scale):
 
 
 @inlined
-def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, zero,
-                   gathered):
+def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, gathered):
     """``dx`` at the tap ``start + ow * step`` of every window of a row (laid out as in
     :func:`_add_tap`), from each window's ``1/y`` and ``dy / count``."""
     if inner == 1:  # gathered and scattered apart from the arithmetic, which vectorizes
-        for ow in range(inverse.shape[0]):
-            gathered[uint64(ow)] = src[uint64(start + ow * step)]
-        for ow in range(inverse.shape[0]):
-            o = uint64(ow)
-            v = gathered[o]
-            share = _raised_less_one(_clamped(v, eps) * inverse[o], p, whole)
-            gathered[o] = 0.0 + scale[o] * share if v >= eps else 0.0
-        for ow in range(inverse.shape[0]):
-            out[uint64(start + ow * step)] = gathered[uint64(ow)]
+        gather_tap(src, start, step, inner, gathered)
+        for o in range(gathered.shape[0]):
+            at = uint64(o)
+            v = gathered[at]
+            share = _raised_less_one(_clamped(v, eps) * inverse[at], p, whole)
+            gathered[at] = 0.0 + scale[at] * share if v >= eps else 0.0
+        scatter_tap(gathered, start, step, inner, out)
         return
-    for ow in range(inverse.shape[0] // inner):
+    for ow in range(inverse.shape[0] // inner):  # channels innermost: contiguous already
         base, first = (start + ow * step) * inner, ow * inner
         for c in range(inner):
             at, o = uint64(base + c), uint64(first + c)
             v = np.float64(src[at])
             share = _raised_less_one(_clamped(v, eps) * inverse[o], p, whole)
-            out[at] = 0.0 + scale[o] * share if v >= eps else zero
+            out[at] = 0.0 + scale[o] * share if v >= eps else 0.0
 
 
 @inlined
 def _tap_terms(src, start, step, inner, eps, p, whole, inverse, s0, s1, gathered):
     """``S0`` and ``S1`` of ``dp``'s terms, the tap ``start + ow * step`` of every window
     of a row added (laid out as in :func:`_add_tap`)."""
-    if inner == 1:  # the tap's values gathered first, so the logarithms run contiguously
-        for ow in range(inverse.shape[0]):
-            gathered[uint64(ow)] = src[uint64(start + ow * step)]
-        for ow in range(inverse.shape[0]):
-            o = uint64(ow)
-            r = _clamped(gathered[o], eps) * inverse[o]
-            power = _raised(r, p, whole)
-            s0[o] += power
-            s1[o] += power * elementary.log(r)
-        return
-    for ow in range(inverse.shape[0] // inner):
-        base, first = (start + ow * step) * inner, ow * inner
-        for c in range(inner):
-            o = uint64(first + c)
-            r = _clamped(np.float64(src[uint64(base + c)]), eps) * inverse[o]
-            power = _raised(r, p, whole)
-            s0[o] += power
-            s1[o] += power * elementary.log(r)
+    gather_tap(src, start, step, inner, gathered)  # so the logarithms run contiguously
+    for o in range(gathered.shape[0]):
+        at = uint64(o)
+        r = _clamped(gathered[at], eps) * inverse[at]
+        power = _raised(r, p, whole)
+        s0[at] += power
+        s1[at] += power * elementary.log(r)
 
 
 @parallel_kernel
@@ -532,9 +510,8 @@ def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, who
     caller zeroes them)."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     count = window[0] * window[1] * window[2]
-    zero = np.zeros(1, dx.dtype)[0]
     for task in prange(tasks):
-        plane, first, end = _rows_task(task, chunks, out_d * out_h)
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
         inverse, scale = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
         gathered = np.empty(out_l, np.float64)
         for row in range(first, end):
@@ -546,7 +523,7 @@ def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, who
                     out = dx[plane, od * steps[0] + a, oh * steps[1] + b]
                     for t in range(window[2]):
                         _tap_gradients(src, out, t, steps[2], inner, eps, p, whole, inverse,
-                                       scale, zero, gathered)
+                                       scale, gathered)
 
 
 @parallel_kernel
@@ -555,7 +532,7 @@ def gem_rows_p_terms(x, y, dy, inner, window, steps, chunks, tasks, eps, p, whol
     as :func:`gem_rows_forward`'s."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     for task in prange(tasks):
-        plane, first, end = _rows_task(task, chunks, out_d * out_h)
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
         inverse, gathered = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
         s0, s1 = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
         for row in range(first, end):

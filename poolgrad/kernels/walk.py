@@ -8,7 +8,7 @@ loop needs inlined to vectorize (it compiles slower: the per-tap helpers of the 
 passes, as plain calls, shortened a first vjp's compile and ran as fast).
 """
 
-from numba import njit
+from numba import njit, uint64
 
 from . import JIT_OPTIONS
 from .simd import BLOCK, PREFETCH_BYTES, prefetch
@@ -128,3 +128,41 @@ def window_range(table, od, oh, ow):
     return (table[0, 0, od] + table[0, 1, od], table[0, 0, od] + table[0, 2, od],
             table[1, 0, oh] + table[1, 1, oh], table[1, 0, oh] + table[1, 2, oh],
             table[2, 0, ow] + table[2, 1, ow], table[2, 0, ow] + table[2, 2, ow])
+
+
+@inlined
+def rows_task(task, chunks, rows):
+    """The plane and the half-open range of its output rows that parallel task ``task``
+    owns, ``chunks`` tasks per plane (the windows-as-rows kernels of
+    :mod:`.power_mean` and :mod:`.weighted`)."""
+    plane, part = task // chunks, task % chunks
+    return plane, part * rows // chunks, (part + 1) * rows // chunks
+
+
+@inlined
+def gather_tap(src, start, step, inner, taps):
+    """``taps[ow * inner + c] = src[(start + ow * step) * inner + c]``: the tap at
+    ``start`` of every window of a row of ``(W * inner)`` values, as float64, so that
+    the arithmetic on them runs over a contiguous buffer."""
+    if inner == 1:
+        for ow in range(taps.shape[0]):
+            taps[uint64(ow)] = src[uint64(start + ow * step)]
+        return
+    for ow in range(taps.shape[0] // inner):
+        base, first = (start + ow * step) * inner, ow * inner
+        for c in range(inner):
+            taps[uint64(first + c)] = src[uint64(base + c)]
+
+
+@inlined
+def scatter_tap(taps, start, step, inner, out):
+    """The inverse of :func:`gather_tap`: ``out[(start + ow * step) * inner + c] =
+    taps[ow * inner + c]``."""
+    if inner == 1:
+        for ow in range(taps.shape[0]):
+            out[uint64(start + ow * step)] = taps[uint64(ow)]
+        return
+    for ow in range(taps.shape[0] // inner):
+        base, first = (start + ow * step) * inner, ow * inner
+        for c in range(inner):
+            out[uint64(base + c)] = taps[uint64(first + c)]

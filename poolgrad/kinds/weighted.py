@@ -34,7 +34,7 @@ def _weighted(x, layout, plan, kind, want_pullback, op):
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None
-    xk, yk = owned(xk, x), owned(yk, y)
+    xk, yk = owned(xk, x, keep_layout=True), owned(yk, y, keep_layout=True)
 
     def backward(dy):
         return weighted_backward(xk, yk, norm, layout.to_kernel(dy), plan, kind)
