@@ -351,6 +351,10 @@ def test_kinds_compile_whole_and_match_eager():
 
 @pytest.mark.parametrize("call, error, message", [
     (lambda x: pt.stochastic_pool(x - 2, 2), ValueError, "x must be >= 0"),
+    (lambda x: pt.stochastic_pool(  # the check reads a channels-last x in memory order
+        torch.where(torch.arange(4) == 3, -1.0, x).contiguous(
+            memory_format=torch.channels_last), 2, training=False),
+     ValueError, "x must be >= 0"),
     (lambda x: pt.gated_pool(x, torch.ones(3), 2), ValueError, "gate must have the window"),
     (lambda x: pt.attention_pool(x, torch.ones(1, 2), torch.eye(2)), ValueError,
      r"queries must be \(queries, C\)"),
