@@ -393,3 +393,24 @@ def test_rank_3_is_a_batch_of_1d_signals_unless_spatial_dims_or_a_per_dim_argume
 def test_bad_input(call, error, message):
     with pytest.raises(error, match=message):
         call(np.ones((1, 2, 4, 4)))
+
+
+EMPTY_KINDS = [  # name, arguments after x, keywords
+    ("gem_pool", (3.0,), {}), ("gem_pool", (3.0, 2), {}), ("soft_pool", (2,), {}),
+    ("stochastic_pool", (2,), {"rng": 0}), ("stochastic_pool", (2,), {"training": False}),
+    ("blur_pool", (), {}), ("max_blur_pool", (), {}), ("mixed_pool", (2,), {}),
+    ("fractional_max_pool", (2,), {"output_ratio": 0.5, "rng": 0})]
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 6, 6), (2, 0, 6, 6)])
+@pytest.mark.parametrize("name, args, kwargs", EMPTY_KINDS)
+def test_kinds_pool_an_empty_batch_or_no_channels(name, args, kwargs, shape):
+    """As torch.nn's pooling does: an empty output of the right shape, and a pullback
+    that gives an empty dx (the kernels' task split once divided by the planes' count)."""
+    for x in (np.zeros(shape), np.zeros(shape[:1] + shape[2:] + shape[1:2]).transpose(
+            0, 3, 1, 2)):
+        y, pullback = pg.vjp(getattr(pg, name), x, *args, **kwargs)
+        pooled = (1, 1) if name == "gem_pool" and len(args) == 1 else (3, 3)  # global
+        assert y.shape == shape[:2] + pooled
+        grads = pullback(np.zeros(y.shape))
+        assert (grads[0] if isinstance(grads, tuple) else grads).shape == shape

@@ -516,3 +516,20 @@ def test_attention_pool_sizes_and_shapes_are_checked_on_both_sides():
         numpy_nn.AttentionPool(4).forward(x.numpy())
     with pytest.raises(ValueError, match=r"^heads must be a positive int dividing the 3"):
         pt.attention_pool(x, torch.ones(1, 3), torch.eye(3), heads=0)
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 6, 6), (2, 0, 6, 6)])
+def test_kinds_pool_an_empty_batch_or_no_channels(shape):
+    """An empty output of the right shape and an empty gradient, in both layouts (the
+    stochastic check once took the min of an empty tensor, which torch refuses)."""
+    kinds = [lambda t: pt.stochastic_pool(t, 2, training=False),
+             lambda t: pt.stochastic_pool(t, 2), lambda t: pt.soft_pool(t, 2),
+             lambda t: pt.gem_pool(t, 3.0, 2), lambda t: pt.max_blur_pool(t),
+             lambda t: pt.fractional_max_pool(t, 2, output_ratio=0.5)]
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        x = torch.zeros(shape).contiguous(memory_format=fmt).requires_grad_()
+        for kind in kinds:
+            y = kind(x)
+            assert tuple(y.shape) == shape[:2] + (3, 3)
+            (dx,) = torch.autograd.grad(y.sum(), x)
+            assert dx.shape == x.shape

@@ -8,6 +8,8 @@ in the layout of ``x`` (channels-last in, channels-last out)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..kernels import dispatch, power_mean
@@ -15,8 +17,9 @@ from .pullback import empty
 
 
 def _planes(a: np.ndarray) -> np.ndarray:
-    """``(N, C, L)``: a view for C-contiguous and channels-last arrays alike."""
-    return a.reshape(a.shape[:2] + (-1,))
+    """``(N, C, L)``: a view for C-contiguous and channels-last arrays alike (``L`` given,
+    not inferred, so that an empty batch reshapes too)."""
+    return a.reshape(a.shape[:2] + (math.prod(a.shape[2:]),))
 
 
 def _op(plan) -> str:

@@ -42,6 +42,8 @@ def _row_reads(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _row_tasks(planes: int, rows: int) -> tuple[int, int]:
     """Tasks per plane (whole planes when there are enough for every thread) and the
     parallel runs they are grouped into."""
+    if planes == 0:  # an empty batch or no channels: nothing to run
+        return 1, 0
     threads = numba.get_num_threads()
     chunks = 1 if planes >= 4 * threads else max(1, min(rows, -(-4 * threads // planes)))
     return chunks, min(planes * chunks, 4 * threads)

@@ -88,7 +88,7 @@ def region_tables(spatial, kernel, out, u, sequence, generator):
             ends = np.minimum(b[:, 1:] + 1, length) if k == "overlapping" else b[:, 1:]
             starts[:, row, :o] = b[:, :o]
             lengths[:, row, :o] = ends - b[:, :o]
-        extent[row] = int(lengths[:, row, :o].max())
+        extent[row] = int(lengths[:, row, :o].max(initial=1))  # initial: no planes
     return starts, lengths, np.array(extent, np.int64)
 
 

@@ -192,7 +192,8 @@ def _stochastic(x, window, training, generator):
     """Stochastic pooling of a batched x."""
     # NaN, the min's too, fails as a negative does; a compiled graph cannot branch on the
     # data, so it is not checked there
-    if not torch.compiler.is_compiling() and not bool(_in_memory_order(x.detach()).min() >= 0):
+    if (not torch.compiler.is_compiling() and x.numel()
+            and not bool(_in_memory_order(x.detach()).min() >= 0)):
         raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
                          "be >= 0 (as after a ReLU) and not NaN")
     if not training:
