@@ -62,10 +62,7 @@ def _as_rows(a: np.ndarray, channels_last: bool) -> np.ndarray:
     """A 5-d ``(N, C, 1, H, W)`` kernel view as rows: ``(N * C, H, W)`` planes, or
     channels-last ``(N, H, W * C)`` images (a view when ``a`` is stored so, which
     the outputs always are)."""
-    n, c, _, h, w = a.shape
-    if channels_last:
-        return a.transpose(0, 2, 3, 4, 1).reshape(n, h, w * c)
-    return a.reshape(n * c, h, w)
+    return _window_rows(a, channels_last)[0][:, 0]  # D is 1
 
 
 def _blur_rows(channels_last: bool):
