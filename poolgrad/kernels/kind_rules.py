@@ -201,47 +201,48 @@ def _tasks(y_rows: np.ndarray) -> tuple[int, int]:
     return chunks, y_rows.shape[0] * chunks
 
 
+def _rows_like(x: np.ndarray, *arrays: np.ndarray) -> tuple:
+    """``(inner, rows of x, rows of each array)``, every array laid out as x is (the
+    rules that bind the rows kernels admit NCHW and channels-last x only)."""
+    channels_last = not x.flags.c_contiguous
+    x_rows, inner = _window_rows(x, channels_last)
+    return (inner, x_rows, *(_window_rows(a, channels_last)[0] for a in arrays))
+
+
 def _gem_rows(kernel, pass_name):
-    """Bind a ``gem_rows_*`` kernel (the rule admits NCHW and channels-last x only)."""
+    """Bind a ``gem_rows_*`` kernel."""
     def bind(plan):
         window, steps, covered = _rows_geometry(plan)
         if pass_name == "forward":
             def run(x, eps, p, whole, y):
-                cl = not x.flags.c_contiguous
-                (xr, inner), (yr, _) = _window_rows(x, cl), _window_rows(y, cl)
+                inner, xr, yr = _rows_like(x, y)
                 kernel(xr, inner, window, steps, *_tasks(yr), eps, p, whole, yr)
             return run
 
         def run(x, y, dy, eps, p, whole, out):  # out: dx, or the terms of dp
             if pass_name == "backward" and not covered:  # inputs no window reads get 0
                 out.fill(0)
-            cl = not x.flags.c_contiguous
-            (xr, inner), (yr, _) = _window_rows(x, cl), _window_rows(y, cl)
-            kernel(xr, yr, _window_rows(dy, cl)[0], inner, window, steps, *_tasks(yr), eps,
-                   p, whole, _window_rows(out, cl)[0])
+            inner, xr, yr, dyr, outr = _rows_like(x, y, dy, out)
+            kernel(xr, yr, dyr, inner, window, steps, *_tasks(yr), eps, p, whole, outr)
         return run
     return bind
 
 
 def _weighted_rows(kernel, forward: bool):
-    """Bind a ``weighted_rows_*`` kernel (the rule admits NCHW and channels-last x)."""
+    """Bind a ``weighted_rows_*`` kernel."""
     def bind(plan):
         window, steps, covered = _rows_geometry(plan)
         if forward:
             def run(x, y, norm, kind):
-                cl = not x.flags.c_contiguous
-                (xr, inner), (yr, _) = _window_rows(x, cl), _window_rows(y, cl)
-                kernel(xr, inner, window, steps, *_tasks(yr), kind, yr,
-                       _window_rows(norm, cl)[0])
+                inner, xr, yr, norm_rows = _rows_like(x, y, norm)
+                kernel(xr, inner, window, steps, *_tasks(yr), kind, yr, norm_rows)
             return run
 
         def run(x, y, norm, dy, kind, dx):
-            if not covered:
+            if not covered:  # inputs no window reads get 0
                 dx.fill(0)
-            cl = not x.flags.c_contiguous
-            (xr, inner), (yr, _) = _window_rows(x, cl), _window_rows(y, cl)
-            kernel(xr, yr, _window_rows(norm, cl)[0], _window_rows(dy, cl)[0], inner, window,
-                   steps, *_tasks(yr), kind, _window_rows(dx, cl)[0])
+            inner, xr, yr, norm_rows, dyr, dxr = _rows_like(x, y, norm, dy, dx)
+            kernel(xr, yr, norm_rows, dyr, inner, window, steps, *_tasks(yr), kind, dxr)
         return run
     return bind
 
