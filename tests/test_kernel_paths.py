@@ -615,3 +615,52 @@ def test_weighted_rows_kernels_match_the_window_kernels():
         seen.add((operand.layout, apart))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
+
+
+def test_blend_rows_kernels_match_the_window_kernels():
+    """Mixed and gated pooling run on rows kernels (``blend.blend_rows_*``: each tap of
+    an output row's windows gathered, the running maxima, their taps, the sums and the
+    gate's logits taken over the buffer) where windows have no padding, the backward
+    only where they do not overlap. Against the general kernels on random geometries in
+    1-3 dims, both layouts, ties and NaN: the same bits for y and dx, and the weights'
+    gradient (added in another order) to rounding."""
+    from poolgrad.kernels import blend
+
+    rng = np.random.default_rng(25)
+    seen = set()
+    for trial in range(32):
+        ndim, kernel, stride, spatial, lead = _random_windows(rng, trial)
+        dtype = (np.float32, np.float64)[trial % 2]
+        kind = (blend.MIXED, blend.GATED)[trial // 8 % 2]
+        weights = (np.array([0.3]) if kind == blend.MIXED
+                   else rng.standard_normal(int(np.prod(kernel))))
+        x = rng.standard_normal(lead + spatial).round(1)  # ties
+        if trial % 5 == 0:
+            x.flat[rng.integers(0, x.size)] = np.nan
+        x = _stored_as(x.astype(dtype), ndim, trial // 16 % 2 == 1)
+        plan = pg._inputs.sliding_plan(x, kernel, stride, 0, 1, False, ndim)
+        xk = pg._inputs.compute_view(x, pg._inputs.Layout(x.shape, ndim))
+        operand = dispatch.operand(xk)
+        apart = all(s >= k for s, k in zip(stride, kernel, strict=True))
+        results = []
+        for choose, xs in ((dispatch.choose, xk), (dispatch.general, np.ascontiguousarray(xk))):
+            stored = dispatch.operand(xs).layout == "channels_last"
+            y = empty(xs.shape[:2] + tuple(a.count for a in plan.kernel_axes), xs.dtype,
+                      stored)
+            forward = choose("blend", "forward", plan, operand)
+            forward(xs, kind, weights, y)
+            dy = np.nan_to_num(y) * 0.5 - 0.25
+            backward = choose("blend", "backward", plan, operand)
+            dx, dweights = empty(xs.shape, dtype, stored), np.empty(weights.size)
+            backward(xs, dy, kind, weights, dx, dweights)
+            results.append(((forward.name, backward.name), y, dx, dweights))
+        (names, y, dx, dweights), (general_names, *slow) = results
+        assert names == ("blend.blend_rows_forward",
+                         "blend.blend_rows_backward" if apart else "blend.blend_window_backward")
+        assert general_names == ("blend.blend_window_forward", "blend.blend_window_backward")
+        np.testing.assert_array_equal(y, slow[0])
+        np.testing.assert_array_equal(dx, slow[1])
+        np.testing.assert_allclose(dweights, slow[2], rtol=1e-12, atol=1e-12)
+        seen.add((operand.layout, apart, kind))
+    assert seen == {(layout, apart, kind) for layout in ("nchw", "channels_last")
+                    for apart in (True, False) for kind in (blend.MIXED, blend.GATED)}

@@ -12,7 +12,7 @@ from poolgrad.kinds import fractional
 
 torch = pytest.importorskip("torch")
 import poolgrad.torch as pt  # noqa: E402
-from poolgrad.torch import _ops  # noqa: E402
+from poolgrad.torch import _kind_ops, _ops  # noqa: E402
 from poolgrad.torch._blur import blur, padded  # noqa: E402
 
 
@@ -82,6 +82,8 @@ def test_attention_pool_values_and_three_gradients():
     lambda x: pt.soft_pool(x, 2, 1),
     lambda x: pt.gem_pool(x, 3.0, 2),
     lambda x: pt.stochastic_pool(x, 2, training=False),
+    lambda x: pt.mixed_pool(x, 3, 2, 1, 0.2),
+    lambda x: pt.gated_pool(x, torch.ones(2, 2, dtype=torch.float64), 2),
 ])
 def test_gradients_of_gradients(fn):
     x = torch.rand(1, 2, 5, 6, dtype=torch.float64) + 0.1
@@ -223,7 +225,7 @@ def test_soft_and_stochastic_pooling_are_operators():
         lambda t: pt.stochastic_pool(t + 0.1, 2, 1, training=False), (x,))
     window = _ops.sliding_window((3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), True)
     xf = x.detach().float().contiguous(memory_format=torch.channels_last).requires_grad_()
-    for kind in (_ops.SOFT, _ops.SELF):
+    for kind in (_kind_ops.SOFT, _kind_ops.SELF):
         torch.library.opcheck(torch.ops.poolgrad.weighted_pool, (xf, kind, window))
         y, norm = torch.ops.poolgrad.weighted_pool(xf, kind, window)
         assert y.is_contiguous(memory_format=torch.channels_last)
@@ -231,6 +233,50 @@ def test_soft_and_stochastic_pooling_are_operators():
                               (torch.rand_like(y), xf, y, norm, kind, window))
     draws = torch.rand(y.shape, dtype=torch.float64, generator=g)
     torch.library.opcheck(torch.ops.poolgrad.stochastic_pool_sample, (xf, draws, window))
+
+
+@pytest.mark.parametrize("kernel, stride, padding", [(2, 2, 0), (3, 2, 1)])
+def test_mixed_and_gated_pooling_are_operators(kernel, stride, padding):
+    """Mixed and gated pooling run as ``blend_pool`` and its backward: gradcheck and
+    gradgradcheck in x and the learned weights, opcheck in both layouts, the layout
+    kept, and the definition's values (the max, the mean counting padding, the gate's
+    sigmoid over the zero-padded window)."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.rand(2, 3, 6, 7, dtype=torch.float64, generator=g)
+    x = (x + torch.arange(x.numel(), dtype=torch.float64).reshape(x.shape) * 1e-4)  # no ties
+    x.requires_grad_()
+    alpha = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    gate = torch.randn(kernel, kernel, dtype=torch.float64, generator=g, requires_grad=True)
+    mixed = functools.partial(pt.mixed_pool, kernel_size=kernel, stride=stride,
+                              padding=padding)
+    gated = functools.partial(pt.gated_pool, kernel_size=kernel, stride=stride,
+                              padding=padding)
+    for fn, weights in ((lambda t, a: mixed(t, alpha=a), alpha), (gated, gate)):
+        assert torch.autograd.gradcheck(fn, (x, weights))
+        assert torch.autograd.gradgradcheck(fn, (x, weights))
+    top = torch.nn.functional.max_pool2d(x, kernel, stride, padding)
+    mean = torch.nn.functional.avg_pool2d(x, kernel, stride, padding)
+    taps = torch.nn.functional.pad(x, (padding,) * 4).unfold(2, kernel, stride).unfold(
+        3, kernel, stride)
+    share = torch.sigmoid((taps * gate).sum((-2, -1)))
+    torch.testing.assert_close(gated(x, gate), share * top + (1 - share) * mean,
+                               rtol=1e-14, atol=1e-15)
+    torch.testing.assert_close(mixed(x, alpha=alpha), 0.3 * top + 0.7 * mean, rtol=1e-14,
+                               atol=1e-15)
+    window = _ops.sliding_window((kernel,) * 2, (stride,) * 2, ((padding, padding),) * 2,
+                                 (1, 1), False)
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        xf = x.detach().float().contiguous(memory_format=fmt).requires_grad_()
+        for kind, weights in ((_kind_ops.MIXED, alpha.detach().reshape(1)),
+                              (_kind_ops.GATED, gate.detach().float())):
+            weights = weights.clone().requires_grad_()
+            torch.library.opcheck(torch.ops.poolgrad.blend_pool, (xf, weights, kind, window))
+            y = torch.ops.poolgrad.blend_pool(xf, weights, kind, window)
+            assert y.is_contiguous(memory_format=fmt)
+            # (its own gradient, a float32 composite, rounds differently compiled)
+            torch.library.opcheck(torch.ops.poolgrad.blend_pool_backward,
+                                  (torch.rand_like(y), xf, weights, kind, window),
+                                  rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("pre, mode", [("none", "reflect"), ("max", "zeros"),
@@ -243,7 +289,7 @@ def test_blur_kinds_are_operators(pre, mode):
     x = torch.rand(2, 3, 9, 8, generator=g)
     kernel = (1, 1) if pre == "none" else (2, 3)
     pads = ((1, 1), (2, 1))
-    geometry = _ops.blur_geometry(pre, kernel, (2, 2), (3, 4), pads, mode)
+    geometry = _kind_ops.blur_geometry(pre, kernel, (2, 2), (3, 4), pads, mode)
     for layout in (torch.contiguous_format, torch.channels_last):
         xl = x.contiguous(memory_format=layout).requires_grad_()
         torch.library.opcheck(torch.ops.poolgrad.blur_pool, (xl, geometry))
@@ -272,7 +318,7 @@ def test_fractional_max_pool_is_an_operator(kernel, sequence):
     steps = [o - (not isinstance(k, str)) for k, o in zip(kernel, out, strict=True)]
     orders = (torch.rand(6, sum(steps), dtype=torch.float64, generator=g)
               if sequence == "random" else torch.empty(6, 0, dtype=torch.float64))
-    windows = _ops.fractional_geometry(kernel, out, sequence)
+    windows = _kind_ops.fractional_geometry(kernel, out, sequence)
     op = torch.ops.poolgrad
     for layout in (torch.contiguous_format, torch.channels_last):
         xl = x.clone(memory_format=layout).requires_grad_()
@@ -329,12 +375,12 @@ def test_both_paddings_agree(mode):
 
 def test_kinds_compile_whole_and_match_eager():
     """torch.compile(fullgraph=True) over the compositions (GeM's operator has its own
-    test; mixed and attention pooling compose the same ops; a seeded or fractional draw's
+    test; attention pooling composes the same ops; a seeded or fractional draw's
     torch.Generator cannot enter a graph): one graph, the values and the gradients eager
     gives. The blur backward here corrupted the heap under Inductor before the CPU
     padding moved to F.pad."""
     modules = [pt.BlurPool(), pt.MaxBlurPool(2, 2, 3, "zeros"), pt.SoftPool(2),
-               pt.StochasticPool(2).eval(), pt.GatedPool(2)]
+               pt.StochasticPool(2).eval(), pt.GatedPool(2), pt.MixedPool(3, 2, 1)]
 
     def outputs(t):
         return [module(t) for module in modules]

@@ -23,7 +23,7 @@ pytest.importorskip("triton")
 DEVICE = "cuda" if CUDA else "cpu"
 
 from poolgrad import geometry  # noqa: E402
-from poolgrad.torch import _cuda, _ops  # noqa: E402
+from poolgrad.torch import _cuda, _kind_ops, _ops  # noqa: E402
 from poolgrad.torch.triton import dispatch  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:Runti
 
 
 def cpu(name):
-    return _ops.IMPLEMENTATIONS["cpu"][getattr(_ops, name)]
+    return _ops.IMPLEMENTATIONS["cpu"][getattr(_kind_ops, name, None) or getattr(_ops, name)]
 
 
 def triton_impl(name):
@@ -261,7 +261,7 @@ def test_weighted_averages_and_the_stochastic_draw_match_the_cpu(name, ndim, win
     tolerance = {"rtol": 1e-12, "atol": 1e-13} if dtype == torch.float64 else {
         "rtol": 3e-6, "atol": 2e-6}
     for _, xs in layouts(x):
-        for kind in (_ops.SOFT, _ops.SELF):
+        for kind in (_kind_ops.SOFT, _kind_ops.SELF):
             y, norm = cpu("weighted_pool")(xs, kind, window)
             ty, tnorm = triton_impl("weighted_pool")(on_device(xs), kind, window)
             torch.testing.assert_close(on_cpu(ty), y, **tolerance)
@@ -279,6 +279,41 @@ def test_weighted_averages_and_the_stochastic_draw_match_the_cpu(name, ndim, win
                                                                   on_device(draws), window)
         same_bits(tvalues, values)
         same_bits(twinners, winners)
+
+
+BLEND_WINDOWS = [("2x2 float32", 2, sliding(2, 2, 2, 0, 0, 1, False), torch.float32),
+                 ("3x3 stride 2 padded", 2, sliding(2, 3, 2, 1, 1, 1, False), torch.float64),
+                 ("1-d 3 stride 1", 1, sliding(1, 3, 1, 1, 0, 1, False), torch.float64)]
+
+
+@pytest.mark.parametrize("name,ndim,window,dtype", BLEND_WINDOWS,
+                         ids=[w[0] for w in BLEND_WINDOWS])
+def test_mixed_and_gated_blends_match_the_cpu(name, ndim, window, dtype):
+    """Mixed and gated pooling (forward, dx and the weights' gradient) within rounding
+    of the CPU's fused kernels in every layout, ties and a NaN included (the winner is
+    max pooling's)."""
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(SHAPES[ndim], generator=g, dtype=dtype)
+    x.view(-1)[::7] = 0.5  # ties
+    x.view(-1)[11] = float("nan")
+    tolerance = {"rtol": 1e-12, "atol": 1e-13} if dtype == torch.float64 else {
+        "rtol": 3e-6, "atol": 2e-6}
+    taps = _ops.sliding_args(window)[0]
+    weights = {_kind_ops.MIXED: torch.tensor([0.3], dtype=torch.float64),
+               _kind_ops.GATED: torch.randn(taps, generator=g)}
+    for _, xs in layouts(x):
+        for kind, w in weights.items():
+            y = cpu("blend_pool")(xs, w, kind, window)
+            ty = triton_impl("blend_pool")(on_device(xs), on_device(w), kind, window)
+            torch.testing.assert_close(on_cpu(ty), y, equal_nan=True, **tolerance)
+            assert on_cpu(ty).stride() == y.stride()
+            dy = torch.randn(y.shape, generator=g, dtype=dtype)
+            dx, dw = cpu("blend_pool_backward")(dy, xs, w, kind, window)
+            tdx, tdw = triton_impl("blend_pool_backward")(on_device(dy), on_device(xs),
+                                                          on_device(w), kind, window)
+            torch.testing.assert_close(on_cpu(tdx), dx, equal_nan=True, **tolerance)
+            assert on_cpu(tdx).stride() == dx.stride()
+            torch.testing.assert_close(on_cpu(tdw), dw, equal_nan=True, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name,ndim,window", WINDOWS, ids=[w[0] for w in WINDOWS])
@@ -387,7 +422,7 @@ import inspect, json
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from poolgrad.torch.triton import kernels as K, power_mean as G, weighted as WK
+from poolgrad.torch.triton import blend as B, kernels as K, power_mean as G, weighted as WK
 
 # the tuples: each axis's (L, O, K, S, P, A, DIL, N), each tensor's 5 strides
 STRIDES = {"xs", "ys", "gs", "ps", "rs", "ss", "outs", "ts", "ds"}
@@ -457,6 +492,14 @@ cases = {
     "stochastic_sample": (WK.stochastic_sample, {"x": f32, "draws": "*fp64", "y": f32,
         "pos": "*u8"}, dict(ADAPTIVE=False, CHANNELS_LAST=False, ACC=tl.float32, BLOCK=256),
         "i32"),
+    "blend_forward gated bf16": (B.blend_forward, {"x": bf16, "weights": f32, "y": bf16},
+        dict(ADAPTIVE=False, CHANNELS_LAST=True, KIND=1, ACC=tl.float32, BLOCK=256), "i32"),
+    "blend_backward mixed": (B.blend_backward, {"x": f32, "dy": f32, "weights": "*fp64",
+        "dx": f32}, dict(ADAPTIVE=False, CHANNELS_LAST=False, KIND=0, ACC=tl.float32,
+        BLOCK=256), "i32"),
+    "blend_weight_terms gated f64": (B.blend_weight_terms, {"x": "*fp64", "dy": "*fp64",
+        "weights": "*fp64", "terms": "*fp64"}, dict(ADAPTIVE=False, CHANNELS_LAST=True,
+        KIND=1, ACC=tl.float64, BLOCK=256), "i64"),
     "unpool_claim": (K.unpool_claim, {"indices": "*i64", "owner": "*i32"}, dict(BLOCK=256), "i64"),
     "unpool_place": (K.unpool_place, {"values": bf16, "indices": "*i64", "owner": "*i32",
         "out": bf16, "written": "*u8"}, dict(WRITE_VALUES=True, BLOCK=256), "i32"),
@@ -491,7 +534,8 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
     assert not failed, failed
     for name in ("max_backward bf16 u16", "avg_backward bf16", "lp_backward 2",
                  "max_split_backward", "unpool_gather", "max_gather values", "gem_backward",
-                 "gem_p_terms f64", "weighted_backward self", "weighted_backward soft f64"):
+                 "gem_p_terms f64", "weighted_backward self", "weighted_backward soft f64",
+                 "blend_backward mixed", "blend_weight_terms gated f64"):
         assert not report[name]["atomics"], name
     assert report["unpool_claim"]["atomics"]  # the claim is the one atomic (a maximum)
     for name in ("avg_forward f32", "avg_backward bf16", "max_split_backward"):
@@ -503,7 +547,7 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
 GRADCHECK_SCRIPT = r"""
 import json
 import torch
-from poolgrad.torch import _cuda, _ops
+from poolgrad.torch import _cuda, _kind_ops, _ops
 import poolgrad.torch as pgt
 calls = {}
 def counted(name, implementation):
@@ -512,7 +556,8 @@ def counted(name, implementation):
         return implementation(*args)
     return run
 for name, implementation in _cuda.IMPLEMENTATIONS.items():
-    _ops.implement(getattr(_ops, name), "cpu")(counted(name, implementation))
+    op = getattr(_kind_ops, name, None) or getattr(_ops, name)
+    _ops.implement(op, "cpu")(counted(name, implementation))
 x = torch.randn(1, 1, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0),
                 requires_grad=True)
 p = torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
@@ -529,6 +574,10 @@ cases = {
                                                                  training=False), False),
     "stochastic_pool training": (lambda t: pgt.stochastic_pool(t.abs(), 2, 1, generator=3),
                                  False),
+    "mixed_pool learned alpha": (lambda t, a: pgt.mixed_pool(t, 3, 2, 1, a), False),
+    "gated_pool": (lambda t: pgt.gated_pool(t, torch.tensor([[0.5, -1.0], [2.0, 0.3]],
+                                                             dtype=torch.float64), 2, 1),
+                   False),
 }
 checks = {}
 for name, (fn, second) in cases.items():

@@ -33,6 +33,8 @@ Run signatures (one per op and direction)::
     ("weighted", "forward")  run(x, y, norm, kind)  kind: weighted.SOFT or SELF
     ("weighted", "backward") run(x, y, norm, dy, kind, dx)
     ("stochastic", "sample") run(x, draws, y, pos)  pos: winners, as a max forward's
+    ("blend", "forward")   run(x, kind, weights, y)  kind: blend.MIXED or GATED;
+    ("blend", "backward")  run(x, dy, kind, weights, dx, dweights)  weights float64
     ("fractional", "forward")  run(x, starts, lengths, extent, y, pos)  planes
     ("fractional", "backward") run(dy, starts, extent, pos, dx)  (N*C, 1, D, H, W); the
     ("fractional", "indices")  run(starts, extent, pos, in_h, in_w, indices)  windows
@@ -484,8 +486,8 @@ def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = Fa
 
     Args:
         op: ``"max"``, ``"avg"``, ``"global_avg"``, ``"lp"``, ``"unpool"``,
-            ``"blur"``, ``"weighted"``, ``"stochastic"``, ``"fractional"``, ``"gem"``
-            or ``"gem_global"``.
+            ``"blur"``, ``"weighted"``, ``"stochastic"``, ``"blend"``, ``"fractional"``,
+            ``"gem"`` or ``"gem_global"``.
         direction: ``"forward"`` or ``"backward"`` (max also ``"indices"``,
             ``"tie_count"`` and ``"split"``).
         plan: the call's :class:`~poolgrad.geometry.WindowPlan` (None for unpool).

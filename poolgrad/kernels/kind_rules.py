@@ -1,5 +1,6 @@
 """The dispatch's rules for the pooling kinds of :mod:`poolgrad.kinds`: anti-aliased
-pooling (:mod:`.blur`), the weighted window averages (:mod:`.weighted`), fractional
+pooling (:mod:`.blur`), the weighted window averages (:mod:`.weighted`), the blends
+of maximum and mean (:mod:`.blend`: mixed and gated pooling), fractional
 max pooling (:mod:`.fractional`, whose windows come with each call) and GeM
 (:mod:`.power_mean`: global on ``(N, C, L)`` views, channels innermost or planes, and
 over sliding windows). Each has one kernel per pass and layout; the run signatures are
@@ -13,7 +14,7 @@ import numba
 import numpy as np
 
 from .. import geometry
-from . import blur, fractional, power_mean, weighted
+from . import blend, blur, fractional, power_mean, weighted
 from .rule import Rule, always
 
 
@@ -247,6 +248,48 @@ def _weighted_rows(kernel, forward: bool):
     return bind
 
 
+def _blend_window(forward: bool):
+    """Bind a ``blend_window_*`` kernel; the backward adds its partials into ``dweights``."""
+    def bind(plan):
+        extent, count = plan.extent, plan.window_size
+        if forward:
+            return lambda x, kind, weights, y: blend.blend_window_forward(
+                x, plan.table, extent, count, kind, weights, y)
+
+        def run(x, dy, kind, weights, dx, dweights):
+            partials = np.empty((x.shape[0] * x.shape[1], weights.size), np.float64)
+            blend.blend_window_backward(x, dy, plan.table, extent, count, kind, weights, dx,
+                                        partials)
+            dweights[:] = partials.sum(axis=0)
+        return run
+    return bind
+
+
+def _blend_rows(forward: bool):
+    """Bind a ``blend_rows_*`` kernel."""
+    def bind(plan):
+        window, steps, covered = _rows_geometry(plan)
+        count = plan.window_size
+        if forward:
+            def run(x, kind, weights, y):
+                inner, xr, yr = _rows_like(x, y)
+                blend.blend_rows_forward(xr, inner, window, steps, *_tasks(yr), count, kind,
+                                         weights, yr)
+            return run
+
+        def run(x, dy, kind, weights, dx, dweights):
+            if not covered:  # inputs no window reads get 0
+                dx.fill(0)
+            inner, xr, dyr, dxr = _rows_like(x, dy, dx)
+            partials = np.empty((dyr.shape[0] * dyr.shape[1] * dyr.shape[2], weights.size),
+                                np.float64)
+            blend.blend_rows_backward(xr, dyr, inner, window, steps, *_tasks(dyr), count,
+                                      kind, weights, dxr, partials)
+            dweights[:] = partials.sum(axis=0)
+        return run
+    return bind
+
+
 def _channels_innermost(plan, operand, record):
     return operand.layout == "channels_last"
 
@@ -304,6 +347,12 @@ RULES = {
         Rule("weighted.weighted_rows_backward", _apart,
              _weighted_rows(weighted.weighted_rows_backward, False)),
         Rule("weighted.weighted_pool_backward", always, _weighted_back)],
+    ("blend", "forward"): [
+        Rule("blend.blend_rows_forward", _full_windows, _blend_rows(True)),
+        Rule("blend.blend_window_forward", always, _blend_window(True))],
+    ("blend", "backward"): [
+        Rule("blend.blend_rows_backward", _apart, _blend_rows(False)),
+        Rule("blend.blend_window_backward", always, _blend_window(False))],
     ("stochastic", "sample"): [
         Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],
     ("fractional", "forward"): [Rule("fractional.fractional_max_forward", always,

@@ -1,6 +1,6 @@
-"""Pooling kinds with learnable parameters, built from the core's operators: GeM
-(a learnable power mean), mixed pooling (a learnable blend of max and average) and
-gated pooling (a blend set per window by a learned gate).
+"""Pooling kinds with learnable parameters, on fused kernels of their own: GeM (a
+learnable power mean), mixed pooling (a learnable blend of max and average) and gated
+pooling (a blend set per window by a learned gate).
 
 Their pullbacks return ``(dx, dparam)``: the parameter's gradient summed over the
 batch, as float64, shaped like the parameter (a float for ``p`` and ``alpha``).
@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _inputs as inputs
-from .. import autodiff, engines, geometry, ops
+from .. import autodiff, engines, geometry
 from ..engines import Pullback
 from ..engines.pullback import owned
+from ..kernels import blend
 
 # ------------------------------------------------------------------------------- GeM
 
@@ -86,42 +87,41 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=
 # ---------------------------------------------------------------- mixed and gated
 
 
-def _window(x, kernel_size, stride, padding, spatial_dims):
-    """``(x, ndim, kernel)``: x checked, its number of spatial dims by the kinds' rule and
-    the window per dim (so that the core's operators read x's spatial dims so too)."""
+def _blend(x, kernel_size, stride, padding, spatial_dims, kind, weights, param: str,
+           want_pullback):
+    """Mixed or gated pooling on the fused kernels (:mod:`poolgrad.engines.blend`):
+    ``y``, and with ``want_pullback`` its pullback, which returns ``(dx, dparam)``:
+    ``dparam`` shaped as ``weights`` (``alpha``: a float)."""
     x = inputs.check_array(x, "x", floating=True)
     ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, kernel_size=kernel_size,
                                        stride=stride, padding=padding)
-    return x, ndim, geometry.per_dim(kernel_size, ndim, "kernel_size")
+    plan = inputs.sliding_plan(x, kernel_size, stride, padding, 1, False, ndim)
+    if kind == blend.GATED:
+        inputs.check_gate_shape(weights.shape, geometry.per_dim(kernel_size, ndim,
+                                                                 "kernel_size"))
+    flat = np.ascontiguousarray(weights, np.float64).ravel()
+    layout = inputs.Layout(x.shape, ndim)
+    xk = inputs.compute_view(x, layout)
+    yk = engines.blend_forward(xk, plan, kind, flat)
+    y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
+    if not want_pullback:
+        return y, None
+    xk = owned(xk, x, keep_layout=True)
 
-
-def _max_and_avg(x, kernel, stride, padding):
-    """The two branches and their pullbacks (the average counts padding, PyTorch's
-    default, so that both are what torch.nn's MaxPool and AvgPool give)."""
-    top, top_pullback = ops.vjp(ops.max_pool, x, kernel, stride, padding)
-    mean, mean_pullback = ops.vjp(ops.avg_pool, x, kernel, stride, padding)
-    return top, top_pullback, mean, mean_pullback
+    def backward(dy):
+        dx, dweights = engines.blend_backward(xk, layout.to_kernel(dy), plan, kind, flat)
+        return dx, (float(dweights[0]) if kind == blend.MIXED
+                    else dweights.reshape(weights.shape))
+    name = "mixed_pool" if kind == blend.MIXED else "gated_pool"
+    return y, Pullback(name, backward, y.shape, x.shape, x.dtype, {"x": xk},
+                       engines.blend_kernels(xk, plan), params=(param,))
 
 
 def _mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, spatial_dims=None,
                 want_pullback=False):
     alpha = inputs.check_real(alpha, "alpha")
-    x, _, kernel = _window(x, kernel_size, stride, padding, spatial_dims)
-    top, top_pullback, mean, mean_pullback = _max_and_avg(x, kernel, stride, padding)
-    compute = inputs.COMPUTE_DTYPE[x.dtype]
-    a = compute.type(alpha)
-    y = (a * top.astype(compute) + (1 - a) * mean.astype(compute)).astype(x.dtype, copy=False)
-    if not want_pullback:
-        return y, None
-    spread = top.astype(np.float64) - mean.astype(np.float64)
-
-    def backward(dy):
-        dx = top_pullback(a * dy).astype(compute) + mean_pullback((1 - a) * dy).astype(compute)
-        return dx, float(np.sum(dy.astype(np.float64) * spread))
-    return y, Pullback("mixed_pool", backward, y.shape, x.shape, x.dtype,
-                       {**top_pullback.saved}, (top_pullback.kernels["forward"],
-                                                 mean_pullback.kernels["backward"]),
-                       params=("alpha",))
+    return _blend(x, kernel_size, stride, padding, spatial_dims, blend.MIXED,
+                  np.array([alpha]), "alpha", want_pullback)
 
 
 def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, spatial_dims=None):
@@ -150,52 +150,12 @@ def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, spatial_dim
     return _mixed_pool(x, kernel_size, stride, padding, alpha, spatial_dims=spatial_dims)[0]
 
 
-def _windows(padded, kernel, stride, out_spatial):
-    """Tap ``t`` of every window: the strided slice of ``padded`` it reads."""
-    return tuple(slice(t, t + s * (o - 1) + 1, s)
-                 for t, s, o in zip(kernel, stride, out_spatial, strict=True))
-
-
 def _gated_pool(x, gate, kernel_size, stride=None, padding=0, *, spatial_dims=None,
                 want_pullback=False):
-    x, ndim, kernel = _window(x, kernel_size, stride, padding, spatial_dims)
     gate = inputs.check_array(gate, "gate", floating=True)
-    inputs.check_gate_shape(gate.shape, kernel)
     inputs.check_values(gate.ravel().tolist(), "gate")
-    top, top_pullback, mean, mean_pullback = _max_and_avg(x, kernel, stride, padding)
-    stride = kernel if stride is None else geometry.per_dim(stride, ndim, "stride")
-    pads = geometry.resolve_padding(padding, x.shape[-ndim:], kernel, stride, (1,) * ndim)
-    compute = inputs.COMPUTE_DTYPE[x.dtype]
-    lead = (slice(None),) * (x.ndim - ndim)
-    padded = np.pad(x.astype(compute), [(0, 0)] * (x.ndim - ndim) + list(pads))
-    out_spatial = top.shape[-ndim:]
-    weights = gate.astype(compute)
-    # the gate's logit: the window's values weighted by the gate (padding adds 0)
-    logit = np.zeros(top.shape, compute)
-    for tap in np.ndindex(*kernel):
-        logit += weights[tap] * padded[lead + _windows(padded, tap, stride, out_spatial)]
-    share = 1 / (1 + np.exp(-logit))
-    y = (share * top + (1 - share) * mean).astype(x.dtype, copy=False)
-    if not want_pullback:
-        return y, None
-    spread = top.astype(compute) - mean.astype(compute)
-
-    def backward(dy):
-        dx = top_pullback(share * dy).astype(compute) + mean_pullback((1 - share) * dy)
-        dlogit = dy * spread * share * (1 - share)
-        dgate = np.zeros(kernel, np.float64)
-        dpadded = np.zeros(padded.shape, compute)
-        for tap in np.ndindex(*kernel):  # overlapping windows add up, tap by tap
-            where = lead + _windows(padded, tap, stride, out_spatial)
-            dgate[tap] = np.sum(dlogit.astype(np.float64) * padded[where])
-            dpadded[where] += weights[tap] * dlogit
-        inside = lead + tuple(slice(lo, lo + n) for (lo, _), n in
-                              zip(pads, x.shape[-ndim:], strict=True))
-        return dx + dpadded[inside], dgate
-    return y, Pullback("gated_pool", backward, y.shape, x.shape, x.dtype,
-                       {"padded": padded, **top_pullback.saved},
-                       (top_pullback.kernels["forward"], mean_pullback.kernels["backward"]),
-                       params=("gate",))
+    return _blend(x, kernel_size, stride, padding, spatial_dims, blend.GATED, gate, "gate",
+                  want_pullback)
 
 
 def gated_pool(x, gate, kernel_size, stride=None, padding=0, *, spatial_dims=None):

@@ -6,7 +6,8 @@ and its gather are each other's gradients, average pooling's backward and forwar
 each other's adjoints, and the second derivatives of Lp and of split-tie max are written
 as window-sum composites. GeM's backward is differentiated through its composite form
 (:func:`gem_composite`), recomputed when a second derivative is asked for, and so are
-the weighted averages' (:func:`weighted_composite`). Stochastic pooling's draw routes its
+the weighted averages' (:func:`weighted_composite`) and the blends' of mixed and
+gated pooling (:func:`blend_composite`). Stochastic pooling's draw routes its
 gradient as max pooling does, through its winners. The blur's backward is linear in
 ``dy``: its gradient is the forward again, a max-blur's after a gather at the winners.
 """
@@ -19,11 +20,11 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from ._ops import (
-    IMPLEMENTATIONS,
+from ._kind_ops import (
+    MIXED,
     SOFT,
-    avg_pool,
-    avg_pool_backward,
+    blend_pool,
+    blend_pool_backward,
     blur_args,
     blur_geometry,
     blur_pool,
@@ -33,6 +34,14 @@ from ._ops import (
     fractional_max_pool_indices,
     gem_pool,
     gem_pool_backward,
+    stochastic_pool_sample,
+    weighted_pool,
+    weighted_pool_backward,
+)
+from ._ops import (
+    IMPLEMENTATIONS,
+    avg_pool,
+    avg_pool_backward,
     is_channels_last,
     is_global,
     lp_pool,
@@ -47,9 +56,6 @@ from ._ops import (
     out_shape,
     sliding_args,
     sliding_window,
-    stochastic_pool_sample,
-    weighted_pool,
-    weighted_pool_backward,
     window_ndim,
 )
 
@@ -450,6 +456,59 @@ def _weighted_backward_grad(ctx, grad_dx):
 
 
 _autograd(weighted_pool_backward, _weighted_backward_grad, _weighted_backward_setup)
+
+
+def blend_composite(x: Tensor, weights: Tensor, kind: int, window) -> Tensor:
+    """Mixed or gated pooling in poolgrad's max and average ops and torch's own
+    differentiable ops (the gate's logit over a zero-padded window view)."""
+    top = call(max_pool, x, window, "first")[0]
+    mean = call(avg_pool, x, window, True, None)
+    if kind == MIXED:
+        share = weights.to(x.dtype).reshape(())
+    else:
+        dims = tuple(range(-window_ndim(window), 0))
+        share = torch.sigmoid((windows(x, window, 0.0) * weights.to(x.dtype)).sum(dims))
+    return share * top + (1 - share) * mean
+
+
+def _blend_setup(ctx, inputs, output):
+    x, weights, ctx.kind, ctx.window = inputs
+    ctx.save_for_backward(x, weights)
+
+
+def _blend_grad(ctx, dy):
+    x, weights = ctx.saved_tensors
+    dx, dweights = call(blend_pool_backward, dy, x, weights, ctx.kind, ctx.window)
+    return dx, dweights.to(weights.dtype), None, None
+
+
+_autograd(blend_pool, _blend_grad, _blend_setup)
+
+
+def _blend_backward_setup(ctx, inputs, output):
+    dy, x, weights, ctx.kind, ctx.window = inputs
+    ctx.save_for_backward(dy, x, weights)
+
+
+def _blend_backward_grad(ctx, grad_dx, grad_dweights):
+    """As :func:`_gem_backward_grad`, through :func:`blend_composite`."""
+    dy, x, weights = ctx.saved_tensors
+    higher = torch.is_grad_enabled()
+    with torch.enable_grad():
+        dy_, x_, w_ = (t.detach().requires_grad_() for t in (dy, x, weights))
+        y = blend_composite(x_, w_, ctx.kind, ctx.window)
+        dx, dw = torch.autograd.grad(y, (x_, w_), dy_, create_graph=True)
+        asked = [(output, grad.to(output.dtype))
+                 for output, grad in ((dx, grad_dx), (dw, grad_dweights)) if grad is not None]
+        if not asked:
+            return (None,) * 5
+        outputs, grads = zip(*asked, strict=True)
+        grad_dy, grad_x, grad_w = torch.autograd.grad(
+            outputs, (dy_, x_, w_), grads, allow_unused=True, create_graph=higher)
+    return grad_dy, grad_x, grad_w, None, None
+
+
+_autograd(blend_pool_backward, _blend_backward_grad, _blend_backward_setup)
 
 
 def _sample_setup(ctx, inputs, output):

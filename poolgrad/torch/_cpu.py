@@ -18,7 +18,7 @@ from torch import Tensor
 
 from .. import _inputs, engines, geometry, ops
 from ..kinds import fractional as numpy_fractional
-from . import _ops
+from . import _kind_ops, _ops
 
 
 def _on_cpu(*tensors: Tensor) -> None:
@@ -207,7 +207,7 @@ def _gem_plan(window, x_spatial):
     return None if _ops.is_global(window) else _ops.plan_of(window, x_spatial)
 
 
-@_ops.implement(_ops.gem_pool, "cpu")
+@_ops.implement(_kind_ops.gem_pool, "cpu")
 def gem_pool(x: Tensor, p: Tensor, eps: float, window: list[int]) -> Tensor:
     """``mean(max(x, eps)^p)^(1/p)`` over each sliding window, or over each whole plane
     (a global window); ``p`` a one-element tensor (learnable)."""
@@ -220,7 +220,7 @@ def gem_pool(x: Tensor, p: Tensor, eps: float, window: list[int]) -> Tensor:
     return _tensor(y, _ops.memory_format(x), x.dtype)
 
 
-@_ops.implement(_ops.gem_pool_backward, "cpu")
+@_ops.implement(_kind_ops.gem_pool_backward, "cpu")
 def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
                       window: list[int], with_dp: bool) -> tuple[Tensor, Tensor]:
     """``dx``, and with ``with_dp`` each window's term of ``dp`` (``y``'s shape, in the
@@ -238,7 +238,7 @@ def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
     return _tensor(dx.reshape(x.shape), _ops.memory_format(x), dy.dtype), terms
 
 
-@_ops.implement(_ops.weighted_pool, "cpu")
+@_ops.implement(_kind_ops.weighted_pool, "cpu")
 def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tensor]:
     """Each window's weighted average (SOFT or SELF) and its ``norm``."""
     _on_cpu(x)
@@ -251,7 +251,7 @@ def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tens
             _tensor(norm.reshape(shape), fmt, _ops.compute_dtype(x)))
 
 
-@_ops.implement(_ops.weighted_pool_backward, "cpu")
+@_ops.implement(_kind_ops.weighted_pool_backward, "cpu")
 def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind: int,
                            window: list[int]) -> Tensor:
     """``dx``: each input's share of the windows that read it."""
@@ -265,7 +265,7 @@ def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind:
     return _tensor(dx.reshape(x.shape), _ops.memory_format(x), dy.dtype)
 
 
-@_ops.implement(_ops.stochastic_pool_sample, "cpu")
+@_ops.implement(_kind_ops.stochastic_pool_sample, "cpu")
 def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
     """One drawn tap per window: its value and its winner."""
     _on_cpu(x, draws)
@@ -278,28 +278,58 @@ def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple
     return _tensor(y.reshape(shape), fmt, x.dtype), _tensor(winners.reshape(shape), fmt)
 
 
-@_ops.implement(_ops.blur_pool, "cpu")
+def _blend_weights(weights: Tensor) -> np.ndarray:
+    return np.ascontiguousarray(_array(weights), np.float64).ravel()
+
+
+@_ops.implement(_kind_ops.blend_pool, "cpu")
+def blend_pool(x: Tensor, weights: Tensor, kind: int, window: list[int]) -> Tensor:
+    """Each window's blend of its maximum and mean (MIXED or GATED)."""
+    _on_cpu(x, weights)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    y = engines.blend_forward(_inputs.compute_view(xa, layout),
+                              _ops.plan_of(window, xa.shape[2:]), kind, _blend_weights(weights))
+    return _tensor(y.reshape(_ops.out_shape(x, window)), _ops.memory_format(x), x.dtype)
+
+
+@_ops.implement(_kind_ops.blend_pool_backward, "cpu")
+def blend_pool_backward(dy: Tensor, x: Tensor, weights: Tensor, kind: int,
+                        window: list[int]) -> tuple[Tensor, Tensor]:
+    """``dx`` and the weights' gradient (float64, shaped as ``weights``)."""
+    _on_cpu(dy, x, weights)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    xk = _inputs.compute_view(xa, layout)
+    dyk = layout.to_kernel(_array(dy).astype(xk.dtype, copy=False))
+    dx, dweights = engines.blend_backward(xk, dyk, _ops.plan_of(window, xa.shape[2:]), kind,
+                                          _blend_weights(weights))
+    return (_tensor(dx.reshape(x.shape), _ops.memory_format(x), dy.dtype),
+            torch.from_numpy(dweights.reshape(weights.shape)))
+
+
+@_ops.implement(_kind_ops.blur_pool, "cpu")
 def blur_pool(x: Tensor, blur: list[int]) -> tuple[Tensor, Tensor]:
     """Anti-aliased pooling, and a max-blur's winners, both in ``x``'s layout."""
     _on_cpu(x)
     xa = _array(x)
-    plan = _ops.blur_plan_of(tuple(blur), tuple(xa.shape[2:]))
+    plan = _kind_ops.blur_plan_of(tuple(blur), tuple(xa.shape[2:]))
     y, winners = engines.blur_forward(
         _inputs.compute_view(xa, _layout(xa.shape, len(plan.in_spatial))), plan)
     fmt = _ops.memory_format(x)
-    winners = (_tensor(winners.reshape(_ops.blur_winners_shape(x, blur)), fmt)
+    winners = (_tensor(winners.reshape(_kind_ops.blur_winners_shape(x, blur)), fmt)
                if plan.pre == "max" else torch.empty(0, dtype=torch.uint8))
-    return _tensor(y.reshape(_ops.blur_out_shape(x, blur)), fmt, x.dtype), winners
+    return _tensor(y.reshape(_kind_ops.blur_out_shape(x, blur)), fmt, x.dtype), winners
 
 
-@_ops.implement(_ops.blur_pool_backward, "cpu")
+@_ops.implement(_kind_ops.blur_pool_backward, "cpu")
 def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
                        x_size: list[int]) -> Tensor:
     """The transposed blur, then (max-blur) the routing to the winners; ``dx`` in
     ``dy``'s layout."""
     _on_cpu(dy, winners)
     dya = _array(dy)
-    plan = _ops.blur_plan_of(tuple(blur), tuple(int(s) for s in x_size[2:]))
+    plan = _kind_ops.blur_plan_of(tuple(blur), tuple(int(s) for s in x_size[2:]))
     layout = _layout(dya.shape, len(plan.in_spatial))
     wk = (_layout(winners.shape, len(plan.in_spatial)).to_kernel(winners.numpy())
           if plan.pre == "max" else np.empty((0,) * 5, np.uint8))
@@ -321,7 +351,7 @@ class _Columns:
 
 
 def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
-    kernel, out, sequence = _ops.fractional_args(fractional)
+    kernel, out, sequence = _kind_ops.fractional_args(fractional)
     planes = int(x_size[0]) * int(x_size[1])
     u = numpy_fractional.in_sample_precision(_array(samples).reshape(planes, len(out)))
     return numpy_fractional.region_tables(tuple(int(s) for s in x_size[2:]), kernel, out, u,
@@ -335,23 +365,23 @@ def _fractional_planes(a: np.ndarray, ndim: int) -> np.ndarray:
         (-1, 1) + grid + a.shape[2:])
 
 
-@_ops.implement(_ops.fractional_max_pool, "cpu")
+@_ops.implement(_kind_ops.fractional_max_pool, "cpu")
 def fractional_max_pool(x: Tensor, samples: Tensor, orders: Tensor,
                         fractional: list[int]) -> tuple[Tensor, Tensor]:
     """Each window's maximum and its winner, the windows built on the host (the CPU is
     the tensor's device)."""
     _on_cpu(x, samples, orders)
     xa = _array(x)
-    out = _ops.fractional_args(fractional)[1]
+    out = _kind_ops.fractional_args(fractional)[1]
     tables = _fractional_tables(fractional, xa.shape, samples, orders)
-    winner = geometry.position_dtype(_ops.fractional_taps(fractional, xa.shape[2:]))
+    winner = geometry.position_dtype(_kind_ops.fractional_taps(fractional, xa.shape[2:]))
     y, winners = engines.fractional_forward(_fractional_planes(xa, len(out)), tables, out,
                                             winner)
     shape, fmt = (*xa.shape[:2], *out), _ops.memory_format(x)
     return _tensor(y.reshape(shape), fmt, x.dtype), _tensor(winners.reshape(shape), fmt)
 
 
-@_ops.implement(_ops.fractional_max_pool_backward, "cpu")
+@_ops.implement(_kind_ops.fractional_max_pool_backward, "cpu")
 def fractional_max_pool_backward(dy: Tensor, winners: Tensor, samples: Tensor,
                                  orders: Tensor, fractional: list[int],
                                  x_size: list[int]) -> Tensor:
@@ -365,7 +395,7 @@ def fractional_max_pool_backward(dy: Tensor, winners: Tensor, samples: Tensor,
     return _tensor(dx.reshape(x_size), _ops.memory_format(dy), dy.dtype)
 
 
-@_ops.implement(_ops.fractional_max_pool_indices, "cpu")
+@_ops.implement(_kind_ops.fractional_max_pool_indices, "cpu")
 def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor,
                                 fractional: list[int], x_size: list[int]) -> Tensor:
     """PyTorch's int64 indices of the winners."""

@@ -19,7 +19,7 @@ import math
 import torch
 from torch import Tensor
 
-from . import _ops
+from . import _kind_ops, _ops
 from ._ops import empty
 from .triton import dispatch
 
@@ -172,6 +172,26 @@ def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind:
     return dx
 
 
+# ------------------------------------------------------------ blends of max and mean
+
+
+def blend_pool(x: Tensor, weights: Tensor, kind: int, window: list[int]) -> Tensor:
+    plan = _ops.plan_of(window, x.shape[2:])
+    y = empty(_out_shape(x, plan), x, _ops.memory_format(x))
+    dispatch.choose("blend", "forward", plan)(_five(x), kind, weights.contiguous(), _five(y))
+    return y
+
+
+def blend_pool_backward(dy: Tensor, x: Tensor, weights: Tensor, kind: int,
+                        window: list[int]) -> tuple[Tensor, Tensor]:
+    plan = _ops.plan_of(window, x.shape[2:])
+    dx = empty(x.shape, dy, _ops.memory_format(x))
+    dweights = torch.empty(weights.shape, dtype=torch.float64, device=x.device)
+    dispatch.choose("blend", "backward", plan)(_five(x), _five(dy), kind,
+                                               weights.contiguous(), _five(dx), dweights)
+    return dx, dweights
+
+
 def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
     plan = _ops.plan_of(window, x.shape[2:])
     fmt = _ops.memory_format(x)
@@ -261,8 +281,11 @@ IMPLEMENTATIONS = {
     "weighted_pool": weighted_pool,
     "weighted_pool_backward": weighted_pool_backward,
     "stochastic_pool_sample": stochastic_pool_sample,
+    "blend_pool": blend_pool,
+    "blend_pool_backward": blend_pool_backward,
 }
 IMPLEMENTATIONS = {name: _on_their_device(implementation)
                    for name, implementation in IMPLEMENTATIONS.items()}
 for _name, _implementation in IMPLEMENTATIONS.items():
-    _ops.implement(getattr(_ops, _name), "cuda")(_implementation)
+    _ops.implement(getattr(_kind_ops, _name, None) or getattr(_ops, _name), "cuda")(
+        _implementation)

@@ -24,16 +24,6 @@ operator                      what it computes                       its gradien
 ``lp_pool_backward``          the Lp gradient                        window-sum composites
 ``max_unpool``                values back at their indices           ``max_unpool_backward``
 ``max_unpool_backward``       the unpooled gradient at the indices   ``max_unpool``
-``gem_pool``                  power means (GeM), ``p`` a tensor      ``gem_pool_backward``
-``gem_pool_backward``         ``dx`` and the terms of ``dp``         recomputed composite
-``weighted_pool``             SoftPool, stochastic pooling's mean    ``weighted_pool_backward``
-``weighted_pool_backward``    its gather backward                    recomputed composite
-``stochastic_pool_sample``    one drawn tap per window, its winner   ``max_pool_backward``
-``blur_pool``                 anti-aliased pooling (CPU), winners    ``blur_pool_backward``
-``blur_pool_backward``        the transposed chain, routed winners   ``blur_pool`` (+gather)
-``fractional_max_pool``       maxima over each plane's windows (CPU) ``..._backward``
-``fractional_max_pool_backward`` ``dy`` at the winners                 a gather at indices
-``fractional_max_pool_indices`` PyTorch's int64 indices from winners (integer output)
 ============================  =====================================  ==================
 
 Inputs are batched ``(N, C, *spatial)`` (:mod:`poolgrad.torch.functional` adds and
@@ -125,7 +115,7 @@ def out_shape(x: Tensor, window) -> list:
     return [*x.shape[:2], *sizes]
 
 
-_TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16,
+TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.uint16): torch.uint16,
                 np.dtype(np.uint32): torch.uint32, np.dtype(np.uint64): torch.uint64}
 
 
@@ -136,7 +126,7 @@ def winner_dtype(x: Tensor, window) -> torch.dtype:
         taps = math.prod(sliding_args(window)[0])
     else:  # an adaptive bin's extent depends on the input size
         taps = plan_of(window, [int(s) for s in x.shape[2:]]).window_size
-    return _TORCH_DTYPE[geometry.position_dtype(taps)]
+    return TORCH_DTYPE[geometry.position_dtype(taps)]
 
 
 # ------------------------------------------------------------------- memory formats
@@ -192,7 +182,7 @@ def empty(shape, like: Tensor, fmt, dtype=None) -> Tensor:
 IMPLEMENTATIONS: dict[str, dict] = {device: {} for device in DEVICES}
 
 
-def _operator(function):
+def define(function):
     """``torch.ops.poolgrad.<name>`` with ``function``'s schema (no mutation). The
     function is every device's default, and refuses: :func:`implement` registers the
     CPU and CUDA implementations."""
@@ -229,7 +219,7 @@ def refuse_device(*tensors: Tensor) -> None:
 # ---------------------------------------------------------------------- max pooling
 
 
-@_operator
+@define
 def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
     """Values and each window's winning tap (uint8 up to 256 taps, then uint16)."""
     refuse_device(x)
@@ -242,7 +232,7 @@ def _(x, window, ties):
     return empty(shape, x, fmt), empty(shape, x, fmt, winner_dtype(x, window))
 
 
-@_operator
+@define
 def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
     """The values of :func:`max_pool` alone, for inference: no winners written."""
     refuse_device(x)
@@ -253,7 +243,7 @@ def _(x, window):
     return empty(out_shape(x, window), x, memory_format(x))
 
 
-@_operator
+@define
 def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
                       x_size: list[int]) -> Tensor:
     """``dy`` routed to each window's winner; overlapping windows add up."""
@@ -265,7 +255,7 @@ def _(dy, winners, window, x_size):
     return empty(x_size, dy, memory_format(winners))
 
 
-@_operator
+@define
 def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
     """``dx`` read at each window's winner: the adjoint of :func:`max_pool_backward`."""
     refuse_device(dx, winners)
@@ -276,7 +266,7 @@ def _(dx, winners, window):
     return empty(winners.shape, dx, memory_format(winners))
 
 
-@_operator
+@define
 def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> Tensor:
     """PyTorch's int64 indices: each winner's flat position in its input plane."""
     refuse_device(winners)
@@ -287,7 +277,7 @@ def _(winners, window, x_size):
     return empty(winners.shape, winners, memory_format(winners), torch.int64)
 
 
-@_operator
+@define
 def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
     """``ties="split"``: each window's ``dy`` shared equally among its tied maxima."""
     refuse_device(dy, x)
@@ -301,7 +291,7 @@ def _(dy, x, window):
 # ------------------------------------------------------------------ average pooling
 
 
-@_operator
+@define
 def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
              divisor_override: int | None) -> Tensor:
     """Window means (adaptive windows: the means of PyTorch's bins)."""
@@ -313,7 +303,7 @@ def _(x, window, count_include_pad, divisor_override):
     return empty(out_shape(x, window), x, memory_format(x))
 
 
-@_operator
+@define
 def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
                       count_include_pad: bool, divisor_override: int | None,
                       channels_last: bool) -> Tensor:
@@ -329,7 +319,7 @@ def _(dy, window, x_size, count_include_pad, divisor_override, channels_last):
 # ----------------------------------------------------------------------- Lp pooling
 
 
-@_operator
+@define
 def lp_pool(x: Tensor, p: float, window: list[int]) -> Tensor:
     """``(sum over the window of |x|^p)^(1/p)`` (ONNX LpPool)."""
     refuse_device(x)
@@ -340,7 +330,7 @@ def _(x, p, window):
     return empty(out_shape(x, window), x, memory_format(x))
 
 
-@_operator
+@define
 def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[int]) -> Tensor:
     """``dy * sign(x) * (|x| / y)^(p-1)`` summed over the windows holding each input."""
     refuse_device(dy, x, y)
@@ -354,7 +344,7 @@ def _(dy, x, y, p, window):
 # -------------------------------------------------------------------------- unpooling
 
 
-@_operator
+@define
 def max_unpool(y: Tensor, indices: Tensor, window: list[int],
                output_size: list[int]) -> Tensor:
     """Zeros, with each value of ``y`` at its index (flat in its ``(n, c)`` plane)."""
@@ -366,7 +356,7 @@ def _(y, indices, window, output_size):
     return empty([*y.shape[:2], *output_size], y, torch.contiguous_format)
 
 
-@_operator
+@define
 def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Tensor:
     """``dout`` read at each index; where several entries name one place, the last
     (the one written) gets it and the others 0."""
@@ -376,225 +366,3 @@ def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Ten
 @max_unpool_backward.register_fake
 def _(dout, indices, window):
     return empty(indices.shape, dout, torch.contiguous_format)
-
-
-# ---------------------------------------------------------------------------------- GeM
-
-
-@_operator
-def gem_pool(x: Tensor, p: Tensor, eps: float, window: list[int]) -> Tensor:
-    """``mean(max(x, eps)^p)^(1/p)`` over each sliding window, or over each whole plane
-    (a global window); ``p`` a one-element tensor (learnable)."""
-    refuse_device(x, p)
-
-
-@gem_pool.register_fake
-def _(x, p, eps, window):
-    return empty(out_shape(x, window), x, memory_format(x))
-
-
-@_operator
-def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
-                      window: list[int], with_dp: bool) -> tuple[Tensor, Tensor]:
-    """``dx``, and with ``with_dp`` each window's term of ``dp`` (``y``'s shape, in the
-    compute dtype; their sum is ``dp``), else zeros."""
-    refuse_device(dy, x, y, p)
-
-
-@gem_pool_backward.register_fake
-def _(dy, x, y, p, eps, window, with_dp):
-    return (empty(x.shape, dy, memory_format(x)),
-            empty(y.shape, y, torch.contiguous_format, compute_dtype(x)))
-
-
-# ------------------------------------------------------------------ weighted averages
-
-SOFT, SELF = 0, 1  # :mod:`poolgrad.kernels.weighted`'s kinds
-
-
-@_operator
-def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tensor]:
-    """Each window's weighted average over its real taps: ``kind`` SOFT (SoftPool,
-    weights ``exp(x)``) or SELF (stochastic pooling's evaluation, weights ``x``), and its
-    ``norm`` (what the backward reads: ``M + log(S)``, or ``S``), both stored as ``x``."""
-    refuse_device(x)
-
-
-@weighted_pool.register_fake
-def _(x, kind, window):
-    shape, fmt = out_shape(x, window), memory_format(x)
-    return empty(shape, x, fmt), empty(shape, x, fmt, compute_dtype(x))
-
-
-@_operator
-def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind: int,
-                           window: list[int]) -> Tensor:
-    """``dx``: each input's share of the windows that read it."""
-    refuse_device(dy, x, y, norm)
-
-
-@weighted_pool_backward.register_fake
-def _(dy, x, y, norm, kind, window):
-    return empty(x.shape, dy, memory_format(x))
-
-
-@_operator
-def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
-    """One real tap per window, drawn with probability ``x / sum(x)`` by the float64
-    ``draws`` (``y``'s shape): its value and its tap number (max pooling's winners, so
-    :func:`max_pool_backward` routes the gradient)."""
-    refuse_device(x, draws)
-
-
-@stochastic_pool_sample.register_fake
-def _(x, draws, window):
-    shape, fmt = out_shape(x, window), memory_format(x)
-    return empty(shape, x, fmt), empty(shape, x, fmt, winner_dtype(x, window))
-
-
-# ------------------------------------------------------------------ anti-aliased pooling
-
-def blur_geometry(pre: str, kernel, stride, sizes, pads, mode: str) -> list[int]:
-    """``[pre, *kernel, *stride, *filter sizes, *before, *after, mode]`` (``pre`` and
-    ``mode`` as their indices in :data:`poolgrad.geometry.BLUR_PRE` and
-    :data:`poolgrad.geometry.BLUR_PADDING_MODES`)."""
-    return [geometry.BLUR_PRE.index(pre), *kernel, *stride, *sizes, *(lo for lo, _ in pads),
-            *(hi for _, hi in pads), geometry.BLUR_PADDING_MODES.index(mode)]
-
-
-def blur_args(blur) -> tuple:
-    """``(pre, kernel, stride, sizes, pads, mode)`` of a :func:`blur_geometry`."""
-    n = (len(blur) - 2) // 5
-    kernel, stride, sizes, lo, hi = (tuple(blur[1 + i * n: 1 + (i + 1) * n]) for i in range(5))
-    return (geometry.BLUR_PRE[blur[0]], kernel, stride, sizes, tuple(zip(lo, hi, strict=True)),
-            geometry.BLUR_PADDING_MODES[blur[-1]])
-
-
-@functools.lru_cache(maxsize=256)
-def blur_plan_of(blur: tuple[int, ...], in_spatial: tuple[int, ...]) -> geometry.BlurPlan:
-    pre, kernel, stride, sizes, pads, mode = blur_args(blur)
-    return geometry.blur_plan(in_spatial, pre, kernel, sizes, stride, pads, mode)
-
-
-def blur_out_shape(x: Tensor, blur) -> list:
-    """The output shape by arithmetic alone (symbolic sizes pass)."""
-    _, kernel, stride, sizes, pads, _ = blur_args(blur)
-    return [*x.shape[:2], *((length - k + 1 + lo + hi - f) // s + 1
-                            for length, k, s, f, (lo, hi) in zip(
-                                x.shape[2:], kernel, stride, sizes, pads, strict=True))]
-
-
-def blur_winners_shape(x: Tensor, blur) -> list:
-    """A max-blur's winners: one per stride-1 window; none for the others."""
-    pre, kernel, *_ = blur_args(blur)
-    if pre != "max":
-        return [0]
-    return [*x.shape[:2], *(length - k + 1 for length, k in zip(x.shape[2:], kernel,
-                                                               strict=True))]
-
-
-def blur_winner_dtype(blur) -> torch.dtype:
-    pre, kernel, *_ = blur_args(blur)
-    taps = math.prod(kernel) if pre == "max" else 1
-    return _TORCH_DTYPE[geometry.position_dtype(taps)]
-
-
-@_operator
-def blur_pool(x: Tensor, blur: list[int]) -> tuple[Tensor, Tensor]:
-    """Anti-aliased pooling: the optional stride-1 max or mean, the binomial blur and the
-    subsampling, per plane; with a max, each stride-1 window's winner (else empty).
-    Both in ``x``'s layout."""
-    refuse_device(x)
-
-
-@blur_pool.register_fake
-def _(x, blur):
-    return (empty(blur_out_shape(x, blur), x, memory_format(x)),
-            empty(blur_winners_shape(x, blur), x,
-                  memory_format(x) if blur_args(blur)[0] == "max" else torch.contiguous_format,
-                  blur_winner_dtype(blur)))
-
-
-@_operator
-def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
-                       x_size: list[int]) -> Tensor:
-    """The transposed blur, then (max-blur) the routing to the winners."""
-    refuse_device(dy, winners)
-
-
-@blur_pool_backward.register_fake
-def _(dy, winners, blur, x_size):
-    return empty(x_size, dy, memory_format(dy))
-
-
-# ------------------------------------------------------------- fractional max pooling
-
-REGION_CODES = {"disjoint": -1, "overlapping": -2}
-SEQUENCES = ("pseudo_random", "random")
-
-
-def fractional_geometry(kernel, out, sequence: str) -> list[int]:
-    """``[*kernel, *out, sequence]``: per dim the window's length or Graham's regions'
-    :data:`REGION_CODES`, the output sizes, the :data:`SEQUENCES` index."""
-    return [*(REGION_CODES.get(k, k) for k in kernel), *out, SEQUENCES.index(sequence)]
-
-
-def fractional_args(fractional) -> tuple:
-    """``(kernel, out, sequence)`` of a :func:`fractional_geometry`."""
-    ndim = (len(fractional) - 1) // 2
-    regions = {code: name for name, code in REGION_CODES.items()}  # ints: SymInts hash not
-    kernel = tuple(regions[int(k)] if k < 0 else k for k in fractional[:ndim])
-    return kernel, tuple(fractional[ndim: 2 * ndim]), SEQUENCES[int(fractional[-1])]
-
-
-def fractional_taps(fractional, spatial) -> int:
-    """A bound on the taps of any window, whatever the draws: per dim the window's
-    length, or a region's mean step ``n / o`` rounded up, plus one for the sequence's
-    rounding and one more if overlapping. The winners' dtype holds it."""
-    kernel, out, _ = fractional_args(fractional)
-    return math.prod(int(k) if not isinstance(k, str) else
-                     min(int(n), -(-int(n) // int(o)) + 1 + (k == "overlapping"))
-                     for k, n, o in zip(kernel, spatial, out, strict=True))
-
-
-@_operator
-def fractional_max_pool(x: Tensor, samples: Tensor, orders: Tensor,
-                        fractional: list[int]) -> tuple[Tensor, Tensor]:
-    """Each window's maximum and winning tap, the windows placed per plane by ``samples``
-    ``(N, C, ndim)`` (the pseudo-random ``u``) or the random sequence's ``orders``
-    ``(N * C, steps)`` (float64 draws, one column per step, dim after dim)."""
-    refuse_device(x, samples, orders)
-
-
-@fractional_max_pool.register_fake
-def _(x, samples, orders, fractional):
-    shape = [*x.shape[:2], *fractional_args(fractional)[1]]
-    fmt = memory_format(x)
-    return (empty(shape, x, fmt),
-            empty(shape, x, fmt, _TORCH_DTYPE[geometry.position_dtype(
-                fractional_taps(fractional, x.shape[2:]))]))
-
-
-@_operator
-def fractional_max_pool_backward(dy: Tensor, winners: Tensor, samples: Tensor,
-                                 orders: Tensor, fractional: list[int],
-                                 x_size: list[int]) -> Tensor:
-    """Each window's ``dy`` at its winner (the windows rebuilt from the draws)."""
-    refuse_device(dy, winners, samples, orders)
-
-
-@fractional_max_pool_backward.register_fake
-def _(dy, winners, samples, orders, fractional, x_size):
-    return empty(x_size, dy, memory_format(dy))
-
-
-@_operator
-def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor,
-                                fractional: list[int], x_size: list[int]) -> Tensor:
-    """PyTorch's int64 indices: each winner's flat position in its input plane."""
-    refuse_device(winners, samples, orders)
-
-
-@fractional_max_pool_indices.register_fake
-def _(winners, samples, orders, fractional, x_size):
-    return empty(winners.shape, winners, memory_format(winners), torch.int64)

@@ -25,7 +25,7 @@ kind                        composition
                             host gathered by index, their argmax, a gather
 ``gem_pool``                its own operators (fused Numba kernels on the CPU,
                             Triton on CUDA); ``p`` a tensor
-``mixed_pool``              poolgrad's max and average pooling, blended
+``mixed_pool``              its own operators (``blend_pool``)
 ``gated_pool``              the same, blended by ``sigmoid(gate . window)``
 ``attention_pool``          matrix products and a softmax over positions
 ==========================  =================================================
@@ -49,8 +49,9 @@ from .. import _inputs as inputs
 from .. import geometry
 from ..kinds import blur as numpy_blur
 from ..kinds import fractional as numpy_fractional
+from . import _kind_ops as kind_ops
 from . import _ops as ops
-from ._autograd import call, windows
+from ._autograd import call
 from ._blur import blur, check_blur
 from .functional import batched as _check_input
 from .functional import max_result, sliding, unbatch
@@ -117,8 +118,8 @@ def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode,
     x, unbatched = _check_input(x, ndim, name)
     check_blur(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
     if x.device.type == "cpu":  # the fused plane kernels (CUDA: the composition below)
-        blur_geometry = ops.blur_geometry(pre, kernel, stride, sizes, pads, padding_mode)
-        return unbatch(call(ops.blur_pool, x, blur_geometry)[0], unbatched)
+        blur_geometry = kind_ops.blur_geometry(pre, kernel, stride, sizes, pads, padding_mode)
+        return unbatch(call(kind_ops.blur_pool, x, blur_geometry)[0], unbatched)
     if pre != "none":
         window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
         if pre == "max":
@@ -162,7 +163,7 @@ def soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     x, _, unbatched = _batched(x, "soft_pool", spatial_dims, kernel_size=kernel_size,
                                stride=stride, padding=padding)
     window = _window(x, kernel_size, stride, padding)
-    return unbatch(call(ops.weighted_pool, x, ops.SOFT, window)[0], unbatched)
+    return unbatch(call(kind_ops.weighted_pool, x, kind_ops.SOFT, window)[0], unbatched)
 
 
 def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
@@ -197,10 +198,10 @@ def _stochastic(x, window, training, generator):
         raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
                          "be >= 0 (as after a ReLU) and not NaN")
     if not training:
-        return call(ops.weighted_pool, x, ops.SELF, window)[0]
+        return call(kind_ops.weighted_pool, x, kind_ops.SELF, window)[0]
     draws = torch.rand(ops.out_shape(x, window), generator=_generator(generator, x.device),
                        dtype=torch.float64, device=x.device)
-    return call(ops.stochastic_pool_sample, x, draws, window)[0]
+    return call(kind_ops.stochastic_pool_sample, x, draws, window)[0]
 
 
 # ------------------------------------------------------------------------- fractional
@@ -244,9 +245,9 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
         orders = torch.cat([torch.rand((n * c, steps), generator=source, dtype=torch.float64)
                             for steps in _sequence_steps(kernel, out, sequence)]
                            or [torch.empty((n * c, 0), dtype=torch.float64)], 1)
-        windows = ops.fractional_geometry(kernel, out, sequence)
-        y, winners = call(ops.fractional_max_pool, x, samples, orders, windows)
-        indices = (call(ops.fractional_max_pool_indices, winners, samples, orders, windows,
+        windows = kind_ops.fractional_geometry(kernel, out, sequence)
+        y, winners = call(kind_ops.fractional_max_pool, x, samples, orders, windows)
+        indices = (call(kind_ops.fractional_max_pool_indices, winners, samples, orders, windows,
                         list(x.shape)) if return_indices else None)
     else:  # CUDA: the windows from the host, gathered (no Triton kernel yet)
         y, indices = _fractional(x, ndim, kernel, out, samples, drawn, source, sequence)
@@ -323,36 +324,33 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=
     window = (ops.adaptive_window((1,) * ndim) if kernel_size is None
               else _window(x, kernel_size, stride, 0))
     power = p if isinstance(p, Tensor) else ops.constant((float(p),), torch.float64, x.device)
-    return unbatch(call(ops.gem_pool, x, power, float(eps), window), unbatched)
-
-
-def _max_and_avg(x, window):
-    return (max_result(x, window, False, False, "first"),
-            call(ops.avg_pool, x, window, True, None))
+    return unbatch(call(kind_ops.gem_pool, x, power, float(eps), window), unbatched)
 
 
 def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, spatial_dims=None):
     """:func:`poolgrad.mixed_pool` on a tensor; ``alpha`` a number or a tensor, finite
     (checked at every eager call). ``x`` as :func:`blur_pool` takes it."""
     _check_parameter(alpha, "alpha")
+    if isinstance(alpha, Tensor) and alpha.numel() != 1:
+        raise ValueError(f"mixed_pool: alpha must be a number or a one-element tensor, got "
+                         f"a tensor of shape {tuple(alpha.shape)}")
     x, _, unbatched = _batched(x, "mixed_pool", spatial_dims, kernel_size=kernel_size,
                                stride=stride, padding=padding)
-    top, mean = _max_and_avg(x, _window(x, kernel_size, stride, padding))
-    return unbatch(alpha * top + (1 - alpha) * mean, unbatched)
+    window = _window(x, kernel_size, stride, padding)
+    weights = alpha.reshape(1) if isinstance(alpha, Tensor) else ops.constant(
+        (float(alpha),), torch.float64, x.device)
+    return unbatch(call(kind_ops.blend_pool, x, weights, kind_ops.MIXED, window), unbatched)
 
 
 def gated_pool(x, gate, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     """:func:`poolgrad.gated_pool` on a tensor: ``gate`` shaped as the window and finite
     (checked at every eager call). ``x`` as :func:`blur_pool` takes it."""
-    x, ndim, unbatched = _batched(x, "gated_pool", spatial_dims, kernel_size=kernel_size,
-                                  stride=stride, padding=padding)
+    x, _, unbatched = _batched(x, "gated_pool", spatial_dims, kernel_size=kernel_size,
+                               stride=stride, padding=padding)
     window = _window(x, kernel_size, stride, padding)
     inputs.check_gate_shape(gate.shape, ops.sliding_args(window)[0])
     _check_parameter(gate, "gate")
-    top, mean = _max_and_avg(x, window)
-    logit = (windows(x, window, 0.0) * gate.to(x.dtype)).sum(_taps(ndim))
-    share = torch.sigmoid(logit)
-    return unbatch(share * top + (1 - share) * mean, unbatched)
+    return unbatch(call(kind_ops.blend_pool, x, gate, kind_ops.GATED, window), unbatched)
 
 
 def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):

@@ -66,7 +66,8 @@ import torch
 
 from .. import geometry
 from ._blur import pad_source
-from ._ops import ADAPTIVE, SOFT, blur_args, plan_of, sliding_args, sliding_window, window_ndim
+from ._kind_ops import MIXED, SOFT, blur_args
+from ._ops import ADAPTIVE, plan_of, sliding_args, sliding_window, window_ndim
 
 __all__ = ["MIN_OPSET", "ExportRefused", "export", "translations"]
 
@@ -138,7 +139,8 @@ def translations() -> dict:
             ops.max_pool_indices.default: _max_pool_indices, ops.avg_pool.default: _avg_pool,
             ops.lp_pool.default: _lp_pool, ops.max_unpool.default: _max_unpool,
             ops.gem_pool.default: _gem_pool, ops.weighted_pool.default: _weighted_pool,
-            ops.blur_pool.default: _blur_pool}
+            ops.blur_pool.default: _blur_pool,
+            ops.blend_pool.default: _blend_pool}
 
 
 # ----------------------------------------------------------------------- the windows
@@ -408,6 +410,32 @@ def _gem_pool(x, p, eps, window):
     else:
         mean = op.AveragePool(raised, count_include_pad=0, **_native(shape, window))
     return cast_back(op.Pow(mean, op.Reciprocal(power)))
+
+
+# ------------------------------------------------------------ blends of max and mean
+
+
+def _blend_pool(x, weights, kind, window):
+    """``s max + (1 - s) mean`` from the max and average pooling translations (the mean
+    counts padding); mixed: ``s = alpha``; gated: ``s = sigmoid(gate . taps)`` over the
+    Gather form's taps, padding 0."""
+    op, ir = _onnxscript()
+    shape = x.shape
+    top = _max_pool_values(x, window)
+    mean = _avg_pool(x, window, True, None)
+    x, dtype, cast_back = _in_float32(op, ir, x)
+    top, mean = (op.CastLike(t, x) for t in (top, mean))
+    if kind == MIXED:
+        share = op.Reshape(op.CastLike(weights, x), op.Constant(value_ints=[]))
+    else:
+        plan = plan_of(window, _static_spatial(shape, "gated_pool"))
+        taps, inside = _gathered(op, ir, x, plan)
+        gate = op.Reshape(op.CastLike(weights, x), op.Constant(value_ints=[-1]))
+        taps = op.Where(inside, taps, _scalar(op, ir, 0, dtype))
+        share = op.Sigmoid(op.ReduceSum(op.Mul(taps, gate), op.Constant(value_ints=[-1]),
+                                        keepdims=0))
+    rest = op.Sub(_scalar(op, ir, 1, dtype), share)
+    return cast_back(op.Add(op.Mul(share, top), op.Mul(rest, mean)))
 
 
 # ------------------------------------------------------------------ weighted averages

@@ -13,8 +13,8 @@ H, W)`` of any strides. The runs take the arguments of the Numba dispatch's sign
 * GeM (global windows included) takes ``p`` as the op's tensor and ``eps`` as a float:
   ``run(x, y, p, eps)``, ``run(x, y, dy, p, eps, dx)`` and ``p_terms``'
   ``run(x, y, dy, p, eps, terms)``.
-* the weighted averages and the stochastic draw take the Numba signatures, with
-  ``norm`` and ``pos`` stored as ``y``.
+* the weighted averages, the blends and the stochastic draw take the Numba
+  signatures, with ``norm`` and ``pos`` stored as ``y``.
 
 There is one kernel per pass: the windows are recomputed per element, so every
 geometry and layout takes the same kernel, with layout and adaptivity as its
@@ -74,6 +74,10 @@ RULES = {
         Rule("triton.weighted_forward", always, _launched("weighted_forward_run"))],
     ("weighted", "backward"): [
         Rule("triton.weighted_backward", always, _launched("weighted_backward_run"))],
+    ("blend", "forward"): [
+        Rule("triton.blend_forward", always, _launched("blend_forward_run"))],
+    ("blend", "backward"): [
+        Rule("triton.blend_backward", always, _launched("blend_backward_run"))],
     ("stochastic", "sample"): [
         Rule("triton.stochastic_sample", always, _launched("stochastic_sample_run"),
              records=True)],

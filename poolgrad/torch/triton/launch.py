@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .. import _ops
-from . import kernels, power_mean, weighted
+from . import blend, kernels, power_mean, weighted
 
 BLOCK = 256
 _DIVISOR_MODES = {"padded": 0, "real": 1}
@@ -200,3 +200,22 @@ def stochastic_sample_run(plan):
     """``run(x, draws, y, pos)``: ``pos`` stored as ``y``, ``draws`` float64."""
     return lambda x, draws, y, pos: _launch(weighted.stochastic_sample, plan, y,
                                             (x, draws, y, pos), (x, draws, y))
+
+
+def blend_forward_run(plan):
+    """``run(x, kind, weights, y)``."""
+    return lambda x, kind, weights, y: _launch(blend.blend_forward, plan, y, (x, weights, y),
+                                               (x, y), KIND=kind)
+
+
+def blend_backward_run(plan):
+    """``run(x, dy, kind, weights, dx, dweights)``: ``dweights`` (float64, ``weights``'
+    size) the sum of every window's terms."""
+    def run(x, dy, kind, weights, dx, dweights):
+        _launch(blend.blend_backward, plan, dx, (x, dy, weights, dx), (x, dy, dx), KIND=kind)
+        terms = torch.empty((weights.numel(), dy.numel()), dtype=torch.float64,
+                            device=dy.device)
+        _launch(blend.blend_weight_terms, plan, dy, (x, dy, weights, terms), (x, dy),
+                KIND=kind)
+        dweights.copy_(terms.sum(dim=1).reshape(dweights.shape))
+    return run

@@ -1,0 +1,259 @@
+"""Blends of a window's maximum and mean: mixed pooling (a fixed or learned ``alpha``)
+and gated pooling (a blend set per window by a learned gate), Lee, Gallagher & Tu,
+AISTATS 2016.
+
+Over a window of ``K`` tap positions (padding included), with ``M`` the maximum of its
+real taps (the first NaN if any, else the first largest: max pooling's winner),
+``A = sum x / K`` (padding adds 0, PyTorch's ``count_include_pad``) and ``s`` the
+share of the maximum:
+
+* ``MIXED``: ``s = weights[0]`` (``alpha``, any finite number);
+* ``GATED``: ``s = sigmoid(z)``, ``z = sum_t weights[t] x_t`` over the real taps, the
+  gate's weights in row-major tap order (padding adds 0);
+
+``y = s M + (1 - s) A``. The backward sends ``s dy`` to the winner, ``(1 - s) dy / K``
+to every real tap and, gated, ``dz weights[t]`` to tap ``t``, with
+``dz = dy (M - A) s (1 - s)``; the weights' gradient is ``sum dy (M - A)`` (mixed) or
+``sum dz x_t`` per tap (gated). The backwards write it as partial sums, one row per
+parallel unit of work, that the caller adds in order: the same bits at any thread
+count.
+
+Arithmetic runs in float64 whatever the dtype, the sums in row-major tap order from
+the first real tap. ``blend_window_*`` take 5-d ``(N, C, D, H, W)`` arrays of any
+strides and the plan's window ``table``; the backward walks each ``(n, c)`` plane's
+windows in increasing output order and adds into that plane's ``dx`` (no races).
+``blend_rows_*`` serve windows with no padding on NCHW planes or channels-last images
+as rows (the backward only windows that do not overlap), with their bits.
+"""
+
+import numpy as np
+from numba import prange, uint64
+
+from . import elementary, parallel_kernel
+from .walk import gather_tap, inlined, row_index, row_windows, rows_task, scatter_tap
+
+MIXED, GATED = 0, 1
+
+
+@inlined
+def _share(logit, weights, kind):
+    """``s``, the maximum's share of the blend (float64)."""
+    if kind == MIXED:
+        return weights[0]
+    return 1.0 / (1.0 + elementary.exp(-logit))
+
+
+@inlined
+def _fold(largest, winner, v, t):
+    """One max step with max pooling's rule: the first NaN wins, else the first
+    largest."""
+    wins = (v > largest) | ((v != v) & (largest == largest))
+    return (v if wins else largest), (t if wins else winner)
+
+
+@inlined
+def _coefficients(largest, total, logit, dy, count, weights, kind):
+    """``(route, spread, dz, term)``: what the winner gets, what every real tap gets,
+    the gate's gradient ``dz`` (0 mixed) and the window's term of ``dalpha`` (0
+    gated), all float64."""
+    share = _share(logit, weights, kind)
+    mean = total / count
+    route = share * dy
+    spread = (1.0 - share) * dy / count
+    if kind == MIXED:
+        return route, spread, 0.0, dy * (largest - mean)
+    return route, spread, dy * (largest - mean) * share * (1.0 - share), 0.0
+
+
+@parallel_kernel
+def blend_window_forward(x, table, extent, count, kind, weights, y):
+    """``y``: each window's blend (the module docstring); ``extent`` the window's
+    ``(D, H, W)`` extent, ``count`` its ``K``, ``weights`` float64 (``alpha`` alone, or
+    the gate's weights in row-major tap order)."""
+    n_batch, n_chan = x.shape[0], x.shape[1]
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        n, c, od, oh = row_index(row, n_chan, out_d, out_h)
+        start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
+        for ow in range(out_w):
+            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+            largest = np.float64(x[n, c, start_d + first_d, start_h + first_h,
+                                   start_w + first_w])
+            total, logit = 0.0, 0.0
+            for jd in range(first_d, end_d):
+                for jh in range(first_h, end_h):
+                    for jw in range(first_w, end_w):
+                        v = np.float64(x[n, c, start_d + jd, start_h + jh, start_w + jw])
+                        largest = _fold(largest, 0, v, 0)[0]
+                        total += v
+                        if kind == GATED:
+                            logit += weights[(jd * extent[1] + jh) * extent[2] + jw] * v
+            share = _share(logit, weights, kind)
+            y[n, c, od, oh, ow] = share * largest + (1.0 - share) * (total / count)
+
+
+@parallel_kernel
+def blend_window_backward(x, dy, table, extent, count, kind, weights, dx, partials):
+    """``dx`` (every element written) and ``partials[n * C + c]``: plane ``(n, c)``'s
+    part of the weights' gradient (the module docstring), ``weights.size`` entries
+    gated, one mixed."""
+    n_batch, n_chan = x.shape[0], x.shape[1]
+    out_d, out_h, out_w = dy.shape[2], dy.shape[3], dy.shape[4]
+    for plane in prange(n_batch * n_chan):
+        n, c = plane // n_chan, plane % n_chan
+        dx[n, c] = 0
+        part = partials[plane]
+        part[:] = 0.0
+        for od in range(out_d):
+            for oh in range(out_h):
+                start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
+                for ow in range(out_w):
+                    start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+                    largest = np.float64(x[n, c, start_d + first_d, start_h + first_h,
+                                           start_w + first_w])
+                    winner = (first_d * extent[1] + first_h) * extent[2] + first_w
+                    total, logit = 0.0, 0.0
+                    for jd in range(first_d, end_d):
+                        for jh in range(first_h, end_h):
+                            for jw in range(first_w, end_w):
+                                v = np.float64(x[n, c, start_d + jd, start_h + jh,
+                                                 start_w + jw])
+                                t = (jd * extent[1] + jh) * extent[2] + jw
+                                largest, winner = _fold(largest, winner, v, t)
+                                total += v
+                                if kind == GATED:
+                                    logit += weights[t] * v
+                    route, spread, dz, term = _coefficients(
+                        largest, total, logit, np.float64(dy[n, c, od, oh, ow]), count,
+                        weights, kind)
+                    part[0] += term
+                    for jd in range(first_d, end_d):
+                        for jh in range(first_h, end_h):
+                            for jw in range(first_w, end_w):
+                                t = (jd * extent[1] + jh) * extent[2] + jw
+                                share = spread + (route if t == winner else 0.0)
+                                at = (n, c, start_d + jd, start_h + jh, start_w + jw)
+                                if kind == GATED:
+                                    share += dz * weights[t]
+                                    part[t] += dz * np.float64(x[at])
+                                dx[at] += share
+
+
+@inlined
+def _lane_dot(a, b):
+    """``sum a * b`` in a fixed order that vectorizes: eight running sums, sum ``k``
+    taking the terms ``i = k (mod 8)`` in increasing ``i``, then added in order, then
+    the tail."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    n = a.shape[0]
+    full = n - n % 8
+    for i in range(0, full, 8):
+        at = uint64(i)
+        s0 += a[at] * b[at]
+        s1 += a[at + 1] * b[at + 1]
+        s2 += a[at + 2] * b[at + 2]
+        s3 += a[at + 3] * b[at + 3]
+        s4 += a[at + 4] * b[at + 4]
+        s5 += a[at + 5] * b[at + 5]
+        s6 += a[at + 6] * b[at + 6]
+        s7 += a[at + 7] * b[at + 7]
+    total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+    for i in range(full, n):
+        total += a[i] * b[i]
+    return total
+
+
+@inlined
+def _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, taps, largest,
+                  winner, total, logit):
+    """The running maximum, its tap, the sum and the gate's logit of every window of
+    output row ``(od, oh)``, tap by tap in tap order over contiguous buffers."""
+    t = 0
+    for a in range(window[0]):
+        for b in range(window[1]):
+            src = x[plane, od * steps[0] + a, oh * steps[1] + b]
+            for e in range(window[2]):
+                gather_tap(src, e, steps[2], inner, taps)
+                g = weights[t] if kind == GATED else 0.0
+                if t == 0:
+                    for o in range(taps.shape[0]):
+                        at = uint64(o)
+                        v = taps[at]
+                        largest[at], winner[at], total[at], logit[at] = v, 0.0, v, g * v
+                else:
+                    for o in range(taps.shape[0]):
+                        at = uint64(o)
+                        v = taps[at]
+                        largest[at], winner[at] = _fold(largest[at], winner[at], v,
+                                                        np.float64(t))
+                        total[at] += v
+                        logit[at] += g * v
+                t += 1
+
+
+@parallel_kernel
+def blend_rows_forward(x, inner, window, steps, chunks, tasks, count, kind, weights, y):
+    """The forward on rows ``(P, D, H, W * inner)`` (NCHW planes with ``inner`` 1, or
+    channels-last images with ``inner`` C; ``window`` and ``steps`` the ``(D, H, W)``
+    kernel and stride, no padding), with :func:`blend_window_forward`'s bits."""
+    out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
+    for task in prange(tasks):
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
+        taps, largest = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
+        winner, total = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
+        logit = np.empty(out_l, np.float64)
+        for row in range(first, end):
+            od, oh = row // out_h, row % out_h
+            _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, taps, largest,
+                          winner, total, logit)
+            out = y[plane, od, oh]
+            for o in range(out_l):
+                at = uint64(o)
+                share = _share(logit[at], weights, kind)
+                out[at] = share * largest[at] + (1.0 - share) * (total[at] / count)
+
+
+@parallel_kernel
+def blend_rows_backward(x, dy, inner, window, steps, chunks, tasks, count, kind, weights,
+                        dx, partials):
+    """``dx`` for windows that do not overlap, rows laid out as
+    :func:`blend_rows_forward`'s (inputs no window reads are left as they are: the
+    caller zeroes them), and ``partials[plane * out_d * out_h + row]``: each output
+    row's part of the weights' gradient, with :func:`blend_window_backward`'s values."""
+    out_d, out_h, out_l = dy.shape[1], dy.shape[2], dy.shape[3]
+    for task in prange(tasks):
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
+        taps, largest = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
+        winner, total = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
+        logit, ones = np.empty(out_l, np.float64), np.ones(out_l, np.float64)
+        for row in range(first, end):
+            od, oh = row // out_h, row % out_h
+            _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, taps, largest,
+                          winner, total, logit)
+            part = partials[(plane * out_d + od) * out_h + oh]
+            grads = dy[plane, od, oh]
+            # the buffers now hold each window's route, spread, dz and term of dalpha
+            for o in range(out_l):
+                at = uint64(o)
+                largest[at], total[at], logit[at], taps[at] = _coefficients(
+                    largest[at], total[at], logit[at], np.float64(grads[at]), count, weights,
+                    kind)
+            if kind == MIXED:
+                part[0] = _lane_dot(taps, ones)
+            t = 0
+            for a in range(window[0]):
+                for b in range(window[1]):
+                    src = x[plane, od * steps[0] + a, oh * steps[1] + b]
+                    dst = dx[plane, od * steps[0] + a, oh * steps[1] + b]
+                    for e in range(window[2]):
+                        g = weights[t] if kind == GATED else 0.0
+                        if kind == GATED:
+                            gather_tap(src, e, steps[2], inner, taps)
+                            part[t] = _lane_dot(logit, taps)
+                        here = np.float64(t)
+                        for o in range(out_l):
+                            at = uint64(o)
+                            taps[at] = total[at] + (largest[at] if winner[at] == here
+                                                    else 0.0) + logit[at] * g
+                        scatter_tap(taps, e, steps[2], inner, dst)
+                        t += 1

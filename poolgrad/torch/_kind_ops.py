@@ -1,0 +1,296 @@
+"""The pooling kinds' PyTorch operators: ``torch.ops.poolgrad.*`` for the kinds of
+:mod:`poolgrad.torch.kinds` that run kernels of their own, defined as :mod:`._ops`
+defines the core's (a :func:`torch.library.custom_op`, its schema and its fake
+implementation; :mod:`._cpu` and :mod:`._cuda` implement them, :mod:`._autograd` gives
+their formulas):
+
+================================  =====================================  ==================
+operator                          what it computes                       its gradient
+================================  =====================================  ==================
+``gem_pool``                  power means (GeM), ``p`` a tensor      ``gem_pool_backward``
+``gem_pool_backward``         ``dx`` and the terms of ``dp``         recomputed composite
+``weighted_pool``             SoftPool, stochastic pooling's mean    ``weighted_pool_backward``
+``weighted_pool_backward``    its gather backward                    recomputed composite
+``stochastic_pool_sample``    one drawn tap per window, its winner   ``max_pool_backward``
+``blend_pool``                mixed and gated pooling's blends       ``blend_pool_backward``
+``blend_pool_backward``       ``dx`` and the weights' gradient       recomputed composite
+``blur_pool``                 anti-aliased pooling (CPU), winners    ``blur_pool_backward``
+``blur_pool_backward``        the transposed chain, routed winners   ``blur_pool`` (+gather)
+``fractional_max_pool``       maxima over each plane's windows (CPU) ``..._backward``
+``fractional_max_pool_backward`` ``dy`` at the winners                 a gather at indices
+``fractional_max_pool_indices`` PyTorch's int64 indices from winners (integer output)
+================================  =====================================  ==================
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from torch import Tensor
+
+from .. import geometry
+from ._ops import (
+    TORCH_DTYPE,
+    compute_dtype,
+    define,
+    empty,
+    memory_format,
+    out_shape,
+    refuse_device,
+    winner_dtype,
+)
+
+# ---------------------------------------------------------------------------------- GeM
+
+
+@define
+def gem_pool(x: Tensor, p: Tensor, eps: float, window: list[int]) -> Tensor:
+    """``mean(max(x, eps)^p)^(1/p)`` over each sliding window, or over each whole plane
+    (a global window); ``p`` a one-element tensor (learnable)."""
+    refuse_device(x, p)
+
+
+@gem_pool.register_fake
+def _(x, p, eps, window):
+    return empty(out_shape(x, window), x, memory_format(x))
+
+
+@define
+def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
+                      window: list[int], with_dp: bool) -> tuple[Tensor, Tensor]:
+    """``dx``, and with ``with_dp`` each window's term of ``dp`` (``y``'s shape, in the
+    compute dtype; their sum is ``dp``), else zeros."""
+    refuse_device(dy, x, y, p)
+
+
+@gem_pool_backward.register_fake
+def _(dy, x, y, p, eps, window, with_dp):
+    return (empty(x.shape, dy, memory_format(x)),
+            empty(y.shape, y, torch.contiguous_format, compute_dtype(x)))
+
+
+# ------------------------------------------------------------------ weighted averages
+
+SOFT, SELF = 0, 1  # :mod:`poolgrad.kernels.weighted`'s kinds
+
+
+@define
+def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tensor]:
+    """Each window's weighted average over its real taps: ``kind`` SOFT (SoftPool,
+    weights ``exp(x)``) or SELF (stochastic pooling's evaluation, weights ``x``), and its
+    ``norm`` (what the backward reads: ``M + log(S)``, or ``S``), both stored as ``x``."""
+    refuse_device(x)
+
+
+@weighted_pool.register_fake
+def _(x, kind, window):
+    shape, fmt = out_shape(x, window), memory_format(x)
+    return empty(shape, x, fmt), empty(shape, x, fmt, compute_dtype(x))
+
+
+@define
+def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind: int,
+                           window: list[int]) -> Tensor:
+    """``dx``: each input's share of the windows that read it."""
+    refuse_device(dy, x, y, norm)
+
+
+@weighted_pool_backward.register_fake
+def _(dy, x, y, norm, kind, window):
+    return empty(x.shape, dy, memory_format(x))
+
+
+@define
+def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
+    """One real tap per window, drawn with probability ``x / sum(x)`` by the float64
+    ``draws`` (``y``'s shape): its value and its tap number (max pooling's winners, so
+    :func:`max_pool_backward` routes the gradient)."""
+    refuse_device(x, draws)
+
+
+@stochastic_pool_sample.register_fake
+def _(x, draws, window):
+    shape, fmt = out_shape(x, window), memory_format(x)
+    return empty(shape, x, fmt), empty(shape, x, fmt, winner_dtype(x, window))
+
+
+# ------------------------------------------------------------ blends of max and mean
+
+MIXED, GATED = 0, 1  # :mod:`poolgrad.kernels.blend`'s kinds
+
+
+@define
+def blend_pool(x: Tensor, weights: Tensor, kind: int, window: list[int]) -> Tensor:
+    """``s max + (1 - s) mean`` over each window (the mean counts padding): ``kind``
+    MIXED with ``weights`` ``[alpha]`` (``s = alpha``), or GATED with the gate's
+    weights shaped as the window (``s = sigmoid(gate . window)``)."""
+    refuse_device(x, weights)
+
+
+@blend_pool.register_fake
+def _(x, weights, kind, window):
+    return empty(out_shape(x, window), x, memory_format(x))
+
+
+@define
+def blend_pool_backward(dy: Tensor, x: Tensor, weights: Tensor, kind: int,
+                        window: list[int]) -> tuple[Tensor, Tensor]:
+    """``dx``, and the weights' gradient summed over every window (float64, shaped as
+    ``weights``)."""
+    refuse_device(dy, x, weights)
+
+
+@blend_pool_backward.register_fake
+def _(dy, x, weights, kind, window):
+    return (empty(x.shape, dy, memory_format(x)),
+            empty(weights.shape, weights, torch.contiguous_format, torch.float64))
+
+
+# ------------------------------------------------------------------ anti-aliased pooling
+
+def blur_geometry(pre: str, kernel, stride, sizes, pads, mode: str) -> list[int]:
+    """``[pre, *kernel, *stride, *filter sizes, *before, *after, mode]`` (``pre`` and
+    ``mode`` as their indices in :data:`poolgrad.geometry.BLUR_PRE` and
+    :data:`poolgrad.geometry.BLUR_PADDING_MODES`)."""
+    return [geometry.BLUR_PRE.index(pre), *kernel, *stride, *sizes, *(lo for lo, _ in pads),
+            *(hi for _, hi in pads), geometry.BLUR_PADDING_MODES.index(mode)]
+
+
+def blur_args(blur) -> tuple:
+    """``(pre, kernel, stride, sizes, pads, mode)`` of a :func:`blur_geometry`."""
+    n = (len(blur) - 2) // 5
+    kernel, stride, sizes, lo, hi = (tuple(blur[1 + i * n: 1 + (i + 1) * n]) for i in range(5))
+    return (geometry.BLUR_PRE[blur[0]], kernel, stride, sizes, tuple(zip(lo, hi, strict=True)),
+            geometry.BLUR_PADDING_MODES[blur[-1]])
+
+
+@functools.lru_cache(maxsize=256)
+def blur_plan_of(blur: tuple[int, ...], in_spatial: tuple[int, ...]) -> geometry.BlurPlan:
+    pre, kernel, stride, sizes, pads, mode = blur_args(blur)
+    return geometry.blur_plan(in_spatial, pre, kernel, sizes, stride, pads, mode)
+
+
+def blur_out_shape(x: Tensor, blur) -> list:
+    """The output shape by arithmetic alone (symbolic sizes pass)."""
+    _, kernel, stride, sizes, pads, _ = blur_args(blur)
+    return [*x.shape[:2], *((length - k + 1 + lo + hi - f) // s + 1
+                            for length, k, s, f, (lo, hi) in zip(
+                                x.shape[2:], kernel, stride, sizes, pads, strict=True))]
+
+
+def blur_winners_shape(x: Tensor, blur) -> list:
+    """A max-blur's winners: one per stride-1 window; none for the others."""
+    pre, kernel, *_ = blur_args(blur)
+    if pre != "max":
+        return [0]
+    return [*x.shape[:2], *(length - k + 1 for length, k in zip(x.shape[2:], kernel,
+                                                               strict=True))]
+
+
+def blur_winner_dtype(blur) -> torch.dtype:
+    pre, kernel, *_ = blur_args(blur)
+    taps = math.prod(kernel) if pre == "max" else 1
+    return TORCH_DTYPE[geometry.position_dtype(taps)]
+
+
+@define
+def blur_pool(x: Tensor, blur: list[int]) -> tuple[Tensor, Tensor]:
+    """Anti-aliased pooling: the optional stride-1 max or mean, the binomial blur and the
+    subsampling, per plane; with a max, each stride-1 window's winner (else empty).
+    Both in ``x``'s layout."""
+    refuse_device(x)
+
+
+@blur_pool.register_fake
+def _(x, blur):
+    return (empty(blur_out_shape(x, blur), x, memory_format(x)),
+            empty(blur_winners_shape(x, blur), x,
+                  memory_format(x) if blur_args(blur)[0] == "max" else torch.contiguous_format,
+                  blur_winner_dtype(blur)))
+
+
+@define
+def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
+                       x_size: list[int]) -> Tensor:
+    """The transposed blur, then (max-blur) the routing to the winners."""
+    refuse_device(dy, winners)
+
+
+@blur_pool_backward.register_fake
+def _(dy, winners, blur, x_size):
+    return empty(x_size, dy, memory_format(dy))
+
+
+# ------------------------------------------------------------- fractional max pooling
+
+REGION_CODES = {"disjoint": -1, "overlapping": -2}
+SEQUENCES = ("pseudo_random", "random")
+
+
+def fractional_geometry(kernel, out, sequence: str) -> list[int]:
+    """``[*kernel, *out, sequence]``: per dim the window's length or Graham's regions'
+    :data:`REGION_CODES`, the output sizes, the :data:`SEQUENCES` index."""
+    return [*(REGION_CODES.get(k, k) for k in kernel), *out, SEQUENCES.index(sequence)]
+
+
+def fractional_args(fractional) -> tuple:
+    """``(kernel, out, sequence)`` of a :func:`fractional_geometry`."""
+    ndim = (len(fractional) - 1) // 2
+    regions = {code: name for name, code in REGION_CODES.items()}  # ints: SymInts hash not
+    kernel = tuple(regions[int(k)] if k < 0 else k for k in fractional[:ndim])
+    return kernel, tuple(fractional[ndim: 2 * ndim]), SEQUENCES[int(fractional[-1])]
+
+
+def fractional_taps(fractional, spatial) -> int:
+    """A bound on the taps of any window, whatever the draws: per dim the window's
+    length, or a region's mean step ``n / o`` rounded up, plus one for the sequence's
+    rounding and one more if overlapping. The winners' dtype holds it."""
+    kernel, out, _ = fractional_args(fractional)
+    return math.prod(int(k) if not isinstance(k, str) else
+                     min(int(n), -(-int(n) // int(o)) + 1 + (k == "overlapping"))
+                     for k, n, o in zip(kernel, spatial, out, strict=True))
+
+
+@define
+def fractional_max_pool(x: Tensor, samples: Tensor, orders: Tensor,
+                        fractional: list[int]) -> tuple[Tensor, Tensor]:
+    """Each window's maximum and winning tap, the windows placed per plane by ``samples``
+    ``(N, C, ndim)`` (the pseudo-random ``u``) or the random sequence's ``orders``
+    ``(N * C, steps)`` (float64 draws, one column per step, dim after dim)."""
+    refuse_device(x, samples, orders)
+
+
+@fractional_max_pool.register_fake
+def _(x, samples, orders, fractional):
+    shape = [*x.shape[:2], *fractional_args(fractional)[1]]
+    fmt = memory_format(x)
+    return (empty(shape, x, fmt),
+            empty(shape, x, fmt, TORCH_DTYPE[geometry.position_dtype(
+                fractional_taps(fractional, x.shape[2:]))]))
+
+
+@define
+def fractional_max_pool_backward(dy: Tensor, winners: Tensor, samples: Tensor,
+                                 orders: Tensor, fractional: list[int],
+                                 x_size: list[int]) -> Tensor:
+    """Each window's ``dy`` at its winner (the windows rebuilt from the draws)."""
+    refuse_device(dy, winners, samples, orders)
+
+
+@fractional_max_pool_backward.register_fake
+def _(dy, winners, samples, orders, fractional, x_size):
+    return empty(x_size, dy, memory_format(dy))
+
+
+@define
+def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor,
+                                fractional: list[int], x_size: list[int]) -> Tensor:
+    """PyTorch's int64 indices: each winner's flat position in its input plane."""
+    refuse_device(winners, samples, orders)
+
+
+@fractional_max_pool_indices.register_fake
+def _(winners, samples, orders, fractional, x_size):
+    return empty(winners.shape, winners, memory_format(winners), torch.int64)
