@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _inputs as inputs
-from .. import autodiff, engines, geometry
+from .. import autodiff, engines
 from ..engines import Pullback
 from ..engines.pullback import owned
 from ..kernels import blend
@@ -97,8 +97,7 @@ def _blend(x, kernel_size, stride, padding, spatial_dims, kind, weights, param: 
                                        stride=stride, padding=padding)
     plan = inputs.sliding_plan(x, kernel_size, stride, padding, 1, False, ndim)
     if kind == blend.GATED:
-        inputs.check_gate_shape(weights.shape, geometry.per_dim(kernel_size, ndim,
-                                                                 "kernel_size"))
+        inputs.check_gate_shape(weights.shape, tuple(a.extent for a in plan.axes))
     flat = np.ascontiguousarray(weights, np.float64).ravel()
     layout = inputs.Layout(x.shape, ndim)
     xk = inputs.compute_view(x, layout)
