@@ -507,6 +507,26 @@ def _stored_as(x, ndim, channels_last):
         0, ndim + 1, *range(1, ndim + 1)) if channels_last else x)
 
 
+def _rows_and_window_kernels(x, ndim, kernel, stride, run, **arguments):
+    """``(layout, apart, fast, slow)``: ``run(choose, xs, stored, plan, operand,
+    **arguments) -> (kernel names, *arrays)`` on the dispatch's choice for ``x`` and on
+    the general kernels, on a C-ordered copy (their values do not depend on the layout,
+    and one layout halves what these tests compile)."""
+    plan = pg._inputs.sliding_plan(x, kernel, stride, 0, 1, False, ndim)
+    xk = pg._inputs.compute_view(x, pg._inputs.Layout(x.shape, ndim))
+    operand = dispatch.operand(xk)
+    results = [run(choose, xs, dispatch.operand(xs).layout == "channels_last", plan, operand,
+                   **arguments)
+               for choose, xs in ((dispatch.choose, xk),
+                                  (dispatch.general, np.ascontiguousarray(xk)))]
+    return (operand.layout, all(s >= k for s, k in zip(stride, kernel, strict=True)),
+            *results)
+
+
+def _out_shape(xs, plan):
+    return xs.shape[:2] + tuple(a.count for a in plan.kernel_axes)
+
+
 def test_gem_rows_kernels_match_the_window_kernels():
     """Windowed GeM on contiguous arrays runs the rows kernels (``power_mean.gem_rows_*``:
     each tap row raised once, the windows of an output row summed together), the
@@ -514,7 +534,6 @@ def test_gem_rows_kernels_match_the_window_kernels():
     random geometries in 1-3 dims, both layouts, whole and other powers, windows whose
     sums underflow (summed again relative to their maximum), NaN and the clamp: the same
     bits for y, dx and every term of dp."""
-    from poolgrad.kernels import power_mean
 
     rng = np.random.default_rng(21)
     assert dispatch.names("gem", "forward") == ["power_mean.gem_rows_forward",
@@ -533,28 +552,8 @@ def test_gem_rows_kernels_match_the_window_kernels():
             x[(0, 0) + (slice(0, 2),) * ndim] = 1e-120
         x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
         eps = 1e-130 if trial % 7 == 0 else 0.02
-        plan = pg._inputs.sliding_plan(x, kernel, stride, 0, 1, False, ndim)
-        layout = pg._inputs.Layout(x.shape, ndim)
-        xk = pg._inputs.compute_view(x, layout)
-        operand = dispatch.operand(xk)
-        whole = power_mean.power_form(p)
-        apart = all(s >= k for s, k in zip(stride, kernel, strict=True))
-        results = []
-        # the general kernels on C-ordered copies: their values do not depend on the
-        # layout, and one layout halves what this test compiles
-        for choose, xs in ((dispatch.choose, xk), (dispatch.general, np.ascontiguousarray(xk))):
-            stored = dispatch.operand(xs).layout == "channels_last"
-            forward = choose("gem", "forward", plan, operand)
-            y = empty(xs.shape[:2] + tuple(a.count for a in plan.kernel_axes), xs.dtype, stored)
-            forward(xs, eps, p, whole, y)
-            dy = np.nan_to_num(y) * 0.5 - 0.25
-            backward = choose("gem", "backward", plan, operand)
-            dx = empty(xs.shape, dtype, stored)
-            backward(xs, y, dy, eps, p, whole, dx)
-            terms = empty(y.shape, np.float64, stored)
-            choose("gem", "p_terms", plan, operand)(xs, y, dy, eps, p, whole, terms)
-            results.append(((forward.name, backward.name), y, dx, terms))
-        (names, *fast), (general_names, *slow) = results
+        layout, apart, (names, *fast), (general_names, *slow) = _rows_and_window_kernels(
+            x, ndim, kernel, stride, _gem_passes, eps=eps, p=p)
         assert names == ("power_mean.gem_rows_forward",
                          "power_mean.gem_rows_backward" if apart
                          else "power_mean.gem_window_backward")
@@ -562,9 +561,25 @@ def test_gem_rows_kernels_match_the_window_kernels():
                                  "power_mean.gem_window_backward")
         for a, b in zip(fast, slow, strict=True):
             np.testing.assert_array_equal(a, b)
-        seen.add((operand.layout, apart))
+        seen.add((layout, apart))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
+
+
+def _gem_passes(choose, xs, stored, plan, operand, eps, p):
+    from poolgrad.kernels import power_mean
+
+    whole = power_mean.power_form(p)
+    forward = choose("gem", "forward", plan, operand)
+    y = empty(_out_shape(xs, plan), xs.dtype, stored)
+    forward(xs, eps, p, whole, y)
+    dy = np.nan_to_num(y) * 0.5 - 0.25
+    backward = choose("gem", "backward", plan, operand)
+    dx = empty(xs.shape, xs.dtype, stored)
+    backward(xs, y, dy, eps, p, whole, dx)
+    terms = empty(y.shape, np.float64, stored)
+    choose("gem", "p_terms", plan, operand)(xs, y, dy, eps, p, whole, terms)
+    return (forward.name, backward.name), y, dx, terms
 
 
 def test_weighted_rows_kernels_match_the_window_kernels():
@@ -587,24 +602,8 @@ def test_weighted_rows_kernels_match_the_window_kernels():
         if trial % 5 == 0:
             x.flat[rng.integers(0, x.size)] = np.nan
         x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
-        plan = pg._inputs.sliding_plan(x, kernel, stride, 0, 1, False, ndim)
-        xk = pg._inputs.compute_view(x, pg._inputs.Layout(x.shape, ndim))
-        operand = dispatch.operand(xk)
-        apart = all(s >= k for s, k in zip(stride, kernel, strict=True))
-        results = []
-        # the general kernels on C-ordered copies, as in the GeM test
-        for choose, xs in ((dispatch.choose, xk), (dispatch.general, np.ascontiguousarray(xk))):
-            stored = dispatch.operand(xs).layout == "channels_last"
-            shape = xs.shape[:2] + tuple(a.count for a in plan.kernel_axes)
-            y, norm = empty(shape, xs.dtype, stored), empty(shape, xs.dtype, stored)
-            forward = choose("weighted", "forward", plan, operand)
-            forward(xs, y, norm, kind)
-            dy = np.nan_to_num(y) * 0.5 - 0.25
-            backward = choose("weighted", "backward", plan, operand)
-            dx = empty(xs.shape, dtype, stored)
-            backward(xs, y, norm, dy, kind, dx)
-            results.append(((forward.name, backward.name), y, norm, dx))
-        (names, *fast), (general_names, *slow) = results
+        layout, apart, (names, *fast), (general_names, *slow) = _rows_and_window_kernels(
+            x, ndim, kernel, stride, _weighted_passes, kind=kind)
         assert names == ("weighted.weighted_rows_forward",
                          "weighted.weighted_rows_backward" if apart
                          else "weighted.weighted_pool_backward")
@@ -612,9 +611,20 @@ def test_weighted_rows_kernels_match_the_window_kernels():
                                  "weighted.weighted_pool_backward")
         for a, b in zip(fast, slow, strict=True):
             np.testing.assert_array_equal(a, b)
-        seen.add((operand.layout, apart))
+        seen.add((layout, apart))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
+
+
+def _weighted_passes(choose, xs, stored, plan, operand, kind):
+    y, norm = (empty(_out_shape(xs, plan), xs.dtype, stored) for _ in range(2))
+    forward = choose("weighted", "forward", plan, operand)
+    forward(xs, y, norm, kind)
+    dy = np.nan_to_num(y) * 0.5 - 0.25
+    backward = choose("weighted", "backward", plan, operand)
+    dx = empty(xs.shape, xs.dtype, stored)
+    backward(xs, y, norm, dy, kind, dx)
+    return (forward.name, backward.name), y, norm, dx
 
 
 def test_blend_rows_kernels_match_the_window_kernels():
@@ -638,29 +648,26 @@ def test_blend_rows_kernels_match_the_window_kernels():
         if trial % 5 == 0:
             x.flat[rng.integers(0, x.size)] = np.nan
         x = _stored_as(x.astype(dtype), ndim, trial // 16 % 2 == 1)
-        plan = pg._inputs.sliding_plan(x, kernel, stride, 0, 1, False, ndim)
-        xk = pg._inputs.compute_view(x, pg._inputs.Layout(x.shape, ndim))
-        operand = dispatch.operand(xk)
-        apart = all(s >= k for s, k in zip(stride, kernel, strict=True))
-        results = []
-        for choose, xs in ((dispatch.choose, xk), (dispatch.general, np.ascontiguousarray(xk))):
-            stored = dispatch.operand(xs).layout == "channels_last"
-            y = empty(xs.shape[:2] + tuple(a.count for a in plan.kernel_axes), xs.dtype,
-                      stored)
-            forward = choose("blend", "forward", plan, operand)
-            forward(xs, kind, weights, y)
-            dy = np.nan_to_num(y) * 0.5 - 0.25
-            backward = choose("blend", "backward", plan, operand)
-            dx, dweights = empty(xs.shape, dtype, stored), np.empty(weights.size)
-            backward(xs, dy, kind, weights, dx, dweights)
-            results.append(((forward.name, backward.name), y, dx, dweights))
-        (names, y, dx, dweights), (general_names, *slow) = results
+        layout, apart, (names, y, dx, dweights), (general_names, *slow) = (
+            _rows_and_window_kernels(x, ndim, kernel, stride, _blend_passes, kind=kind,
+                                     weights=weights))
         assert names == ("blend.blend_rows_forward",
                          "blend.blend_rows_backward" if apart else "blend.blend_window_backward")
         assert general_names == ("blend.blend_window_forward", "blend.blend_window_backward")
         np.testing.assert_array_equal(y, slow[0])
         np.testing.assert_array_equal(dx, slow[1])
         np.testing.assert_allclose(dweights, slow[2], rtol=1e-12, atol=1e-12)
-        seen.add((operand.layout, apart, kind))
+        seen.add((layout, apart, kind))
     assert seen == {(layout, apart, kind) for layout in ("nchw", "channels_last")
                     for apart in (True, False) for kind in (blend.MIXED, blend.GATED)}
+
+
+def _blend_passes(choose, xs, stored, plan, operand, kind, weights):
+    y = empty(_out_shape(xs, plan), xs.dtype, stored)
+    forward = choose("blend", "forward", plan, operand)
+    forward(xs, kind, weights, y)
+    dy = np.nan_to_num(y) * 0.5 - 0.25
+    backward = choose("blend", "backward", plan, operand)
+    dx, dweights = empty(xs.shape, xs.dtype, stored), np.empty(weights.size)
+    backward(xs, dy, kind, weights, dx, dweights)
+    return (forward.name, backward.name), y, dx, dweights

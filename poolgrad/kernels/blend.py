@@ -164,10 +164,11 @@ def _lane_dot(a, b):
 
 
 @inlined
-def _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, taps, largest,
-                  winner, total, logit):
-    """The running maximum, its tap, the sum and the gate's logit of every window of
-    output row ``(od, oh)``, tap by tap in tap order over contiguous buffers."""
+def _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, record, taps,
+                  largest, winner, total, logit):
+    """The running maximum, the sum, the gate's logit (gated) and, with ``record``, the
+    maximum's tap of every window of output row ``(od, oh)``, tap by tap in tap order
+    over contiguous buffers."""
     t = 0
     for a in range(window[0]):
         for b in range(window[1]):
@@ -181,13 +182,17 @@ def _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, taps, l
                         v = taps[at]
                         largest[at], winner[at], total[at], logit[at] = v, 0.0, v, g * v
                 else:
+                    here = np.float64(t)
                     for o in range(taps.shape[0]):
                         at = uint64(o)
                         v = taps[at]
-                        largest[at], winner[at] = _fold(largest[at], winner[at], v,
-                                                        np.float64(t))
+                        if record:
+                            largest[at], winner[at] = _fold(largest[at], winner[at], v, here)
+                        else:
+                            largest[at] = _fold(largest[at], 0.0, v, 0.0)[0]
                         total[at] += v
-                        logit[at] += g * v
+                        if kind == GATED:
+                            logit[at] += g * v
                 t += 1
 
 
@@ -204,8 +209,8 @@ def blend_rows_forward(x, inner, window, steps, chunks, tasks, count, kind, weig
         logit = np.empty(out_l, np.float64)
         for row in range(first, end):
             od, oh = row // out_h, row % out_h
-            _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, taps, largest,
-                          winner, total, logit)
+            _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, False, taps,
+                          largest, winner, total, logit)
             out = y[plane, od, oh]
             for o in range(out_l):
                 at = uint64(o)
@@ -228,8 +233,8 @@ def blend_rows_backward(x, dy, inner, window, steps, chunks, tasks, count, kind,
         logit, ones = np.empty(out_l, np.float64), np.ones(out_l, np.float64)
         for row in range(first, end):
             od, oh = row // out_h, row % out_h
-            _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, taps, largest,
-                          winner, total, logit)
+            _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, True, taps,
+                          largest, winner, total, logit)
             part = partials[(plane * out_d + od) * out_h + oh]
             grads = dy[plane, od, oh]
             # the buffers now hold each window's route, spread, dz and term of dalpha
