@@ -22,7 +22,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     ) from error
 
 # define torch.ops.poolgrad.*, then register their CPU and CUDA kernels and autograd
-from . import _autograd, _cpu, _cuda, _ops, onnx  # noqa: F401
+from . import _autograd, _cpu, _cuda, _kind_autograd, _ops, onnx  # noqa: F401
 from .functional import *  # noqa: F401,F403
 from .functional import __all__ as _functional_all
 from .kinds import *  # noqa: F401,F403

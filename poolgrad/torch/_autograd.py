@@ -1,15 +1,11 @@
-"""The autograd formulas of poolgrad's operators, and :func:`call`, the one way to call them.
+"""The autograd formulas of poolgrad's core operators, and :func:`call`, the one way to
+call them (the kinds' formulas are :mod:`._kind_autograd`'s).
 
 Each op's formula is a ``setup_context`` that saves what its backward needs and a
 backward that calls ops in turn, so it is differentiable again: max pooling's backward
 and its gather are each other's gradients, average pooling's backward and forward are
 each other's adjoints, and the second derivatives of Lp and of split-tie max are written
-as window-sum composites. GeM's backward is differentiated through its composite form
-(:func:`gem_composite`), recomputed when a second derivative is asked for, and so are
-the weighted averages' (:func:`weighted_composite`) and the blends' of mixed and
-gated pooling (:func:`blend_composite`). Stochastic pooling's draw routes its
-gradient as max pooling does, through its winners. The blur's backward is linear in
-``dy``: its gradient is the forward again, a max-blur's after a gather at the winners.
+as window-sum composites (over :func:`windows`).
 """
 
 from __future__ import annotations
@@ -20,30 +16,11 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from ._kind_ops import (
-    MIXED,
-    SOFT,
-    blend_pool,
-    blend_pool_backward,
-    blur_args,
-    blur_geometry,
-    blur_pool,
-    blur_pool_backward,
-    fractional_max_pool,
-    fractional_max_pool_backward,
-    fractional_max_pool_indices,
-    gem_pool,
-    gem_pool_backward,
-    stochastic_pool_sample,
-    weighted_pool,
-    weighted_pool_backward,
-)
 from ._ops import (
     IMPLEMENTATIONS,
     avg_pool,
     avg_pool_backward,
     is_channels_last,
-    is_global,
     lp_pool,
     lp_pool_backward,
     max_pool,
@@ -55,14 +32,14 @@ from ._ops import (
     max_unpool_backward,
     out_shape,
     sliding_args,
-    sliding_window,
     window_ndim,
 )
 
 AUTOGRAD: dict = {}  # op -> (backward, setup_context)
 
 
-def _autograd(op, backward, setup_context) -> None:
+def register_autograd(op, backward, setup_context) -> None:
+    """Give ``op`` its autograd formula, the op's and :func:`call`'s."""
     op.register_autograd(backward, setup_context=setup_context)
     AUTOGRAD[op] = (backward, setup_context)
 
@@ -154,46 +131,6 @@ def _split_adjoint(g: Tensor, x: Tensor, window) -> Tensor:
     return (windows(g, window, 0.0) * tied).sum(taps) / tied.sum(taps)
 
 
-def gem_composite(x: Tensor, p, eps: float, window) -> tuple[Tensor, Tensor, tuple]:
-    """GeM in torch's own differentiable ops: ``(y, the clamped taps, their dims)``, the
-    taps as ``(N, C, *out, *taps)`` (or ``(N, C, 1.., L)`` for a global window), each
-    window scaled by its (detached) maximum, which ``y`` does not depend on."""
-    z = x.clamp_min(eps)
-    if is_global(window):
-        taps, dims = z.flatten(2).reshape(*x.shape[:2], *(1,) * (x.dim() - 2), -1), (-1,)
-    else:
-        taps, dims = windows(z, window, math.nan), tuple(range(-window_ndim(window), 0))
-    largest = taps.detach().amax(dim=dims, keepdim=True)
-    y = ((taps / largest) ** p).mean(dims, keepdim=True) ** (1 / p) * largest
-    return y.squeeze(dims), taps, dims
-
-
-def _gem_p_terms(dy: Tensor, y: Tensor, taps: Tensor, dims, p) -> Tensor:
-    """Each window's term of ``dp``: ``dy (y / p) S1 / S0`` (:mod:`poolgrad.kernels.power_mean`)."""
-    r = taps / y.reshape(*y.shape, *(1,) * len(dims))
-    power = r ** p
-    return dy * (y / p) * (power * r.log()).sum(dims) / power.sum(dims)
-
-
-def weighted_composite(x: Tensor, kind: int, window) -> Tensor:
-    """A weighted window average in torch's own differentiable ops, over the real taps:
-    SoftPool with each window's maximum detached (the function, and so its gradient, do
-    not depend on it), or stochastic pooling's ``sum x^2 / sum x`` (0 where the sum is)."""
-    dims = tuple(range(-window_ndim(window), 0))
-    if kind == SOFT:
-        real = windows(torch.ones((1, 1, *x.shape[2:]), dtype=torch.bool, device=x.device),
-                       window, False)
-        taps = windows(x, window, -math.inf)
-        weights = torch.exp(taps - taps.detach().amax(dim=dims, keepdim=True))
-        values = torch.where(real, taps, torch.zeros((), dtype=x.dtype, device=x.device))
-        return (weights * values).sum(dims) / weights.sum(dims)
-    taps = windows(x, window, 0.0)
-    total = taps.sum(dims)
-    some = total != 0
-    safe = torch.where(some, total, torch.ones((), dtype=x.dtype, device=x.device))
-    return torch.where(some, (taps * taps).sum(dims) / safe, torch.zeros_like(total))
-
-
 def _window_sum(t: Tensor, window) -> Tensor:
     return call(avg_pool, t, window, True, 1)
 
@@ -235,7 +172,7 @@ def _max_grad(ctx, dy, _winners_grad):
     return call(max_pool_split_backward, dy, saved, ctx.window), None, None
 
 
-_autograd(max_pool, _max_grad, _max_setup)
+register_autograd(max_pool, _max_grad, _max_setup)
 
 
 def _values_setup(ctx, inputs, output):
@@ -249,7 +186,7 @@ def _values_grad(ctx, dy):
     return call(max_pool_backward, dy, winners, ctx.window, list(x.shape)), None
 
 
-_autograd(max_pool_values, _values_grad, _values_setup)
+register_autograd(max_pool_values, _values_grad, _values_setup)
 
 
 def _winners_setup(ctx, inputs, output):
@@ -262,7 +199,7 @@ def _max_backward_grad(ctx, g):
     return call(max_pool_gather, g, winners, ctx.window), None, None, None
 
 
-_autograd(max_pool_backward, _max_backward_grad, _winners_setup)
+register_autograd(max_pool_backward, _max_backward_grad, _winners_setup)
 
 
 def _gather_setup(ctx, inputs, output):
@@ -276,7 +213,7 @@ def _gather_grad(ctx, g):
     return call(max_pool_backward, g, winners, ctx.window, ctx.dx_size), None, None
 
 
-_autograd(max_pool_gather, _gather_grad, _gather_setup)
+register_autograd(max_pool_gather, _gather_grad, _gather_setup)
 
 
 def _split_setup(ctx, inputs, output):
@@ -289,7 +226,7 @@ def _split_grad(ctx, g):
     return _split_adjoint(g, x, ctx.window), None, None  # piecewise constant in x
 
 
-_autograd(max_pool_split_backward, _split_grad, _split_setup)
+register_autograd(max_pool_split_backward, _split_grad, _split_setup)
 
 
 def _avg_setup(ctx, inputs, output):
@@ -304,7 +241,7 @@ def _avg_grad(ctx, dy):
     return dx, None, None, None
 
 
-_autograd(avg_pool, _avg_grad, _avg_setup)
+register_autograd(avg_pool, _avg_grad, _avg_setup)
 
 
 def _avg_backward_setup(ctx, inputs, output):
@@ -316,7 +253,7 @@ def _avg_backward_grad(ctx, g):
             None, None, None, None, None)
 
 
-_autograd(avg_pool_backward, _avg_backward_grad, _avg_backward_setup)
+register_autograd(avg_pool_backward, _avg_backward_grad, _avg_backward_setup)
 
 
 def _lp_setup(ctx, inputs, output):
@@ -329,7 +266,7 @@ def _lp_grad(ctx, dy):
     return call(lp_pool_backward, dy, x, y, ctx.p, ctx.window), None, None
 
 
-_autograd(lp_pool, _lp_grad, _lp_setup)
+register_autograd(lp_pool, _lp_grad, _lp_setup)
 
 
 def _lp_backward_setup(ctx, inputs, output):
@@ -343,7 +280,7 @@ def _lp_backward_grad(ctx, g):
     return grad_dy, grad_x, grad_y, None, None
 
 
-_autograd(lp_pool_backward, _lp_backward_grad, _lp_backward_setup)
+register_autograd(lp_pool_backward, _lp_backward_grad, _lp_backward_setup)
 
 
 def _unpool_setup(ctx, inputs, output):
@@ -356,7 +293,7 @@ def _unpool_grad(ctx, dout):
     return call(max_unpool_backward, dout, indices, ctx.window), None, None, None
 
 
-_autograd(max_unpool, _unpool_grad, _unpool_setup)
+register_autograd(max_unpool, _unpool_grad, _unpool_setup)
 
 
 def _unpool_backward_setup(ctx, inputs, output):
@@ -370,230 +307,4 @@ def _unpool_backward_grad(ctx, g):
     return call(max_unpool, g, indices, ctx.window, ctx.out_spatial), None, None
 
 
-_autograd(max_unpool_backward, _unpool_backward_grad, _unpool_backward_setup)
-
-
-def _gem_setup(ctx, inputs, output):
-    x, p, ctx.eps, ctx.window = inputs
-    ctx.with_dp = p.requires_grad
-    ctx.save_for_backward(x, p, output)
-
-
-def _gem_grad(ctx, dy):
-    x, p, y = ctx.saved_tensors
-    dx, terms = call(gem_pool_backward, dy, x, y, p, ctx.eps, ctx.window, ctx.with_dp)
-    dp = terms.sum().to(p.dtype).reshape(p.shape) if ctx.with_dp else None
-    return dx, dp, None, None
-
-
-_autograd(gem_pool, _gem_grad, _gem_setup)
-
-
-def _gem_backward_setup(ctx, inputs, output):
-    dy, x, _, p, ctx.eps, ctx.window, ctx.with_dp = inputs
-    ctx.save_for_backward(dy, x, p)
-
-
-def _gem_backward_grad(ctx, grad_dx, grad_terms):
-    """The backward's gradients by differentiating its composite form: ``y`` is taken
-    as the function of ``x`` it is (its own gradient is 0, the whole dependence goes
-    through ``x``)."""
-    dy, x, p = ctx.saved_tensors
-    higher = torch.is_grad_enabled()  # (create_graph)
-    with torch.enable_grad():
-        dy_, x_, p_ = (t.detach().requires_grad_() for t in (dy, x, p))
-        y, taps, dims = gem_composite(x_, p_, ctx.eps, ctx.window)
-        (dx,) = torch.autograd.grad(y, x_, dy_, create_graph=True)
-        outputs, grads = [], []
-        if grad_dx is not None:
-            outputs.append(dx)
-            grads.append(grad_dx)
-        if ctx.with_dp and grad_terms is not None:
-            outputs.append(_gem_p_terms(dy_, y, taps, dims, p_))
-            grads.append(grad_terms)
-        if not outputs:
-            return (None,) * 7
-        grad_dy, grad_x, grad_p = torch.autograd.grad(
-            outputs, (dy_, x_, p_), grads, allow_unused=True, create_graph=higher)
-    return grad_dy, grad_x, None, grad_p, None, None, None
-
-
-_autograd(gem_pool_backward, _gem_backward_grad, _gem_backward_setup)
-
-
-def _weighted_setup(ctx, inputs, output):
-    x, ctx.kind, ctx.window = inputs
-    y, norm = output
-    ctx.mark_non_differentiable(norm)
-    ctx.save_for_backward(x, y, norm)
-
-
-def _weighted_grad(ctx, dy, _):
-    x, y, norm = ctx.saved_tensors
-    return call(weighted_pool_backward, dy, x, y, norm, ctx.kind, ctx.window), None, None
-
-
-_autograd(weighted_pool, _weighted_grad, _weighted_setup)
-
-
-def _weighted_backward_setup(ctx, inputs, output):
-    dy, x, _, _, ctx.kind, ctx.window = inputs
-    ctx.save_for_backward(dy, x)
-
-
-def _weighted_backward_grad(ctx, grad_dx):
-    """As :func:`_gem_backward_grad`: ``y`` and ``norm`` are functions of ``x``, and the
-    whole dependence goes through it."""
-    dy, x = ctx.saved_tensors
-    higher = torch.is_grad_enabled()
-    with torch.enable_grad():
-        dy_, x_ = (t.detach().requires_grad_() for t in (dy, x))
-        (dx,) = torch.autograd.grad(weighted_composite(x_, ctx.kind, ctx.window), x_, dy_,
-                                    create_graph=True)
-        grad_dy, grad_x = torch.autograd.grad(dx, (dy_, x_), grad_dx, allow_unused=True,
-                                              create_graph=higher)
-    return grad_dy, grad_x, None, None, None, None
-
-
-_autograd(weighted_pool_backward, _weighted_backward_grad, _weighted_backward_setup)
-
-
-def blend_composite(x: Tensor, weights: Tensor, kind: int, window) -> Tensor:
-    """Mixed or gated pooling in poolgrad's max and average ops and torch's own
-    differentiable ops (the gate's logit over a zero-padded window view)."""
-    top = call(max_pool, x, window, "first")[0]
-    mean = call(avg_pool, x, window, True, None)
-    if kind == MIXED:
-        share = weights.to(x.dtype).reshape(())
-    else:
-        dims = tuple(range(-window_ndim(window), 0))
-        share = torch.sigmoid((windows(x, window, 0.0) * weights.to(x.dtype)).sum(dims))
-    return share * top + (1 - share) * mean
-
-
-def _blend_setup(ctx, inputs, output):
-    x, weights, ctx.kind, ctx.window = inputs
-    ctx.save_for_backward(x, weights)
-
-
-def _blend_grad(ctx, dy):
-    x, weights = ctx.saved_tensors
-    dx, dweights = call(blend_pool_backward, dy, x, weights, ctx.kind, ctx.window)
-    return dx, dweights.to(weights.dtype), None, None
-
-
-_autograd(blend_pool, _blend_grad, _blend_setup)
-
-
-def _blend_backward_setup(ctx, inputs, output):
-    dy, x, weights, ctx.kind, ctx.window = inputs
-    ctx.save_for_backward(dy, x, weights)
-
-
-def _blend_backward_grad(ctx, grad_dx, grad_dweights):
-    """As :func:`_gem_backward_grad`, through :func:`blend_composite`."""
-    dy, x, weights = ctx.saved_tensors
-    higher = torch.is_grad_enabled()
-    with torch.enable_grad():
-        dy_, x_, w_ = (t.detach().requires_grad_() for t in (dy, x, weights))
-        y = blend_composite(x_, w_, ctx.kind, ctx.window)
-        dx, dw = torch.autograd.grad(y, (x_, w_), dy_, create_graph=True)
-        asked = [(output, grad.to(output.dtype))
-                 for output, grad in ((dx, grad_dx), (dw, grad_dweights)) if grad is not None]
-        if not asked:
-            return (None,) * 5
-        outputs, grads = zip(*asked, strict=True)
-        grad_dy, grad_x, grad_w = torch.autograd.grad(
-            outputs, (dy_, x_, w_), grads, allow_unused=True, create_graph=higher)
-    return grad_dy, grad_x, grad_w, None, None
-
-
-_autograd(blend_pool_backward, _blend_backward_grad, _blend_backward_setup)
-
-
-def _sample_setup(ctx, inputs, output):
-    x, _, ctx.window = inputs
-    _, winners = output
-    ctx.x_size = list(x.shape)
-    ctx.mark_non_differentiable(winners)
-    ctx.save_for_backward(winners)
-
-
-def _sample_grad(ctx, dy, _):
-    (winners,) = ctx.saved_tensors
-    return call(max_pool_backward, dy, winners, ctx.window, ctx.x_size), None, None
-
-
-_autograd(stochastic_pool_sample, _sample_grad, _sample_setup)
-
-
-def _blur_setup(ctx, inputs, output):
-    x, ctx.blur = inputs
-    ctx.x_size = list(x.shape)
-    ctx.mark_non_differentiable(output[1])
-    ctx.save_for_backward(output[1])
-
-
-def _blur_grad(ctx, dy, _):
-    (winners,) = ctx.saved_tensors
-    return call(blur_pool_backward, dy, winners, ctx.blur, ctx.x_size), None
-
-
-_autograd(blur_pool, _blur_grad, _blur_setup)
-
-
-def _blur_backward_setup(ctx, inputs, output):
-    _, winners, ctx.blur, _ = inputs
-    ctx.save_for_backward(winners)
-
-
-def _blur_backward_grad(ctx, g):
-    """The adjoint of the backward: the forward on ``g``, a max-blur's on ``g`` read at
-    its winners (the max map the winners chose) with no pre-reduction."""
-    (winners,) = ctx.saved_tensors
-    pre, kernel, stride, sizes, pads, mode = blur_args(ctx.blur)
-    if pre != "max":
-        return call(blur_pool, g, ctx.blur)[0], None, None, None
-    ones = (1,) * len(kernel)
-    mapped = call(max_pool_gather, g, winners,
-                  sliding_window(kernel, ones, ((0, 0),) * len(kernel), ones, False))
-    plain = blur_geometry("none", ones, stride, sizes, pads, mode)
-    return call(blur_pool, mapped, plain)[0], None, None, None
-
-
-_autograd(blur_pool_backward, _blur_backward_grad, _blur_backward_setup)
-
-
-def _fractional_setup(ctx, inputs, output):
-    x, samples, orders, ctx.fractional = inputs
-    ctx.x_size = list(x.shape)
-    ctx.mark_non_differentiable(output[1])
-    ctx.save_for_backward(output[1], samples, orders)
-
-
-def _fractional_grad(ctx, dy, _):
-    winners, samples, orders = ctx.saved_tensors
-    return call(fractional_max_pool_backward, dy, winners, samples, orders, ctx.fractional,
-                ctx.x_size), None, None, None
-
-
-_autograd(fractional_max_pool, _fractional_grad, _fractional_setup)
-
-
-def _fractional_backward_setup(ctx, inputs, output):
-    _, winners, samples, orders, ctx.fractional, ctx.x_size = inputs
-    ctx.save_for_backward(winners, samples, orders)
-
-
-def _fractional_backward_grad(ctx, g):
-    """The adjoint of routing to the winners: ``g`` read at them (a gather, whose own
-    gradient is torch's scatter-add, so every order of derivative works)."""
-    winners, samples, orders = ctx.saved_tensors
-    indices = call(fractional_max_pool_indices, winners, samples, orders, ctx.fractional,
-                   ctx.x_size)
-    n, c = ctx.x_size[:2]
-    read = g.reshape(n, c, -1).gather(2, indices.reshape(n, c, -1)).reshape(indices.shape)
-    return read, None, None, None, None, None
-
-
-_autograd(fractional_max_pool_backward, _fractional_backward_grad, _fractional_backward_setup)
+register_autograd(max_unpool_backward, _unpool_backward_grad, _unpool_backward_setup)
