@@ -309,6 +309,42 @@ def test_attention_pool_zero_queries_is_global_average_and_unbatched_works():
                                x.reshape(4, -1)[:, 7], atol=1e-12)
 
 
+@pytest.mark.parametrize("shape, heads, queries, dtype", [
+    ((3, 6, 11, 13), 2, 3, np.float64),  # 143 positions: a block of 128 and a short one
+    ((2, 5, 17), 1, 2, np.float32),  # 5 channels: pairwise sums padded to 8
+    ((2, 12, 3, 4, 5), 3, 1, np.float64),
+])
+def test_attention_pool_runs_its_fused_kernels_with_the_same_bits_in_either_layout(
+        shape, heads, queries, dtype):
+    """NCHW runs ``attention.attention_planes_*`` and channels-last
+    ``attention.attention_pixels_*``: the same sums in the same order, so the same bits
+    for y and all three gradients, and dx keeps the layout. A NaN makes its example's
+    readouts NaN (as PyTorch's softmax does) and leaves the others alone."""
+    rng = np.random.default_rng(len(shape) + heads)
+    x = rng.standard_normal(shape).astype(dtype)
+    q = rng.standard_normal((queries, shape[1]))
+    w = rng.standard_normal((shape[1], shape[1])) / 2
+    last = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    x_last = np.moveaxis(last, -1, 1)
+    dy = rng.standard_normal((shape[0], queries, shape[1]))
+    results = {}
+    for layout, array in (("planes", x), ("pixels", x_last)):
+        y, pullback = pg.vjp(pg.attention_pool, array, q, w, heads)
+        assert pullback.kernels == {"forward": f"attention.attention_{layout}_forward",
+                                    "backward": f"attention.attention_{layout}_backward"}
+        dx, dq, dw = pullback(dy)
+        assert dx.strides == array.strides
+        results[layout] = (y, dx, dq, dw)
+    for planar, pixel in zip(results["planes"], results["pixels"], strict=True):
+        np.testing.assert_array_equal(planar, pixel)
+    np.testing.assert_allclose(results["planes"][0], attention_reference(x, q, w, heads),
+                               rtol=1e-5 if dtype == np.float32 else 1e-12)
+    x_last = x_last.copy()
+    x_last[1, 0].flat[3] = np.nan
+    y = pg.attention_pool(x_last, q, w, heads)
+    assert np.isnan(y[1]).all() and np.isfinite(np.delete(y, 1, axis=0)).all()
+
+
 KINDS = [
     (pg.soft_pool, (2,), {}),
     (pg.stochastic_pool, (2,), {"rng": 0}),

@@ -11,12 +11,14 @@ how poolgrad.torch's backward operators run.
 - :mod:`.fractional`: fractional max pooling, given each plane's windows;
 - :mod:`.power_mean`: GeM pooling (global and windowed);
 - :mod:`.weighted`: SoftPool and stochastic pooling;
-- :mod:`.blend`: mixed and gated pooling.
+- :mod:`.blend`: mixed and gated pooling;
+- :mod:`.attention`: attention pooling over all positions.
 
 :mod:`poolgrad.ops` validates the public arguments and calls the engines; so does
 :mod:`poolgrad.torch`, on ``tensor.numpy()`` views.
 """
 
+from .attention import attention_backward, attention_forward, attention_kernels
 from .averages import avg_engine, avg_pullback
 from .blend import blend_backward, blend_forward, blend_kernels
 from .blur import blur_backward, blur_forward, blur_kernels
@@ -32,7 +34,8 @@ from .power_mean import gem_backward, gem_forward, gem_kernels
 from .pullback import Pullback
 from .weighted import stochastic_sample, weighted_backward, weighted_forward, weighted_kernels
 
-__all__ = ["Pullback", "TIE_RULES", "avg_engine", "avg_pullback", "blend_backward",
+__all__ = ["Pullback", "TIE_RULES", "attention_backward", "attention_forward",
+           "attention_kernels", "avg_engine", "avg_pullback", "blend_backward",
            "blend_forward", "blend_kernels", "blur_backward",
            "blur_forward", "blur_kernels", "fractional_backward", "fractional_forward",
            "fractional_indices", "fractional_kernels", "gem_backward", "gem_forward",

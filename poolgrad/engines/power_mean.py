@@ -8,18 +8,10 @@ in the layout of ``x`` (channels-last in, channels-last out)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..kernels import dispatch, power_mean
-from .pullback import empty
-
-
-def _planes(a: np.ndarray) -> np.ndarray:
-    """``(N, C, L)``: a view for C-contiguous and channels-last arrays alike (``L`` given,
-    not inferred, so that an empty batch reshapes too)."""
-    return a.reshape(a.shape[:2] + (math.prod(a.shape[2:]),))
+from .pullback import empty, planes
 
 
 def _op(plan) -> str:
@@ -45,7 +37,7 @@ def gem_forward(xk: np.ndarray, plan, p: float, eps: float) -> np.ndarray:
     forward = dispatch.choose(_op(plan), "forward", plan, operand)
     if plan is None:
         y = np.empty(xk.shape[:2], xk.dtype)
-        forward(_planes(xk), *_scalars(p, eps), y)
+        forward(planes(xk), *_scalars(p, eps), y)
         return y.reshape(xk.shape[:2] + (1, 1, 1))
     y = empty(xk.shape[:2] + tuple(a.count for a in plan.kernel_axes), xk.dtype,
               operand.layout == "channels_last")
@@ -64,8 +56,8 @@ def gem_backward(xk: np.ndarray, yk: np.ndarray, dyk: np.ndarray, plan, p: float
     dx = empty(xk.shape, dyk.dtype, operand.layout == "channels_last")
     if plan is None:  # dx and the terms in one pass (the kernel writes 0s without dp)
         terms = np.empty(yk.shape[:2], np.float64)
-        backward(_planes(xk), _planes(yk)[..., 0], _planes(dyk)[..., 0], *scalars, with_dp,
-                 _planes(dx), terms)
+        backward(planes(xk), planes(yk)[..., 0], planes(dyk)[..., 0], *scalars, with_dp,
+                 planes(dx), terms)
         return dx, terms.reshape(yk.shape) if with_dp else None
     backward(xk, yk, dyk, *scalars, dx)
     if not with_dp:

@@ -82,6 +82,12 @@ def empty(shape: tuple[int, ...], dtype, channels_last: bool) -> np.ndarray:
     return np.empty((n, d, h, w, c), dtype=dtype).transpose(0, 4, 1, 2, 3)
 
 
+def planes(a: np.ndarray) -> np.ndarray:
+    """``(N, C, L)``: a view for C-contiguous and channels-last arrays alike (``L`` given,
+    not inferred, so that an empty batch reshapes too)."""
+    return a.reshape(a.shape[:2] + (math.prod(a.shape[2:]),))
+
+
 def owned(view: np.ndarray, x: np.ndarray, *, keep_layout: bool = False) -> np.ndarray:
     """``view`` as an array the pullback owns: later changes to ``x`` (the caller's
     input or output) cannot reach it. A copy is C-contiguous, or with ``keep_layout``

@@ -35,6 +35,8 @@ Run signatures (one per op and direction)::
     ("stochastic", "sample") run(x, draws, y, pos)  pos: winners, as a max forward's
     ("blend", "forward")   run(x, kind, weights, y)  kind: blend.MIXED or GATED;
     ("blend", "backward")  run(x, dy, kind, weights, dx, dweights)  weights float64
+    ("attention", "forward")   run(x, projected, heads, y, attn)  (N, C, L) views;
+    ("attention", "backward")  run(x, dy, projected, attn, heads, dx, dprojected)
     ("fractional", "forward")  run(x, starts, lengths, extent, y, pos)  planes
     ("fractional", "backward") run(dy, starts, extent, pos, dx)  (N*C, 1, D, H, W); the
     ("fractional", "indices")  run(starts, extent, pos, in_h, in_w, indices)  windows
@@ -486,8 +488,8 @@ def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = Fa
 
     Args:
         op: ``"max"``, ``"avg"``, ``"global_avg"``, ``"lp"``, ``"unpool"``,
-            ``"blur"``, ``"weighted"``, ``"stochastic"``, ``"blend"``, ``"fractional"``,
-            ``"gem"`` or ``"gem_global"``.
+            ``"blur"``, ``"weighted"``, ``"stochastic"``, ``"blend"``, ``"attention"``,
+            ``"fractional"``, ``"gem"`` or ``"gem_global"``.
         direction: ``"forward"`` or ``"backward"`` (max also ``"indices"``,
             ``"tie_count"`` and ``"split"``).
         plan: the call's :class:`~poolgrad.geometry.WindowPlan` (None for unpool).

@@ -1,6 +1,7 @@
 """The dispatch's rules for the pooling kinds of :mod:`poolgrad.kinds`: anti-aliased
 pooling (:mod:`.blur`), the weighted window averages (:mod:`.weighted`), the blends
-of maximum and mean (:mod:`.blend`: mixed and gated pooling), fractional
+of maximum and mean (:mod:`.blend`: mixed and gated pooling), attention pooling
+(:mod:`.attention`, on ``(N, C, L)`` views, as global GeM), fractional
 max pooling (:mod:`.fractional`, whose windows come with each call) and GeM
 (:mod:`.power_mean`: global on ``(N, C, L)`` views, channels innermost or planes, and
 over sliding windows). Each has one kernel per pass and layout; the run signatures are
@@ -14,7 +15,7 @@ import numba
 import numpy as np
 
 from .. import geometry
-from . import blend, blur, fractional, power_mean, weighted
+from . import attention, blend, blur, fractional, power_mean, weighted
 from .rule import Rule, always
 
 
@@ -298,6 +299,31 @@ def _bound(kernel):
     return lambda plan: kernel
 
 
+def _pixels(kernel, forward: bool):
+    """An attention kernel for channels-last arrays, run on the ``(N, L, C)`` views of
+    its ``(N, C, L)`` ones (contiguous there)."""
+    if forward:
+        return lambda plan: lambda x, projected, heads, y, attn: kernel(
+            x.transpose(0, 2, 1), projected, heads, y, attn)
+
+    def bind(plan):
+        def run(x, dy, projected, attn, heads, dx, dprojected):
+            partials = np.empty((x.shape[0],) + projected.shape, np.float64)
+            kernel(x.transpose(0, 2, 1), dy, projected, attn, heads, dx.transpose(0, 2, 1),
+                   partials)
+            dprojected[:] = partials.sum(axis=0)
+        return run
+    return bind
+
+
+def _attention_planes_backward(plan):
+    def run(x, dy, projected, attn, heads, dx, dprojected):
+        partials = np.empty((x.shape[0],) + projected.shape, np.float64)
+        attention.attention_planes_backward(x, dy, projected, attn, heads, dx, partials)
+        dprojected[:] = partials.sum(axis=0)
+    return run
+
+
 def _positions_outer(kernel, forward: bool):
     """A global GeM kernel for channels-last arrays, run on the ``(N, L, C)`` views of
     its ``(N, C, L)`` ones (contiguous there)."""
@@ -353,6 +379,15 @@ RULES = {
     ("blend", "backward"): [
         Rule("blend.blend_rows_backward", _apart, _blend_rows(False)),
         Rule("blend.blend_window_backward", always, _blend_window(False))],
+    ("attention", "forward"): [
+        Rule("attention.attention_pixels_forward", _channels_innermost,
+             _pixels(attention.attention_pixels_forward, True)),
+        Rule("attention.attention_planes_forward", always,
+             _bound(attention.attention_planes_forward))],
+    ("attention", "backward"): [
+        Rule("attention.attention_pixels_backward", _channels_innermost,
+             _pixels(attention.attention_pixels_backward, False)),
+        Rule("attention.attention_planes_backward", always, _attention_planes_backward)],
     ("stochastic", "sample"): [
         Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],
     ("fractional", "forward"): [Rule("fractional.fractional_max_forward", always,

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .. import _inputs as inputs
-from .. import autodiff
+from .. import autodiff, engines
 from ..engines import Pullback
 from ..engines.pullback import owned
 
@@ -22,48 +22,54 @@ def _check(x, queries, key_weight, heads, spatial_dims):
     queries = inputs.check_array(queries, "queries", floating=True)
     key_weight = inputs.check_array(key_weight, "key_weight", floating=True)
     inputs.check_attention_shapes(queries.shape, key_weight.shape, heads, channels)
-    return x, queries, key_weight, layout.batched, channels
+    return x, queries, key_weight, layout
+
+
+def projection(queries: np.ndarray, key_weight: np.ndarray, heads: int) -> np.ndarray:
+    """The scores' weights ``(M * heads, C)``, float64: ``q . (W_k x) / sqrt(d)`` taken
+    as ``((q W_k) / sqrt(d)) . x``, row ``m * heads + h`` holding query ``m`` over head
+    ``h``'s rows of ``W_k``. The scores then cost C times fewer multiplications than
+    forming the keys ``W_k x``."""
+    m, channels = queries.shape
+    d = channels // heads
+    q = np.asarray(queries, np.float64).reshape(m, heads, d)
+    w = np.asarray(key_weight, np.float64).reshape(heads, d, channels)
+    return np.einsum("mhd,hdc->mhc", q, w).reshape(m * heads, channels) / math.sqrt(d)
+
+
+def projection_gradients(dprojected, queries, key_weight, heads):
+    """``(dqueries, dkey_weight)`` (float64) from the gradient of :func:`projection`."""
+    m, channels = queries.shape
+    d = channels // heads
+    q = np.asarray(queries, np.float64).reshape(m, heads, d)
+    w = np.asarray(key_weight, np.float64).reshape(heads, d, channels)
+    grad = dprojected.reshape(m, heads, channels) / math.sqrt(d)
+    return (np.einsum("mhc,hdc->mhd", grad, w).reshape(queries.shape),
+            np.einsum("mhd,mhc->hdc", q, grad).reshape(key_weight.shape))
 
 
 def _attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None,
                     want_pullback=False):
-    x, queries, key_weight, batched, channels = _check(x, queries, key_weight, heads,
-                                                       spatial_dims)
-    compute = inputs.COMPUTE_DTYPE[x.dtype]
-    n = x.shape[0] if batched else 1
-    xs = np.asarray(x, compute).reshape(n, channels, -1)  # (N, C, L)
-    q = queries.astype(compute).reshape(-1, heads, channels // heads)  # (M, H, d)
-    w = key_weight.astype(compute)
-    scale = compute.type(1 / math.sqrt(channels // heads))
-    keys = np.matmul(w, xs).reshape(n, heads, channels // heads, -1)  # (N, H, d, L)
-    scores = np.einsum("mhd,nhdl->nmhl", q, keys) * scale
-    scores -= scores.max(axis=-1, keepdims=True)
-    attn = np.exp(scores)
-    attn /= attn.sum(axis=-1, keepdims=True)  # (N, M, H, L), softmax over positions
-    values = xs.reshape(n, heads, channels // heads, -1)
-    y = np.einsum("nmhl,nhdl->nmhd", attn, values).reshape(n, -1, channels)
-    result = y.astype(x.dtype, copy=False)
-    if not batched:
-        result = result[0]
+    x, queries, key_weight, layout = _check(x, queries, key_weight, heads, spatial_dims)
+    xk = inputs.compute_view(x, layout)
+    # the pullback's own copies, which later changes to the caller's arrays cannot reach
+    queries, key_weight = np.array(queries, np.float64), np.array(key_weight, np.float64)
+    projected = projection(queries, key_weight, heads)
+    yk, attn = engines.attention_forward(xk, projected, heads)
+    y = yk.astype(x.dtype, copy=False)
+    if not layout.batched:
+        y = y[0]
     if not want_pullback:
-        return result, None
-    xs = owned(xs, x)  # the pullback's own copy where xs views x
-    values = xs.reshape(n, heads, channels // heads, -1)
+        return y, None
+    xk = owned(xk, x, keep_layout=True)
 
     def backward(dy):
-        dy = dy.reshape(n, -1, heads, channels // heads)
-        d_attn = np.einsum("nmhd,nhdl->nmhl", dy, values)
-        dx = np.einsum("nmhl,nmhd->nhdl", attn, dy).reshape(n, channels, -1)
-        d_scores = attn * (d_attn - np.sum(attn * d_attn, axis=-1, keepdims=True)) * scale
-        d_queries = np.einsum("nmhl,nhdl->mhd", d_scores, keys)
-        d_keys = np.einsum("nmhl,mhd->nhdl", d_scores, q).reshape(n, channels, -1)
-        d_weight = np.einsum("ncl,nkl->ck", d_keys, xs)
-        dx += np.matmul(w.T, d_keys)
-        return (dx, d_queries.reshape(queries.shape).astype(np.float64),
-                d_weight.astype(np.float64))
-    return result, Pullback("attention_pool", backward, result.shape, x.shape, x.dtype,
-                            {"x": xs, "attention": attn}, ("numpy", "numpy"),
-                            params=("queries", "key_weight"))
+        dyk = np.ascontiguousarray(dy).reshape(yk.shape)
+        dx, dprojected = engines.attention_backward(xk, dyk, projected, attn, heads)
+        return (dx, *projection_gradients(dprojected, queries, key_weight, heads))
+    return y, Pullback("attention_pool", backward, y.shape, x.shape, x.dtype,
+                       {"x": xk, "attention": attn}, engines.attention_kernels(xk),
+                       params=("queries", "key_weight"))
 
 
 def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):

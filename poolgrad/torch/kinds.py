@@ -359,13 +359,17 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
     x, _, unbatched = _batched(x, "attention_pool", spatial_dims)
     n, channels = x.shape[:2]
     inputs.check_attention_shapes(queries.shape, key_weight.shape, heads, channels)
-    d = channels // heads
-    features = x.reshape(n, channels, -1)
-    keys = (key_weight.to(x.dtype) @ features).reshape(n, heads, d, -1)
-    q = queries.to(x.dtype).reshape(-1, heads, d)
-    scores = torch.einsum("mhd,nhdl->nmhl", q, keys) / math.sqrt(d)
-    weights = torch.softmax(scores, dim=-1)
-    y = torch.einsum("nmhl,nhdl->nmhd", weights, features.reshape(n, heads, d, -1))
+    m, d = queries.shape[0], channels // heads
+    features = x.reshape(n, channels, -1)  # a view in either layout
+    # the scores as (q W_k) . x, as the NumPy operator takes them: C times fewer
+    # multiplications than forming the keys W_k x
+    q = queries.to(x.dtype).reshape(m, heads, d)
+    w = key_weight.to(x.dtype).reshape(heads, d, channels)
+    projected = torch.einsum("mhd,hdc->mhc", q, w).reshape(m * heads, channels)
+    scores = (projected / math.sqrt(d)) @ features  # (N, M*H, L)
+    weights = torch.softmax(scores, dim=-1).reshape(n, m, heads, -1).transpose(1, 2)
+    values = features.reshape(n, heads, d, -1)
+    y = (weights @ values.transpose(-1, -2)).transpose(1, 2)  # (N, M, H, d)
     return unbatch(y.reshape(n, -1, channels), unbatched)
 
 
