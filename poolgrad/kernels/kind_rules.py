@@ -299,29 +299,24 @@ def _bound(kernel):
     return lambda plan: kernel
 
 
-def _pixels(kernel, forward: bool):
-    """An attention kernel for channels-last arrays, run on the ``(N, L, C)`` views of
-    its ``(N, C, L)`` ones (contiguous there)."""
+def _attention(kernel, forward: bool, pixels: bool):
+    """Bind an attention kernel: the channels-last ones run on the ``(N, L, C)`` views
+    of their ``(N, C, L)`` arrays (contiguous there); the backward adds its partials
+    into ``dprojected``."""
+    def view(a):
+        return a.transpose(0, 2, 1) if pixels else a
+
     if forward:
         return lambda plan: lambda x, projected, heads, y, attn: kernel(
-            x.transpose(0, 2, 1), projected, heads, y, attn)
+            view(x), projected, heads, y, attn)
 
     def bind(plan):
         def run(x, dy, projected, attn, heads, dx, dprojected):
             partials = np.empty((x.shape[0],) + projected.shape, np.float64)
-            kernel(x.transpose(0, 2, 1), dy, projected, attn, heads, dx.transpose(0, 2, 1),
-                   partials)
+            kernel(view(x), dy, projected, attn, heads, view(dx), partials)
             dprojected[:] = partials.sum(axis=0)
         return run
     return bind
-
-
-def _attention_planes_backward(plan):
-    def run(x, dy, projected, attn, heads, dx, dprojected):
-        partials = np.empty((x.shape[0],) + projected.shape, np.float64)
-        attention.attention_planes_backward(x, dy, projected, attn, heads, dx, partials)
-        dprojected[:] = partials.sum(axis=0)
-    return run
 
 
 def _positions_outer(kernel, forward: bool):
@@ -381,13 +376,14 @@ RULES = {
         Rule("blend.blend_window_backward", always, _blend_window(False))],
     ("attention", "forward"): [
         Rule("attention.attention_pixels_forward", _channels_innermost,
-             _pixels(attention.attention_pixels_forward, True)),
+             _attention(attention.attention_pixels_forward, True, True)),
         Rule("attention.attention_planes_forward", always,
-             _bound(attention.attention_planes_forward))],
+             _attention(attention.attention_planes_forward, True, False))],
     ("attention", "backward"): [
         Rule("attention.attention_pixels_backward", _channels_innermost,
-             _pixels(attention.attention_pixels_backward, False)),
-        Rule("attention.attention_planes_backward", always, _attention_planes_backward)],
+             _attention(attention.attention_pixels_backward, False, True)),
+        Rule("attention.attention_planes_backward", always,
+             _attention(attention.attention_planes_backward, False, False))],
     ("stochastic", "sample"): [
         Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],
     ("fractional", "forward"): [Rule("fractional.fractional_max_forward", always,

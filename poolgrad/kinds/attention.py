@@ -25,25 +25,28 @@ def _check(x, queries, key_weight, heads, spatial_dims):
     return x, queries, key_weight, layout
 
 
-def projection(queries: np.ndarray, key_weight: np.ndarray, heads: int) -> np.ndarray:
-    """The scores' weights ``(M * heads, C)``, float64: ``q . (W_k x) / sqrt(d)`` taken
-    as ``((q W_k) / sqrt(d)) . x``, row ``m * heads + h`` holding query ``m`` over head
+def _by_head(queries: np.ndarray, key_weight: np.ndarray, heads: int):
+    """``(q, w, scale)``: the queries ``(M, heads, d)``, the rows of ``W_k`` by head
+    ``(heads, d, C)`` and ``1 / sqrt(d)``."""
+    m, channels = queries.shape
+    d = channels // heads
+    return (queries.reshape(m, heads, d), key_weight.reshape(heads, d, channels),
+            1 / math.sqrt(d))
+
+
+def _projection(queries: np.ndarray, key_weight: np.ndarray, heads: int) -> np.ndarray:
+    """The scores' weights ``(M * heads, C)``: ``q . (W_k x) / sqrt(d)`` taken as
+    ``((q W_k) / sqrt(d)) . x``, row ``m * heads + h`` holding query ``m`` over head
     ``h``'s rows of ``W_k``. The scores then cost C times fewer multiplications than
     forming the keys ``W_k x``."""
-    m, channels = queries.shape
-    d = channels // heads
-    q = np.asarray(queries, np.float64).reshape(m, heads, d)
-    w = np.asarray(key_weight, np.float64).reshape(heads, d, channels)
-    return np.einsum("mhd,hdc->mhc", q, w).reshape(m * heads, channels) / math.sqrt(d)
+    q, w, scale = _by_head(queries, key_weight, heads)
+    return np.einsum("mhd,hdc->mhc", q, w).reshape(-1, key_weight.shape[1]) * scale
 
 
-def projection_gradients(dprojected, queries, key_weight, heads):
-    """``(dqueries, dkey_weight)`` (float64) from the gradient of :func:`projection`."""
-    m, channels = queries.shape
-    d = channels // heads
-    q = np.asarray(queries, np.float64).reshape(m, heads, d)
-    w = np.asarray(key_weight, np.float64).reshape(heads, d, channels)
-    grad = dprojected.reshape(m, heads, channels) / math.sqrt(d)
+def _projection_gradients(dprojected, queries, key_weight, heads):
+    """``(dqueries, dkey_weight)`` from the gradient of :func:`_projection`."""
+    q, w, scale = _by_head(queries, key_weight, heads)
+    grad = dprojected.reshape(q.shape[:2] + (-1,)) * scale
     return (np.einsum("mhc,hdc->mhd", grad, w).reshape(queries.shape),
             np.einsum("mhd,mhc->hdc", q, grad).reshape(key_weight.shape))
 
@@ -54,7 +57,7 @@ def _attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None,
     xk = inputs.compute_view(x, layout)
     # the pullback's own copies, which later changes to the caller's arrays cannot reach
     queries, key_weight = np.array(queries, np.float64), np.array(key_weight, np.float64)
-    projected = projection(queries, key_weight, heads)
+    projected = _projection(queries, key_weight, heads)
     yk, attn = engines.attention_forward(xk, projected, heads)
     y = yk.astype(x.dtype, copy=False)
     if not layout.batched:
@@ -66,7 +69,7 @@ def _attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None,
     def backward(dy):
         dyk = np.ascontiguousarray(dy).reshape(yk.shape)
         dx, dprojected = engines.attention_backward(xk, dyk, projected, attn, heads)
-        return (dx, *projection_gradients(dprojected, queries, key_weight, heads))
+        return (dx, *_projection_gradients(dprojected, queries, key_weight, heads))
     return y, Pullback("attention_pool", backward, y.shape, x.shape, x.dtype,
                        {"x": xk, "attention": attn}, engines.attention_kernels(xk),
                        params=("queries", "key_weight"))
