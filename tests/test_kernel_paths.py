@@ -527,6 +527,18 @@ def _out_shape(xs, plan):
     return xs.shape[:2] + tuple(a.count for a in plan.kernel_axes)
 
 
+def _same_bits_as_the_window_kernels(result, rows, window) -> tuple[str, bool]:
+    """Assert that a :func:`_rows_and_window_kernels` result ran ``{rows}_forward`` and,
+    where windows are apart, ``{rows}_backward`` (else ``{window}_backward``) against
+    ``{window}_*``, with the same bits for every output; ``(layout, apart)``."""
+    layout, apart, (names, *fast), (general_names, *slow) = result
+    assert names == (f"{rows}_forward", f"{rows if apart else window}_backward")
+    assert general_names == (f"{window}_forward", f"{window}_backward")
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(a, b)
+    return layout, apart
+
+
 def test_gem_rows_kernels_match_the_window_kernels():
     """Windowed GeM on contiguous arrays runs the rows kernels (``power_mean.gem_rows_*``:
     each tap row raised once, the windows of an output row summed together), the
@@ -552,16 +564,9 @@ def test_gem_rows_kernels_match_the_window_kernels():
             x[(0, 0) + (slice(0, 2),) * ndim] = 1e-120
         x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
         eps = 1e-130 if trial % 7 == 0 else 0.02
-        layout, apart, (names, *fast), (general_names, *slow) = _rows_and_window_kernels(
-            x, ndim, kernel, stride, _gem_passes, eps=eps, p=p)
-        assert names == ("power_mean.gem_rows_forward",
-                         "power_mean.gem_rows_backward" if apart
-                         else "power_mean.gem_window_backward")
-        assert general_names == ("power_mean.gem_window_forward",
-                                 "power_mean.gem_window_backward")
-        for a, b in zip(fast, slow, strict=True):
-            np.testing.assert_array_equal(a, b)
-        seen.add((layout, apart))
+        seen.add(_same_bits_as_the_window_kernels(
+            _rows_and_window_kernels(x, ndim, kernel, stride, _gem_passes, eps=eps, p=p),
+            "power_mean.gem_rows", "power_mean.gem_window"))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
 
@@ -602,16 +607,9 @@ def test_weighted_rows_kernels_match_the_window_kernels():
         if trial % 5 == 0:
             x.flat[rng.integers(0, x.size)] = np.nan
         x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
-        layout, apart, (names, *fast), (general_names, *slow) = _rows_and_window_kernels(
-            x, ndim, kernel, stride, _weighted_passes, kind=kind)
-        assert names == ("weighted.weighted_rows_forward",
-                         "weighted.weighted_rows_backward" if apart
-                         else "weighted.weighted_pool_backward")
-        assert general_names == ("weighted.weighted_pool_forward",
-                                 "weighted.weighted_pool_backward")
-        for a, b in zip(fast, slow, strict=True):
-            np.testing.assert_array_equal(a, b)
-        seen.add((layout, apart))
+        seen.add(_same_bits_as_the_window_kernels(
+            _rows_and_window_kernels(x, ndim, kernel, stride, _weighted_passes, kind=kind),
+            "weighted.weighted_rows", "weighted.weighted_pool"))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
 
