@@ -660,6 +660,44 @@ def test_blend_rows_kernels_match_the_window_kernels():
                     for apart in (True, False) for kind in (blend.MIXED, blend.GATED)}
 
 
+def test_blend_quads_kernel_matches_the_window_kernel():
+    """2x2 windows with no padding run ``blend.blend_quads_forward`` (the four taps in
+    one loop, no buffer): the window kernel's bits in both layouts, float16/32/64,
+    strides 1-3 along W (stride 2 on its own loop of interleaved loads), mixed and gated,
+    ties and NaN. A float32 forward computes in float32: mixed pooling's output is
+    ``s M + (1 - s) (sum / 4)`` in float32 arithmetic, bit for bit."""
+    from poolgrad.kernels import blend
+
+    rng = np.random.default_rng(27)
+    seen = set()
+    for trial in range(24):
+        dtype = (np.float32, np.float64, np.float16)[trial % 3]
+        kind = (blend.MIXED, blend.GATED)[trial // 3 % 2]
+        channels_last = trial // 6 % 2 == 1
+        stride = ((2, 2), (1, 1), (2, 3), (3, 2))[trial // 12 * 2 + trial % 2]
+        weights = np.array([0.3]) if kind == blend.MIXED else rng.standard_normal(4)
+        x = rng.standard_normal((2, 5, 7 + trial % 4, 8 + trial % 3)).round(1)  # ties
+        if trial % 4 == 0:
+            x.flat[rng.integers(0, x.size)] = np.nan
+        x = _stored_as(x.astype(dtype), 2, channels_last)
+        layout, _, (names, y, _, _), (general_names, *slow) = _rows_and_window_kernels(
+            x, 2, (2, 2), stride, _blend_passes, kind=kind, weights=weights)
+        assert names[0] == "blend.blend_quads_forward"
+        assert general_names[0] == "blend.blend_window_forward"
+        np.testing.assert_array_equal(y, slow[0])
+        if kind == blend.MIXED and dtype == np.float32:
+            out = y[:, :, 0]  # the kernels' (N, C, D, H, W)
+            taps = [x[:, :, a::stride[0], b::stride[1]][:, :, :out.shape[2], :out.shape[3]]
+                    for a in (0, 1) for b in (0, 1)]
+            total = ((taps[0] + taps[1]) + taps[2]) + taps[3]
+            expected = (np.float32(0.3) * np.maximum.reduce(taps)
+                        + np.float32(0.7) * (total / np.float32(4)))
+            np.testing.assert_array_equal(out, expected)
+        seen.add((layout, stride[1] == 2, kind))
+    assert seen == {(layout, two, kind) for layout in ("nchw", "channels_last")
+                    for two in (True, False) for kind in (blend.MIXED, blend.GATED)}
+
+
 def _blend_passes(choose, xs, stored, plan, operand, kind, weights):
     y = empty(_out_shape(xs, plan), xs.dtype, stored)
     forward = choose("blend", "forward", plan, operand)

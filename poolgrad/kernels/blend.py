@@ -18,12 +18,19 @@ to every real tap and, gated, ``dz weights[t]`` to tap ``t``, with
 parallel unit of work, that the caller adds in order: the same bits at any thread
 count.
 
-Arithmetic runs in float64 whatever the dtype, the sums in row-major tap order from
-the first real tap. ``blend_window_*`` take 5-d ``(N, C, D, H, W)`` arrays of any
-strides and the plan's window ``table``; the backward walks each ``(n, c)`` plane's
-windows in increasing output order and adds into that plane's ``dx`` (no races).
-``blend_rows_*`` serve windows with no padding on NCHW planes or channels-last images
-as rows (the backward only windows that do not overlap), with their bits.
+The forwards compute in the dtype of ``y`` (the compute dtype: x's, float16's in
+float32), as the core's average pooling does: ``M``, the sum and the logit in it, the
+share ``s`` and ``1 - s`` taken in float64 (the sigmoid's ``exp`` in float64) and each
+rounded to it once. The backwards run in float64 whatever the dtype, so that the
+weights' gradient, a sum over every window, keeps its digits. Sums run in row-major
+tap order from the first real tap.
+
+``blend_window_*`` take 5-d ``(N, C, D, H, W)`` arrays of any strides and the plan's
+window ``table``; the backward walks each ``(n, c)`` plane's windows in increasing
+output order and adds into that plane's ``dx`` (no races). ``blend_rows_*`` serve
+windows with no padding on NCHW planes or channels-last images as rows (the backward
+only windows that do not overlap), and :func:`blend_quads_forward` 2x2 windows with no
+padding, all four taps in one loop: the same bits as the window kernels.
 """
 
 import numpy as np
@@ -41,6 +48,21 @@ def _share(logit, weights, kind):
     if kind == MIXED:
         return weights[0]
     return 1.0 / (1.0 + elementary.exp(-logit))
+
+
+@inlined
+def _shares(logit, weights, kind, real):
+    """``(s, 1 - s)`` in the forward's dtype ``real``: taken in float64 and rounded."""
+    share = _share(np.float64(logit), weights, kind)
+    return real(share), real(1.0 - share)
+
+
+@inlined
+def _blend(largest, total, logit, weights, kind, count, out):
+    """``s M + (1 - s) A`` in the forward's dtype (that of ``out``, an array)."""
+    real = out.dtype.type
+    share, rest = _shares(logit, weights, kind, real)
+    return share * largest + rest * (total / real(count))
 
 
 @inlined
@@ -70,6 +92,7 @@ def blend_window_forward(x, table, extent, count, kind, weights, y):
     """``y``: each window's blend (the module docstring); ``extent`` the window's
     ``(D, H, W)`` extent, ``count`` its ``K``, ``weights`` float64 (``alpha`` alone, or
     the gate's weights in row-major tap order)."""
+    real = y.dtype.type
     n_batch, n_chan = x.shape[0], x.shape[1]
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     for row in prange(n_batch * n_chan * out_d * out_h):
@@ -77,19 +100,17 @@ def blend_window_forward(x, table, extent, count, kind, weights, y):
         start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
         for ow in range(out_w):
             start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
-            largest = np.float64(x[n, c, start_d + first_d, start_h + first_h,
-                                   start_w + first_w])
-            total, logit = 0.0, 0.0
+            largest = real(x[n, c, start_d + first_d, start_h + first_h, start_w + first_w])
+            total, logit = real(0.0), real(0.0)
             for jd in range(first_d, end_d):
                 for jh in range(first_h, end_h):
                     for jw in range(first_w, end_w):
-                        v = np.float64(x[n, c, start_d + jd, start_h + jh, start_w + jw])
+                        v = real(x[n, c, start_d + jd, start_h + jh, start_w + jw])
                         largest = _fold(largest, 0, v, 0)[0]
                         total += v
                         if kind == GATED:
-                            logit += weights[(jd * extent[1] + jh) * extent[2] + jw] * v
-            share = _share(logit, weights, kind)
-            y[n, c, od, oh, ow] = share * largest + (1.0 - share) * (total / count)
+                            logit += real(weights[(jd * extent[1] + jh) * extent[2] + jw]) * v
+            y[n, c, od, oh, ow] = _blend(largest, total, logit, weights, kind, count, y)
 
 
 @parallel_kernel
@@ -175,7 +196,7 @@ def _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, record,
             src = x[plane, od * steps[0] + a, oh * steps[1] + b]
             for e in range(window[2]):
                 gather_tap(src, e, steps[2], inner, taps)
-                g = weights[t] if kind == GATED else 0.0
+                g = taps.dtype.type(weights[t] if kind == GATED else 0.0)
                 if t == 0:
                     for o in range(taps.shape[0]):
                         at = uint64(o)
@@ -204,9 +225,9 @@ def blend_rows_forward(x, inner, window, steps, chunks, tasks, count, kind, weig
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
-        taps, largest = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
-        winner, total = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
-        logit = np.empty(out_l, np.float64)
+        taps, largest = np.empty(out_l, y.dtype), np.empty(out_l, y.dtype)
+        winner, total = np.empty(out_l, np.float64), np.empty(out_l, y.dtype)
+        logit = np.empty(out_l, y.dtype)
         for row in range(first, end):
             od, oh = row // out_h, row % out_h
             _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, False, taps,
@@ -214,8 +235,74 @@ def blend_rows_forward(x, inner, window, steps, chunks, tasks, count, kind, weig
             out = y[plane, od, oh]
             for o in range(out_l):
                 at = uint64(o)
-                share = _share(logit[at], weights, kind)
-                out[at] = share * largest[at] + (1.0 - share) * (total[at] / count)
+                out[at] = _blend(largest[at], total[at], logit[at], weights, kind, count, y)
+
+
+@inlined
+def _quad(top, bottom, i, j, gate, mixed, divisor, gated, real):
+    """The blend of the window whose taps are ``top[i], top[j], bottom[i], bottom[j]``
+    (row-major order) in the dtype ``real``, as :func:`_blend` gives it: ``gate`` the
+    gate's weights and ``mixed`` ``(s, 1 - s)`` of mixed pooling, both in it."""
+    v0, v1, v2, v3 = real(top[i]), real(top[j]), real(bottom[i]), real(bottom[j])
+    largest = _fold(_fold(_fold(v0, 0, v1, 0)[0], 0, v2, 0)[0], 0, v3, 0)[0]
+    share, rest = mixed
+    if gated:
+        logit = ((gate[0] * v0 + gate[1] * v1) + gate[2] * v2) + gate[3] * v3
+        share, rest = _shares(logit, gate, GATED, real)
+    return share * largest + rest * ((((v0 + v1) + v2) + v3) / divisor)
+
+
+@inlined
+def _quads_row(top, bottom, out, inner, steps, gate, mixed, divisor, gated, real):
+    """One output row of :func:`blend_quads_forward`; ``gated`` a literal, so that each
+    call compiles a loop with no branch on the kind."""
+    if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
+        for ow in range(out.shape[0]):
+            i = uint64(2 * ow)
+            out[uint64(ow)] = _quad(top, bottom, i, i + 1, gate, mixed, divisor, gated, real)
+        return
+    step, across = uint64(steps[2] * inner), uint64(inner)
+    if inner == 1:
+        for ow in range(out.shape[0]):
+            i = uint64(ow) * step
+            out[uint64(ow)] = _quad(top, bottom, i, i + 1, gate, mixed, divisor, gated, real)
+        return
+    for ow in range(out.shape[0] // inner):
+        base, at = uint64(ow) * step, uint64(ow) * across
+        for c in range(inner):
+            i = base + uint64(c)
+            out[at + uint64(c)] = _quad(top, bottom, i, i + across, gate, mixed, divisor,
+                                        gated, real)
+
+
+@parallel_kernel
+def blend_quads_forward(x, inner, steps, chunks, tasks, count, kind, weights, y):
+    """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding) on rows laid
+    out as :func:`blend_rows_forward`'s, with its bits: each output's four taps loaded
+    and folded in one loop over the row, vectorized along it (NCHW: pairs of
+    neighbours; channels-last: along C), with no buffer."""
+    real = y.dtype.type
+    out_d, out_h = y.shape[1], y.shape[2]
+    # copies held in registers: loads from the arguments inside the loops could alias
+    # the stores to y, and kept them scalar
+    g0, g1, g2, g3 = real(0.0), real(0.0), real(0.0), real(0.0)
+    if kind == GATED:
+        g0, g1, g2, g3 = real(weights[0]), real(weights[1]), real(weights[2]), real(weights[3])
+    gate = (g0, g1, g2, g3)
+    mixed = _shares(0.0, weights, MIXED, real)
+    divisor = real(count)
+    for task in prange(tasks):
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
+        for row in range(first, end):
+            od, oh = row // out_h, row % out_h
+            top = x[plane, od * steps[0], oh * steps[1]]
+            bottom = x[plane, od * steps[0], oh * steps[1] + 1]
+            if kind == GATED:
+                _quads_row(top, bottom, y[plane, od, oh], inner, steps, gate, mixed, divisor,
+                           True, real)
+            else:
+                _quads_row(top, bottom, y[plane, od, oh], inner, steps, gate, mixed, divisor,
+                           False, real)
 
 
 @parallel_kernel

@@ -172,6 +172,12 @@ def _full_windows(plan, operand, record) -> bool:
         for a in plan.kernel_axes)
 
 
+def _quads(plan, operand, record) -> bool:
+    """Full 2x2 windows (the blends' one-loop forward)."""
+    return _full_windows(plan, operand, record) and tuple(
+        a.extent for a in plan.kernel_axes) == (1, 2, 2)
+
+
 def _apart(plan, operand, record) -> bool:
     """Full windows that do not overlap (stride >= kernel on every axis)."""
     return _full_windows(plan, operand, record) and all(
@@ -264,6 +270,17 @@ def _blend_window(forward: bool):
             dweights[:] = partials.sum(axis=0)
         return run
     return bind
+
+
+def _blend_quads(plan):
+    """Bind :func:`~.blend.blend_quads_forward`."""
+    steps = _rows_geometry(plan)[1]
+
+    def run(x, kind, weights, y):
+        inner, xr, yr = _rows_like(x, y)
+        blend.blend_quads_forward(xr, inner, steps, *_tasks(yr), plan.window_size, kind,
+                                  weights, yr)
+    return run
 
 
 def _blend_rows(forward: bool):
@@ -369,6 +386,7 @@ RULES = {
              _weighted_rows(weighted.weighted_rows_backward, False)),
         Rule("weighted.weighted_pool_backward", always, _weighted_back)],
     ("blend", "forward"): [
+        Rule("blend.blend_quads_forward", _quads, _blend_quads),
         Rule("blend.blend_rows_forward", _full_windows, _blend_rows(True)),
         Rule("blend.blend_window_forward", always, _blend_window(True))],
     ("blend", "backward"): [
