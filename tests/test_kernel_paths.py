@@ -491,6 +491,60 @@ def test_vectorizing_exp_and_log_are_numpys_to_rounding():
     assert exps[x == -745.2][0] == 0 and exps[x == 709.79][0] == np.inf
 
 
+def test_float32_exp_and_log_are_within_one_unit_in_the_last_place():
+    """kernels.elementary.exp32 and log32, which the float32 forwards of SoftPool take:
+    within one unit in the last place of the exact result wherever that is a normal
+    float32, and their special values (inf, 0, NaN, overflow, underflow, negatives,
+    subnormal inputs) exactly; exp_in and log_in pick them for float32 and the float64
+    functions for float64."""
+    import numba
+
+    from poolgrad.kernels import elementary
+
+    @numba.njit(error_model="numpy")
+    def both(x, x64, exps, exps64):
+        for i in range(x.shape[0]):
+            exps[i], exps64[i] = elementary.exp_in(x[i]), elementary.exp_in(x64[i])
+
+    @numba.njit(error_model="numpy")
+    def logs(x, out):
+        for i in range(x.shape[0]):
+            out[i] = elementary.log_in(x[i])
+
+    rng = np.random.default_rng(19)
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 88.72, 88.73, -87.3, -103.9, -104.0,
+               -1e30, 1e30]
+    x = np.concatenate([rng.uniform(-105, 90, 200000), rng.uniform(-1, 1, 50000),
+                        rng.uniform(-1e-6, 1e-6, 1000), special]).astype(np.float32)
+    exps, exps64 = np.empty_like(x), np.empty(x.shape)
+    both(x, x.astype(np.float64), exps, exps64)
+    with np.errstate(all="ignore"):
+        exact = np.exp(x.astype(np.float64))
+        rounded = exact.astype(np.float32)
+    normal = np.isfinite(rounded) & (rounded >= np.finfo(np.float32).tiny)
+    ulps = np.abs(exps[normal] - exact[normal]) / np.spacing(rounded[normal])
+    assert ulps.max() <= 1.0
+    assert np.mean(exps[normal] == rounded[normal]) > 0.8  # mostly correctly rounded
+    ends = ~np.isfinite(rounded) | (rounded == 0)
+    np.testing.assert_array_equal(exps[ends], rounded[ends])
+    finite = np.isfinite(exact) & (exact > 0)  # float64 inputs: the float64 exp
+    assert np.max(np.abs(exps64 - exact)[finite] / exact[finite]) < 5e-16
+
+    x = np.concatenate([np.exp(rng.uniform(-103, 88, 200000)), rng.uniform(0.5, 2, 50000),
+                        [0.0, -0.0, np.inf, -1.0, np.nan, 1.0, 1e-45, 1e-40, 3e38]]
+                       ).astype(np.float32)
+    got = np.empty_like(x)
+    logs(x, got)
+    with np.errstate(all="ignore"):
+        exact = np.log(x.astype(np.float64))
+        rounded = exact.astype(np.float32)
+    finite = np.isfinite(rounded) & (rounded != 0)
+    assert np.max(np.abs(got[finite] - exact[finite]) / np.spacing(np.abs(rounded[finite]))
+                  ) <= 1.0
+    ends = ~finite
+    np.testing.assert_array_equal(got[ends], rounded[ends])
+
+
 def _random_windows(rng, trial):
     """``(ndim, kernel, stride, spatial, lead)`` for the rows-vs-window tests: windows
     with no padding, apart (stride >= kernel) or overlapping."""
@@ -499,6 +553,11 @@ def _random_windows(rng, trial):
     stride = tuple(max(1, k + int(rng.integers(-1, 2))) if trial % 4 else k for k in kernel)
     spatial = tuple(k + int(rng.integers(0, 9)) for k in kernel)
     return ndim, kernel, stride, spatial, (int(rng.integers(1, 3)), int(rng.integers(1, 5)))
+
+
+def _quad(kernel) -> bool:
+    """Whether the kernels see a 2x2 window (a 3-d one of depth 1 included)."""
+    return (1,) * (3 - len(kernel)) + tuple(kernel) == (1, 2, 2)
 
 
 def _stored_as(x, ndim, channels_last):
@@ -527,12 +586,13 @@ def _out_shape(xs, plan):
     return xs.shape[:2] + tuple(a.count for a in plan.kernel_axes)
 
 
-def _same_bits_as_the_window_kernels(result, rows, window) -> tuple[str, bool]:
-    """Assert that a :func:`_rows_and_window_kernels` result ran ``{rows}_forward`` and,
-    where windows are apart, ``{rows}_backward`` (else ``{window}_backward``) against
-    ``{window}_*``, with the same bits for every output; ``(layout, apart)``."""
+def _same_bits_as_the_window_kernels(result, rows, window, forward=None) -> tuple[str, bool]:
+    """Assert that a :func:`_rows_and_window_kernels` result ran ``forward`` (default
+    ``{rows}_forward``) and, where windows are apart, ``{rows}_backward`` (else
+    ``{window}_backward``) against ``{window}_*``, with the same bits for every output;
+    ``(layout, apart)``."""
     layout, apart, (names, *fast), (general_names, *slow) = result
-    assert names == (f"{rows}_forward", f"{rows if apart else window}_backward")
+    assert names == (forward or f"{rows}_forward", f"{rows if apart else window}_backward")
     assert general_names == (f"{window}_forward", f"{window}_backward")
     for a, b in zip(fast, slow, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -609,9 +669,52 @@ def test_weighted_rows_kernels_match_the_window_kernels():
         x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
         seen.add(_same_bits_as_the_window_kernels(
             _rows_and_window_kernels(x, ndim, kernel, stride, _weighted_passes, kind=kind),
-            "weighted.weighted_rows", "weighted.weighted_pool"))
+            "weighted.weighted_rows", "weighted.weighted_pool",
+            "weighted.weighted_quads_forward" if _quad(kernel) else None))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
+
+
+def test_weighted_quads_kernel_matches_the_window_kernel():
+    """2x2 windows with no padding run ``weighted.weighted_quads_forward`` (the four
+    taps in one loop; SoftPool's log in a second): the window kernel's bits for y and
+    norm in both layouts, float16/32/64, strides 1-3 along W, SoftPool and stochastic
+    pooling's mean, NaN and windows of zeros. A float32 forward computes in float32:
+    the mean is ``sum x^2 / sum x`` in float32 arithmetic, bit for bit."""
+    from poolgrad.kernels import weighted
+
+    rng = np.random.default_rng(29)
+    seen = set()
+    for trial in range(24):
+        dtype = (np.float32, np.float64, np.float16)[trial % 3]
+        kind = (weighted.SOFT, weighted.SELF)[trial // 3 % 2]
+        channels_last = trial // 6 % 2 == 1
+        stride = ((2, 2), (1, 1), (2, 3), (3, 2))[trial // 12 * 2 + trial % 2]
+        x = (rng.random((2, 5, 7 + trial % 4, 8 + trial % 3)) * 3).round(1)
+        x[0, 0, :2, :2] = 0.0  # a window of zeros: stochastic pooling gives 0
+        if trial % 4 == 0:
+            x.flat[rng.integers(0, x.size)] = np.nan
+        x = _stored_as(x.astype(dtype), 2, channels_last)
+        layout, _, (names, y, norm, _), (general_names, *slow) = _rows_and_window_kernels(
+            x, 2, (2, 2), stride, _weighted_passes, kind=kind)
+        assert names[0] == "weighted.weighted_quads_forward"
+        assert general_names[0] == "weighted.weighted_pool_forward"
+        np.testing.assert_array_equal(y, slow[0])
+        np.testing.assert_array_equal(norm, slow[1])
+        if kind == weighted.SELF and dtype == np.float32:
+            out = y[:, :, 0]  # the kernels' (N, C, D, H, W)
+            taps = [x[:, :, a::stride[0], b::stride[1]][:, :, :out.shape[2], :out.shape[3]]
+                    for a in (0, 1) for b in (0, 1)]
+            zero = np.float32(0)
+            total = (((zero + taps[0]) + taps[1]) + taps[2]) + taps[3]
+            squares = (((zero + taps[0] ** 2) + taps[1] ** 2) + taps[2] ** 2) + taps[3] ** 2
+            with np.errstate(invalid="ignore"):
+                expected = np.where(total != 0, squares / total, zero)
+            np.testing.assert_array_equal(out, expected)
+            assert out[0, 0, 0, 0] == 0
+        seen.add((layout, stride[1] == 2, kind))
+    assert seen == {(layout, two, kind) for layout in ("nchw", "channels_last")
+                    for two in (True, False) for kind in (weighted.SOFT, weighted.SELF)}
 
 
 def _weighted_passes(choose, xs, stored, plan, operand, kind):
@@ -649,7 +752,8 @@ def test_blend_rows_kernels_match_the_window_kernels():
         layout, apart, (names, y, dx, dweights), (general_names, *slow) = (
             _rows_and_window_kernels(x, ndim, kernel, stride, _blend_passes, kind=kind,
                                      weights=weights))
-        assert names == ("blend.blend_rows_forward",
+        assert names == ("blend.blend_quads_forward" if _quad(kernel)
+                         else "blend.blend_rows_forward",
                          "blend.blend_rows_backward" if apart else "blend.blend_window_backward")
         assert general_names == ("blend.blend_window_forward", "blend.blend_window_backward")
         np.testing.assert_array_equal(y, slow[0])

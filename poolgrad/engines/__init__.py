@@ -32,7 +32,13 @@ from .lp import lp_engine, lp_pullback
 from .maxima import TIE_RULES, max_engine, max_forward, max_gather, max_pullback, winner_indices
 from .power_mean import gem_backward, gem_forward, gem_kernels
 from .pullback import Pullback
-from .weighted import stochastic_sample, weighted_backward, weighted_forward, weighted_kernels
+from .weighted import (
+    negative_or_nan,
+    stochastic_sample,
+    weighted_backward,
+    weighted_forward,
+    weighted_kernels,
+)
 
 __all__ = ["Pullback", "TIE_RULES", "attention_backward", "attention_forward",
            "attention_kernels", "avg_engine", "avg_pullback", "blend_backward",
@@ -40,5 +46,5 @@ __all__ = ["Pullback", "TIE_RULES", "attention_backward", "attention_forward",
            "blur_forward", "blur_kernels", "fractional_backward", "fractional_forward",
            "fractional_indices", "fractional_kernels", "gem_backward", "gem_forward",
            "gem_kernels", "lp_engine", "lp_pullback", "max_engine", "max_forward", "max_gather",
-           "max_pullback", "stochastic_sample", "weighted_backward", "weighted_forward",
-           "weighted_kernels", "winner_indices"]
+           "max_pullback", "negative_or_nan", "stochastic_sample", "weighted_backward",
+           "weighted_forward", "weighted_kernels", "winner_indices"]

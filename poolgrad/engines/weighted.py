@@ -49,6 +49,14 @@ def weighted_backward(xk: np.ndarray, yk: np.ndarray, norm: np.ndarray, dyk: np.
     return dx
 
 
+def negative_or_nan(xk: np.ndarray, plan) -> bool:
+    """Whether ``xk`` holds a negative number or a NaN, read in memory order."""
+    values = xk.ravel(order="K")  # a view for the layouts the kernels take
+    flags = np.empty(max(1, min(64, values.size // 65536)), np.bool_)
+    dispatch.choose("stochastic", "check", plan, dispatch.operand(xk))(values, flags)
+    return bool(flags.any())
+
+
 def stochastic_sample(xk: np.ndarray, draws: np.ndarray, plan) -> tuple[np.ndarray, np.ndarray]:
     """``(y, winners)``: one tap per window drawn with probability ``x / sum(x)`` by
     the float64 ``draws`` (``y``'s shape), numbered as max pooling's winners, so that

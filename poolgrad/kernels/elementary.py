@@ -1,4 +1,5 @@
-"""``exp`` and ``log`` in float64 that loops can vectorize: no calls, no branches.
+"""``exp`` and ``log`` in float64, and ``exp`` in float32, that loops can vectorize: no
+calls, no branches.
 
 Numba compiles ``np.exp`` and ``np.log`` to calls into the C library, one element at
 a time, and a loop that makes such a call stays scalar. These are built from
@@ -15,22 +16,26 @@ vectorizes, with special values chosen by selects.
   by ``2^54`` first), ``log m = 2 atanh(s)`` with ``s = (m - 1) / (m + 1)``,
   ``|s| <= 0.172``, by its series to ``s^23`` (the next term is below ``2**-60``), and
   ``e ln2`` added in two parts. 0 gives -inf, a negative number NaN, inf inf.
+* :func:`exp32` and :func:`log32`: the same in float32 arithmetic, ``e^r`` to degree 7
+  summed as ``1 + (r + r^2 q)`` (over 88.73 gives inf, under -103.98 gives 0), ``log
+  m`` arranged around ``f = m - 1``, exact. :func:`exp_in` and :func:`log_in` pick the
+  float32 or the float64 function by the argument's type.
 
-Where the result is a normal number, both are within ``5e-16`` relative of NumPy's (a
-test holds them to it over the whole range); ``exp``'s subnormal results carry its
-error in fewer bits. Their results are the
-same on every x86-64 machine: the kernels' fast-math flags allow neither fused
-multiply-adds nor reordering.
+Where the result is a normal number, :func:`exp` and :func:`log` are within ``5e-16``
+relative of NumPy's, and :func:`exp32` and :func:`log32` within one unit in the last
+place of the exact result (tests hold them to it over the whole range); subnormal
+results carry the error in fewer bits. Their results are the same on every x86-64
+machine: the kernels' fast-math flags allow neither fused multiply-adds nor
+reordering.
 """
 
 import math
 
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
-from .walk import helper, inlined
+from .walk import OVERLOAD_OPTIONS, helper, inlined
 
 LN2_HIGH = 0.6931471803691238  # ln 2 with its last 32 bits zero: n * LN2_HIGH is exact
 LN2_LOW = 1.9082149292705877e-10  # ln 2 - LN2_HIGH
@@ -44,24 +49,26 @@ _LOG_TERMS = 11  # odd powers s^3 ... s^23
 
 @intrinsic
 def bits(typingctx, value):
-    """The int64 with the bits of a float64."""
-    if value != types.float64:
+    """The int64 with the bits of a float64, or the int32 with those of a float32."""
+    if value not in (types.float64, types.float32):
         return None
+    integer = types.int64 if value == types.float64 else types.int32
 
     def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
+        return builder.bitcast(args[0], context.get_value_type(integer))
+    return integer(value), codegen
 
 
 @intrinsic
 def from_bits(typingctx, value):
-    """The float64 with the bits of an int64."""
-    if value != types.int64:
+    """The float64 with the bits of an int64, or the float32 with those of an int32."""
+    if value not in (types.int64, types.int32):
         return None
+    real = types.float64 if value == types.int64 else types.float32
 
     def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(types.int64), codegen
+        return builder.bitcast(args[0], context.get_value_type(real))
+    return real(value), codegen
 
 
 @inlined
@@ -89,6 +96,40 @@ def exp(x):
     return x if x != x else value
 
 
+# float32: ln 2 with its last 8 bits zero (n * LN2_HIGH32 exact for |n| < 2**8), and
+# e^r's Taylor coefficients to r^7 (the next term is below 2**-29 for |r| <= ln2 / 2)
+LN2_HIGH32 = np.float32(0.693145751953125)
+LN2_LOW32 = np.float32(1.4286068203094172e-06)
+_ROUND32 = np.float32(12582912.0)  # 1.5 * 2**23
+_EXP32 = tuple(np.float32(1.0 / math.factorial(k)) for k in range(8))
+
+
+@inlined
+def _power_of_two32(n):
+    """``2.0 ** n`` as a float32 for an integer ``n`` from -126 to 127, from its bits."""
+    return from_bits(np.int32((n + np.int32(127)) << np.int32(23)))
+
+
+@helper
+def exp32(x):
+    """``e ** x`` for a float32, in float32 arithmetic: as :func:`exp` (the reduction
+    ``x = n ln2 + r`` with ``ln2`` in two parts, ``2^n`` as two powers of two), ``e^r``
+    to degree 7. Over 88.73 gives inf, under -103.98 gives 0, NaN stays NaN."""
+    bounded = min(max(x, np.float32(-110.0)), np.float32(100.0))
+    n = (bounded * np.float32(1.4426950408889634) + _ROUND32) - _ROUND32
+    r = (bounded - n * LN2_HIGH32) - n * LN2_LOW32
+    # e^r = 1 + (r + r^2 q): the small part summed first, so that its rounding errors
+    # are scaled down by the final addition
+    q = _EXP32[7]
+    for k in range(6, 1, -1):
+        q = q * r + _EXP32[k]
+    whole = np.int32(n)
+    half = whole >> np.int32(1)
+    value = ((np.float32(1.0) + (r + (r * r) * q)) * _power_of_two32(half)
+             * _power_of_two32(whole - half))
+    return x if x != x else value
+
+
 @helper
 def log(x):
     """The natural logarithm of a float64 (the module docstring)."""
@@ -110,3 +151,58 @@ def log(x):
     value = -np.inf if x == 0.0 else value
     value = np.nan if x < 0.0 else value
     return x if (x != x) | (x == np.inf) else value
+
+
+@helper
+def log32(x):
+    """The natural logarithm of a float32, in float32 arithmetic: ``x = 2^e m`` as in
+    :func:`log`, ``log m`` by its series in ``s`` to ``s^9`` (the next term is below
+    ``2**-28``), arranged around ``f = m - 1`` (below)."""
+    small = x < np.float32(1.1754943508222875e-38)
+    scaled = x * np.float32(16777216.0) if small else x  # subnormals: times 2**24
+    pattern = bits(scaled)
+    exponent = ((pattern >> np.int32(23)) & np.int32(0xFF)) - np.int32(127)
+    m = from_bits(np.int32((pattern & np.int32(0x007FFFFF)) | np.int32(0x3F800000)))
+    high = m > np.float32(1.4142135623730951)
+    m = m * np.float32(0.5) if high else m
+    e = np.float32(exponent + (np.int32(1) if high else np.int32(0))
+                   - (np.int32(24) if small else np.int32(0)))
+    # log m = f - f^2/2 + s (f^2/2 + R), f = m - 1 (exact), s = f / (2 + f), R the
+    # series' tail 2 s^2/3 + ... + 2 s^8/9: f carries the leading bits exactly, so that
+    # the result is within one unit in the last place where |log x| is small
+    f = m - np.float32(1.0)
+    s = f / (np.float32(2.0) + f)
+    s2 = s * s
+    tail = np.float32(0.0)
+    for k in range(4, 0, -1):
+        tail = s2 * (np.float32(2.0 / (2 * k + 1)) + tail)
+    half_f2 = np.float32(0.5) * f * f
+    value = e * LN2_HIGH32 - ((half_f2 - (s * (half_f2 + tail) + e * LN2_LOW32)) - f)
+    value = np.float32(-np.inf) if x == np.float32(0.0) else value
+    value = np.float32(np.nan) if x < np.float32(0.0) else value
+    return x if (x != x) | (x == np.float32(np.inf)) else value
+
+
+
+def _in_its_precision(name, single, double):
+    """A function of one float that compiled code calls as ``single`` for a float32 and
+    ``double`` for a float64."""
+    def stub(x):
+        raise NotImplementedError("only for Numba-compiled kernels")
+    stub.__name__ = stub.__qualname__ = name
+    stub.__doc__ = (f"``{double.__name__}`` in the precision of ``x``: :func:`{single.__name__}`"
+                    f" for a float32, :func:`{double.__name__}` for a float64 (compiled code"
+                    " only).")
+
+    @overload(stub, inline="always", jit_options=OVERLOAD_OPTIONS)
+    def pick(x):
+        if x == types.float32:
+            return lambda x: single(x)
+        if x == types.float64:
+            return lambda x: double(x)
+        return None
+    return stub
+
+
+exp_in = _in_its_precision("exp_in", exp32, exp)
+log_in = _in_its_precision("log_in", log32, log)

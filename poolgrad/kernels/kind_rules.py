@@ -272,6 +272,16 @@ def _blend_window(forward: bool):
     return bind
 
 
+def _weighted_quads(plan):
+    """Bind :func:`~.weighted.weighted_quads_forward`."""
+    steps = _rows_geometry(plan)[1]
+
+    def run(x, y, norm, kind):
+        inner, xr, yr, norm_rows = _rows_like(x, y, norm)
+        weighted.weighted_quads_forward(xr, inner, steps, *_tasks(yr), kind, yr, norm_rows)
+    return run
+
+
 def _blend_quads(plan):
     """Bind :func:`~.blend.blend_quads_forward`."""
     steps = _rows_geometry(plan)[1]
@@ -378,6 +388,7 @@ RULES = {
         Rule("blur.blur_rows_backward", streams_rows, _blur_rows_back(False)),
         Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
+        Rule("weighted.weighted_quads_forward", _quads, _weighted_quads),
         Rule("weighted.weighted_rows_forward", _full_windows,
              _weighted_rows(weighted.weighted_rows_forward, True)),
         Rule("weighted.weighted_pool_forward", always, _weighted)],
@@ -402,6 +413,8 @@ RULES = {
              _attention(attention.attention_pixels_backward, False, True)),
         Rule("attention.attention_planes_backward", always,
              _attention(attention.attention_planes_backward, False, False))],
+    ("stochastic", "check"): [
+        Rule("weighted.negative_or_nan", always, lambda plan: weighted.negative_or_nan)],
     ("stochastic", "sample"): [
         Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],
     ("fractional", "forward"): [Rule("fractional.fractional_max_forward", always,

@@ -11,18 +11,22 @@ read), with weights that depend on the window's own values:
   ``S = sum_j x_j`` over non-negative inputs; ``y = 0`` where ``S = 0``.
   ``norm[o] = S``, and ``dy/dx_j = (2 x_j - y) / S``.
 
-Both compute in float64 whatever the dtype, with :mod:`.elementary`'s ``exp`` and
-``log``. ``weighted_pool_*`` walk output rows (forward) or gather per input row through
-the plan's cover tables, adding the windows in increasing output order (backward): no
-races, and the same bits at any thread count. Sums run in row-major window order from
-+0. ``weighted_rows_*`` serve windows with no padding on NCHW planes or channels-last
-images as rows (the backward only windows that do not overlap), with their bits.
+The forwards compute in the dtype of ``y`` (the compute dtype: x's, float16's in
+float32), as the core's average pooling does, with :mod:`.elementary`'s ``exp`` and
+``log`` of that precision; the backwards in float64 whatever the dtype.
+``weighted_pool_*`` walk output rows (forward) or gather per input row through the
+plan's cover tables, adding the windows in increasing output order (backward): no races,
+and the same bits at any thread count. Sums run in row-major window order from +0.
+``weighted_rows_*`` serve windows with no padding on NCHW planes or channels-last images
+as rows (the backward only windows that do not overlap), and
+:func:`weighted_quads_forward` 2x2 windows with no padding, all four taps in one loop:
+the same bits.
 
-:func:`stochastic_pool_sample` picks one real tap per window with probability
-``x_j / S``: the first tap whose running sum exceeds ``u * S``, for a uniform draw
-``u`` in ``[0, 1)`` given per window (the first real tap where ``S = 0``; a tap of
-weight 0 is never drawn otherwise), and writes
-its tap number like a max pooling's winner, so the max pooling's backward routes it.
+:func:`stochastic_pool_sample` picks one real tap per window with probability ``x_j /
+S``: the first tap whose running sum exceeds ``u * S``, for a uniform draw ``u`` in
+``[0, 1)`` given per window (the first real tap where ``S = 0``; a tap of weight 0 is
+never drawn otherwise), and writes its tap number like a max pooling's winner, so the
+max pooling's backward routes it. :func:`negative_or_nan` checks its inputs.
 """
 
 import numpy as np
@@ -36,15 +40,15 @@ SOFT, SELF = 0, 1
 
 @inlined
 def _weight(v, largest, kind):
-    return elementary.exp(v - largest) if kind == SOFT else v
+    return elementary.exp_in(v - largest) if kind == SOFT else v
 
 
 @inlined
-def _finish(largest, total, weighted, kind):
-    """``(y, norm)`` of a window from its sums (float64)."""
+def _finish(largest, total, weighted, kind, real):
+    """``(y, norm)`` of a window from its sums, in the dtype ``real``."""
     if kind == SOFT:
-        return weighted / total, largest + elementary.log(total)
-    return (weighted / total if total != 0 else 0.0), total
+        return weighted / total, largest + elementary.log_in(total)
+    return (weighted / total if total != 0 else real(0.0)), total
 
 
 @inlined
@@ -58,6 +62,7 @@ def _share(value, out, scale, dy, kind):
 
 @parallel_kernel
 def weighted_pool_forward(x, table, kind, y, norm):
+    real = y.dtype.type
     n_batch, n_chan = x.shape[0], x.shape[1]
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     for row in prange(n_batch * n_chan * out_d * out_h):
@@ -65,24 +70,23 @@ def weighted_pool_forward(x, table, kind, y, norm):
         start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
         for ow in range(out_w):
             start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
-            largest = np.float64(x[n, c, start_d + first_d, start_h + first_h,
-                                   start_w + first_w])
+            largest = real(x[n, c, start_d + first_d, start_h + first_h, start_w + first_w])
             if kind == SOFT:
                 for xd in range(start_d + first_d, start_d + end_d):
                     for xh in range(start_h + first_h, start_h + end_h):
                         for xw in range(start_w + first_w, start_w + end_w):
-                            v = np.float64(x[n, c, xd, xh, xw])
+                            v = real(x[n, c, xd, xh, xw])
                             largest = v if (v > largest) | (v != v) else largest
-            total, weighted = 0.0, 0.0
+            total, weighted = real(0.0), real(0.0)
             for xd in range(start_d + first_d, start_d + end_d):
                 for xh in range(start_h + first_h, start_h + end_h):
                     for xw in range(start_w + first_w, start_w + end_w):
-                        v = np.float64(x[n, c, xd, xh, xw])
+                        v = real(x[n, c, xd, xh, xw])
                         w = _weight(v, largest, kind)
                         total += w
                         weighted += w * v
             y[n, c, od, oh, ow], norm[n, c, od, oh, ow] = _finish(largest, total, weighted,
-                                                                  kind)
+                                                                  kind, real)
 
 
 @parallel_kernel
@@ -117,13 +121,13 @@ def weighted_rows_forward(x, inner, window, steps, chunks, tasks, kind, y, norm)
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
-        taps, largest = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
-        total, weighted = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
+        taps, largest = np.empty(out_l, y.dtype), np.empty(out_l, y.dtype)
+        total, weighted = np.empty(out_l, y.dtype), np.empty(out_l, y.dtype)
         for row in range(first, end):
             od, oh = row // out_h, row % out_h
             gather_tap(x[plane, od * steps[0], oh * steps[1]], 0, steps[2], inner, largest)
-            total[:] = 0.0
-            weighted[:] = 0.0
+            total[:] = 0
+            weighted[:] = 0
             # SoftPool takes the maxima first (phase 0), then both kinds the sums
             for phase in range(0 if kind == SOFT else 1, 2):
                 for a in range(window[0]):
@@ -143,7 +147,86 @@ def weighted_rows_forward(x, inner, window, steps, chunks, tasks, kind, y, norm)
             means, norms = y[plane, od, oh], norm[plane, od, oh]
             for o in range(out_l):
                 at = uint64(o)
-                means[at], norms[at] = _finish(largest[at], total[at], weighted[at], kind)
+                means[at], norms[at] = _finish(largest[at], total[at], weighted[at], kind,
+                                               y.dtype.type)
+
+
+@inlined
+def _larger(largest, v):
+    """SoftPool's running maximum: ``v`` if larger or NaN."""
+    return v if (v > largest) | (v != v) else largest
+
+
+@inlined
+def _quad(top, bottom, i, j, soft, real):
+    """``(y, S, M)`` of the window whose taps are ``top[i], top[j], bottom[i],
+    bottom[j]`` (row-major order), as the rows kernel takes them (``M`` 0 for ``SELF``);
+    ``soft`` a literal."""
+    v0, v1, v2, v3 = real(top[i]), real(top[j]), real(bottom[i]), real(bottom[j])
+    zero = real(0.0)
+    if soft:
+        largest = _larger(_larger(_larger(v0, v1), v2), v3)
+        w0, w1 = elementary.exp_in(v0 - largest), elementary.exp_in(v1 - largest)
+        w2, w3 = elementary.exp_in(v2 - largest), elementary.exp_in(v3 - largest)
+        total = (((zero + w0) + w1) + w2) + w3
+        weighted = (((zero + w0 * v0) + w1 * v1) + w2 * v2) + w3 * v3
+        return weighted / total, total, largest
+    total = (((zero + v0) + v1) + v2) + v3
+    weighted = (((zero + v0 * v0) + v1 * v1) + v2 * v2) + v3 * v3
+    return _finish(zero, total, weighted, SELF, real) + (zero,)
+
+
+@inlined
+def _quads_row(top, bottom, means, norms, largest, inner, steps, soft, real):
+    """One output row of :func:`weighted_quads_forward`; ``soft`` a literal, so that
+    each call compiles loops with no branch on the kind. SoftPool's ``norm`` takes a
+    second loop: its ``log`` in the first kept that loop scalar (6.5 ms against 3.8 on
+    a channels-last layer)."""
+    if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
+        for ow in range(means.shape[0]):
+            at, i = uint64(ow), uint64(2 * ow)
+            means[at], norms[at], largest[at] = _quad(top, bottom, i, i + 1, soft, real)
+    elif inner == 1:
+        step = uint64(steps[2])
+        for ow in range(means.shape[0]):
+            at = uint64(ow)
+            i = at * step
+            means[at], norms[at], largest[at] = _quad(top, bottom, i, i + 1, soft, real)
+    else:
+        step, across = uint64(steps[2] * inner), uint64(inner)
+        for ow in range(means.shape[0] // inner):
+            base, first = uint64(ow) * step, uint64(ow) * across
+            for c in range(inner):
+                i, at = base + uint64(c), first + uint64(c)
+                means[at], norms[at], largest[at] = _quad(top, bottom, i, i + across, soft,
+                                                          real)
+    if soft:
+        for o in range(norms.shape[0]):
+            at = uint64(o)
+            norms[at] = largest[at] + elementary.log_in(norms[at])
+
+
+@parallel_kernel
+def weighted_quads_forward(x, inner, steps, chunks, tasks, kind, y, norm):
+    """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding) on rows laid
+    out as :func:`weighted_rows_forward`'s, with its bits: each output's four taps
+    loaded, weighted and summed in one loop along the row, vectorized (NCHW: pairs of
+    neighbours; channels-last: along C)."""
+    real = y.dtype.type
+    out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
+    for task in prange(tasks):
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
+        largest = np.empty(out_l, y.dtype)
+        for row in range(first, end):
+            od, oh = row // out_h, row % out_h
+            top = x[plane, od * steps[0], oh * steps[1]]
+            bottom = x[plane, od * steps[0], oh * steps[1] + 1]
+            if kind == SOFT:
+                _quads_row(top, bottom, y[plane, od, oh], norm[plane, od, oh], largest, inner,
+                           steps, True, real)
+            else:
+                _quads_row(top, bottom, y[plane, od, oh], norm[plane, od, oh], largest, inner,
+                           steps, False, real)
 
 
 @parallel_kernel
@@ -171,6 +254,20 @@ def weighted_rows_backward(x, y, norm, dy, inner, window, steps, chunks, tasks, 
                                                     np.float64(grads[at]), kind)
                         scatter_tap(taps, t, steps[2], inner,
                                     dx[plane, od * steps[0] + a, oh * steps[1] + b])
+
+
+@parallel_kernel
+def negative_or_nan(values, flags):
+    """``flags[k]``: whether part ``k`` of ``flags.size`` equal parts of the 1-d
+    ``values`` holds a negative number or a NaN (stochastic pooling's inputs must be
+    probabilities' weights); one pass, vectorized, without stopping early."""
+    parts = flags.size
+    for part in prange(parts):
+        bad = False
+        for i in range(part * values.size // parts, (part + 1) * values.size // parts):
+            v = values[uint64(i)]
+            bad |= (v < 0) | (v != v)
+        flags[part] = bad
 
 
 @parallel_kernel

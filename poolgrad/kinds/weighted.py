@@ -11,6 +11,7 @@ from .. import autodiff
 from ..engines import (
     Pullback,
     max_pullback,
+    negative_or_nan,
     stochastic_sample,
     weighted_backward,
     weighted_forward,
@@ -78,9 +79,9 @@ def soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     return _soft_pool(x, kernel_size, stride, padding, spatial_dims=spatial_dims)[0]
 
 
-def _check_non_negative(xk):
-    smallest = np.min(xk) if xk.size else 0
-    if np.isnan(smallest) or smallest < 0:
+def _check_non_negative(xk, plan):
+    if xk.size and negative_or_nan(xk, plan):
+        smallest = np.min(xk)  # only to name it
         raise ValueError(
             f"stochastic_pool samples with probabilities x / sum(x), so x must be >= 0 "
             f"(as after a ReLU) and not NaN; got a minimum of {smallest}")
@@ -90,7 +91,7 @@ def _stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, r
                      spatial_dims=None, want_pullback=False):
     x, layout, plan = _plan(x, kernel_size, stride, padding, spatial_dims)
     xk = inputs.compute_view(x, layout)
-    _check_non_negative(xk)
+    _check_non_negative(xk, plan)
     if not training:
         return _weighted(x, layout, plan, weighted.SELF, want_pullback, "stochastic_pool")
     draws = inputs.generator(rng).random(x.shape[:len(layout.lead)] + plan.out_spatial)
