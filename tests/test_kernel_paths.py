@@ -675,6 +675,22 @@ def test_weighted_rows_kernels_match_the_window_kernels():
                     for apart in (True, False)}
 
 
+def _quad_trials(kinds):
+    """The 24 trials of the 2x2 kernels' tests: ``(trial, dtype, kind, channels_last,
+    stride)``, every dtype, both kinds and layouts, W strides of 2 and others."""
+    for trial in range(24):
+        yield (trial, (np.float32, np.float64, np.float16)[trial % 3], kinds[trial // 3 % 2],
+               trial // 6 % 2 == 1, ((2, 2), (1, 1), (2, 3), (3, 2))[trial // 12 * 2 + trial % 2])
+
+
+def _quad_taps(x, stride, y):
+    """``(out, taps)``: the kernels' 5-d ``y`` as ``(N, C, H, W)``, and the four taps of
+    its 2x2 windows in row-major order, each shaped as ``out``."""
+    out = y[:, :, 0]
+    return out, [x[:, :, a::stride[0], b::stride[1]][:, :, :out.shape[2], :out.shape[3]]
+                 for a in (0, 1) for b in (0, 1)]
+
+
 def test_weighted_quads_kernel_matches_the_window_kernel():
     """2x2 windows with no padding run ``weighted.weighted_quads_forward`` (the four
     taps in one loop; SoftPool's log in a second): the window kernel's bits for y and
@@ -685,11 +701,8 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
 
     rng = np.random.default_rng(29)
     seen = set()
-    for trial in range(24):
-        dtype = (np.float32, np.float64, np.float16)[trial % 3]
-        kind = (weighted.SOFT, weighted.SELF)[trial // 3 % 2]
-        channels_last = trial // 6 % 2 == 1
-        stride = ((2, 2), (1, 1), (2, 3), (3, 2))[trial // 12 * 2 + trial % 2]
+    for trial, dtype, kind, channels_last, stride in _quad_trials((weighted.SOFT,
+                                                                    weighted.SELF)):
         x = (rng.random((2, 5, 7 + trial % 4, 8 + trial % 3)) * 3).round(1)
         x[0, 0, :2, :2] = 0.0  # a window of zeros: stochastic pooling gives 0
         if trial % 4 == 0:
@@ -702,9 +715,7 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
         np.testing.assert_array_equal(y, slow[0])
         np.testing.assert_array_equal(norm, slow[1])
         if kind == weighted.SELF and dtype == np.float32:
-            out = y[:, :, 0]  # the kernels' (N, C, D, H, W)
-            taps = [x[:, :, a::stride[0], b::stride[1]][:, :, :out.shape[2], :out.shape[3]]
-                    for a in (0, 1) for b in (0, 1)]
+            out, taps = _quad_taps(x, stride, y)
             zero = np.float32(0)
             total = (((zero + taps[0]) + taps[1]) + taps[2]) + taps[3]
             squares = (((zero + taps[0] ** 2) + taps[1] ** 2) + taps[2] ** 2) + taps[3] ** 2
@@ -774,11 +785,7 @@ def test_blend_quads_kernel_matches_the_window_kernel():
 
     rng = np.random.default_rng(27)
     seen = set()
-    for trial in range(24):
-        dtype = (np.float32, np.float64, np.float16)[trial % 3]
-        kind = (blend.MIXED, blend.GATED)[trial // 3 % 2]
-        channels_last = trial // 6 % 2 == 1
-        stride = ((2, 2), (1, 1), (2, 3), (3, 2))[trial // 12 * 2 + trial % 2]
+    for trial, dtype, kind, channels_last, stride in _quad_trials((blend.MIXED, blend.GATED)):
         weights = np.array([0.3]) if kind == blend.MIXED else rng.standard_normal(4)
         x = rng.standard_normal((2, 5, 7 + trial % 4, 8 + trial % 3)).round(1)  # ties
         if trial % 4 == 0:
@@ -790,9 +797,7 @@ def test_blend_quads_kernel_matches_the_window_kernel():
         assert general_names[0] == "blend.blend_window_forward"
         np.testing.assert_array_equal(y, slow[0])
         if kind == blend.MIXED and dtype == np.float32:
-            out = y[:, :, 0]  # the kernels' (N, C, D, H, W)
-            taps = [x[:, :, a::stride[0], b::stride[1]][:, :, :out.shape[2], :out.shape[3]]
-                    for a in (0, 1) for b in (0, 1)]
+            out, taps = _quad_taps(x, stride, y)
             total = ((taps[0] + taps[1]) + taps[2]) + taps[3]
             expected = (np.float32(0.3) * np.maximum.reduce(taps)
                         + np.float32(0.7) * (total / np.float32(4)))

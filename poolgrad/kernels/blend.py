@@ -276,9 +276,9 @@ def _quads_row(top, bottom, out, inner, steps, gate, mixed, divisor, gated, real
 
 
 @parallel_kernel
-def blend_quads_forward(x, inner, steps, chunks, tasks, count, kind, weights, y):
-    """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding) on rows laid
-    out as :func:`blend_rows_forward`'s, with its bits: each output's four taps loaded
+def blend_quads_forward(x, inner, window, steps, chunks, tasks, count, kind, weights, y):
+    """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
+    :func:`blend_rows_forward`'s arguments, rows and bits: each output's four taps loaded
     and folded in one loop over the row, vectorized along it (NCHW: pairs of
     neighbours; channels-last: along C), with no buffer."""
     real = y.dtype.type

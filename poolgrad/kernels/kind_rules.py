@@ -272,37 +272,16 @@ def _blend_window(forward: bool):
     return bind
 
 
-def _weighted_quads(plan):
-    """Bind :func:`~.weighted.weighted_quads_forward`."""
-    steps = _rows_geometry(plan)[1]
-
-    def run(x, y, norm, kind):
-        inner, xr, yr, norm_rows = _rows_like(x, y, norm)
-        weighted.weighted_quads_forward(xr, inner, steps, *_tasks(yr), kind, yr, norm_rows)
-    return run
-
-
-def _blend_quads(plan):
-    """Bind :func:`~.blend.blend_quads_forward`."""
-    steps = _rows_geometry(plan)[1]
-
-    def run(x, kind, weights, y):
-        inner, xr, yr = _rows_like(x, y)
-        blend.blend_quads_forward(xr, inner, steps, *_tasks(yr), plan.window_size, kind,
-                                  weights, yr)
-    return run
-
-
-def _blend_rows(forward: bool):
-    """Bind a ``blend_rows_*`` kernel."""
+def _blend_rows(forward: bool, kernel=blend.blend_rows_forward):
+    """Bind a ``blend_rows_*`` kernel (``kernel``: the forward, or a forward with its
+    arguments, :func:`~.blend.blend_quads_forward`)."""
     def bind(plan):
         window, steps, covered = _rows_geometry(plan)
         count = plan.window_size
         if forward:
             def run(x, kind, weights, y):
                 inner, xr, yr = _rows_like(x, y)
-                blend.blend_rows_forward(xr, inner, window, steps, *_tasks(yr), count, kind,
-                                         weights, yr)
+                kernel(xr, inner, window, steps, *_tasks(yr), count, kind, weights, yr)
             return run
 
         def run(x, dy, kind, weights, dx, dweights):
@@ -388,7 +367,8 @@ RULES = {
         Rule("blur.blur_rows_backward", streams_rows, _blur_rows_back(False)),
         Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
-        Rule("weighted.weighted_quads_forward", _quads, _weighted_quads),
+        Rule("weighted.weighted_quads_forward", _quads,
+             _weighted_rows(weighted.weighted_quads_forward, True)),
         Rule("weighted.weighted_rows_forward", _full_windows,
              _weighted_rows(weighted.weighted_rows_forward, True)),
         Rule("weighted.weighted_pool_forward", always, _weighted)],
@@ -397,7 +377,8 @@ RULES = {
              _weighted_rows(weighted.weighted_rows_backward, False)),
         Rule("weighted.weighted_pool_backward", always, _weighted_back)],
     ("blend", "forward"): [
-        Rule("blend.blend_quads_forward", _quads, _blend_quads),
+        Rule("blend.blend_quads_forward", _quads,
+             _blend_rows(True, blend.blend_quads_forward)),
         Rule("blend.blend_rows_forward", _full_windows, _blend_rows(True)),
         Rule("blend.blend_window_forward", always, _blend_window(True))],
     ("blend", "backward"): [

@@ -207,9 +207,9 @@ def _quads_row(top, bottom, means, norms, largest, inner, steps, soft, real):
 
 
 @parallel_kernel
-def weighted_quads_forward(x, inner, steps, chunks, tasks, kind, y, norm):
-    """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding) on rows laid
-    out as :func:`weighted_rows_forward`'s, with its bits: each output's four taps
+def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm):
+    """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
+    :func:`weighted_rows_forward`'s arguments, rows and bits: each output's four taps
     loaded, weighted and summed in one loop along the row, vectorized (NCHW: pairs of
     neighbours; channels-last: along C)."""
     real = y.dtype.type
