@@ -38,6 +38,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..kernels import jit
 from .timing import timed_samples
 
 _ALIGN = 64  # round every size up to whole cache lines of float32
@@ -45,7 +46,7 @@ READ_PROBES = ("read by sum", "read by copy")
 WRITE_PROBES = ("write by fill", "write by copy", "write by zeroing")
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
+@jit(parallel=True, fastmath=True)
 def _stream_sum(a):
     # fastmath lets LLVM reassociate the sum into vector partial sums: a strict
     # left-to-right float sum is bound by the add's latency, not by memory
@@ -55,13 +56,13 @@ def _stream_sum(a):
     return total
 
 
-@numba.njit(parallel=True, cache=True)
+@jit(parallel=True)
 def _stream_fill(a, value):
     for i in numba.prange(a.size):
         a[i] = value
 
 
-@numba.njit(parallel=True, cache=True)
+@jit(parallel=True)
 def _stream_zero(a):
     # a constant zero: LLVM turns each thread's share into a call of memset, whose
     # stores skip reading the lines they overwrite, 2-3x faster than the fill's
@@ -69,7 +70,7 @@ def _stream_zero(a):
         a[i] = 0
 
 
-@numba.njit(parallel=True, cache=True)
+@jit(parallel=True)
 def _stream_copy(source, target):
     for i in numba.prange(source.size):
         target[i] = source[i]

@@ -45,6 +45,8 @@ import functools
 import numba
 import numpy as np
 
+from .disk_cache import ProcessSafeCache
+
 # Set in one place. Never "nnan"/"ninf": max pooling must see and propagate NaN and
 # -inf. No "reassoc" (sums keep their order) and no "contract" (no fused multiply-add,
 # whose use would depend on the CPU): results are the same on every x86-64 machine
@@ -54,12 +56,11 @@ import numpy as np
 # every kernel recompiles.
 FASTMATH = frozenset({"nsz"})
 
-# How every kernel and helper compiles: cached on disk next to the package, without the
-# GIL, and with NumPy's error model, under which a float division is just a division.
-# Python's model tests every divisor for zero and raises: a branch that keeps a loop
-# scalar. No kernel divides by zero (divisors are window sizes or overrides >= 1).
-JIT_OPTIONS = {"cache": True, "nogil": True, "fastmath": set(FASTMATH),
-               "error_model": "numpy"}
+# How every kernel and helper compiles: without the GIL, and with NumPy's error model,
+# under which a float division is just a division. Python's model tests every divisor
+# for zero and raises: a branch that keeps a loop scalar. No kernel divides by zero
+# (divisors are window sizes or overrides >= 1). :func:`jit` adds the disk cache.
+JIT_OPTIONS = {"nogil": True, "fastmath": set(FASTMATH), "error_model": "numpy"}
 
 # Below this many elements in its largest array, a kernel runs on the calling thread
 # alone. Waking the thread pool costs more than it saves on small arrays, and in a
@@ -68,10 +69,22 @@ JIT_OPTIONS = {"cache": True, "nogil": True, "fastmath": set(FASTMATH),
 SERIAL_BELOW = 2**18
 
 
+def jit(**options):
+    """A decorator that compiles with :data:`JIT_OPTIONS` (``options`` added or
+    overriding), once per signature, cached on disk next to the package by a cache that
+    processes compiling at the same time share safely (:mod:`.disk_cache`)."""
+    def compile_cached(fn):
+        dispatcher = numba.njit(**{**JIT_OPTIONS, **options})(fn)
+        # What numba.njit(cache=True) does, with the process-safe cache
+        dispatcher._cache = ProcessSafeCache(dispatcher.py_func)
+        return dispatcher
+    return compile_cached
+
+
 def parallel_kernel(fn):
-    """Compile ``fn`` with ``parallel=True`` (once per signature, cached on disk next to
-    the package); calls on small arrays run it on one thread."""
-    compiled = numba.njit(parallel=True, **JIT_OPTIONS)(fn)
+    """Compile ``fn`` with ``parallel=True`` (see :func:`jit`); calls on small arrays
+    run it on one thread."""
+    compiled = jit(parallel=True)(fn)
 
     @functools.wraps(fn)
     def call(*args):
@@ -104,7 +117,7 @@ def constant(value: int) -> np.ndarray:
     return np.empty((0,) * value, np.uint8)
 
 
-@numba.njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def beats(v, best):
     """Whether a later tap ``v`` replaces the running maximum ``best`` under the exact
     rule: it is larger, or it is the first NaN (once ``best`` is NaN nothing replaces

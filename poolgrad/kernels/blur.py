@@ -26,14 +26,14 @@ thread count.
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from . import JIT_OPTIONS, beats, parallel_kernel
+from . import beats, jit, parallel_kernel
 
 ZEROS, REFLECT, REPLICATE, CIRCULAR = 0, 1, 2, 3
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def padded_source(i, length, mode):
     """The coordinate a tap at ``i`` reads along an axis of ``length``; -1: none (zeros)."""
     if 0 <= i < length:
@@ -51,7 +51,7 @@ def padded_source(i, length, mode):
     return i if i < length else period - i
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _lines(shape, axis):
     """``(outer, length, inner)``: a ``shape`` plane as lines along ``axis``."""
     outer = 1
@@ -63,7 +63,7 @@ def _lines(shape, axis):
     return outer, shape[axis], inner
 
 
-@njit(**JIT_OPTIONS)
+@jit()
 def _line_pass(src, shape, axis, weights, taps, stride, before, mode, out_len, out):
     """One pass of the chain on flat C-order planes: ``src`` shaped ``shape``, ``out``
     shaped ``shape`` with ``out_len`` along ``axis``."""
@@ -92,7 +92,7 @@ def _line_pass(src, shape, axis, weights, taps, stride, before, mode, out_len, o
                     out[base + r] += w * src[read + r]
 
 
-@njit(**JIT_OPTIONS)
+@jit()
 def _line_adjoint(dout, shape, axis, weights, taps, stride, before, mode, out_len, dsrc):
     """The adjoint of :func:`_line_pass`: ``dsrc`` (shaped ``shape``) gets each
     ``weights[t] * dout[o]`` at the coordinate tap ``t`` of output ``o`` read."""
@@ -113,7 +113,7 @@ def _line_adjoint(dout, shape, axis, weights, taps, stride, before, mode, out_le
                     dsrc[write + r] += w * dout[base + r]
 
 
-@njit(**JIT_OPTIONS)
+@jit()
 def _max_map(src, shape, window, out, winners):
     """The stride-1, unpadded max over ``window`` of the flat plane ``src`` (shaped
     ``shape``) into ``out``, each window's winning tap number into ``winners``."""
@@ -140,7 +140,7 @@ def _max_map(src, shape, window, out, winners):
                 m += 1
 
 
-@njit(**JIT_OPTIONS)
+@jit()
 def _route_max_map(dmap, shape, window, winners, dsrc):
     """The adjoint of :func:`_max_map`: ``dsrc`` (shaped ``shape``, zeroed here) gets
     each max-map gradient at its window's winner, in increasing max-map order."""
@@ -162,7 +162,7 @@ def _route_max_map(dmap, shape, window, winners, dsrc):
                 m += 1
 
 
-@njit(**JIT_OPTIONS)
+@jit()
 def _size(shape):
     return shape[0] * shape[1] * shape[2]
 
@@ -230,7 +230,7 @@ def blur_pool_backward(dy, pre_kernel, passes, shapes, weights, winners, dx):
 # rows are short, so per-row costs dominate.
 
 
-@njit(**JIT_OPTIONS)
+@jit()
 def _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box):
     """Row ``j`` of the stride-1 pre-pool of ``x[plane]`` (rows ``(H, W * inner)``)
     into ``row`` (``MW * inner``): ``pre`` 1 the max (first maximum in row-major window
@@ -274,7 +274,7 @@ def _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box
             row[k] += column_weight * columns[k]
 
 
-@njit(**JIT_OPTIONS)
+@jit()
 def _pad_row(padded, inner, before, length, mode):
     """Fill the W padding of ``padded`` (``(before + length + after) * inner``, the row
     at ``before``) from the row by ``mode`` (zeros: zeros)."""
@@ -286,7 +286,7 @@ def _pad_row(padded, inner, before, length, mode):
             padded[q * inner + c] = 0.0 if i < 0 else padded[(before + i) * inner + c]
 
 
-@njit(**JIT_OPTIONS)
+@jit()
 def _w_pass(padded, inner, taps, stride, weights, out):
     """``out[o] = sum_t weights[t] * padded[o * stride + t]`` per pixel of ``inner``.
     Stride 2 is spelled out: LLVM vectorizes a constant stride's loads."""
@@ -309,7 +309,7 @@ def _w_pass(padded, inner, taps, stride, weights, out):
                 out[o] += w * padded[o * stride + t]
 
 
-@njit(**JIT_OPTIONS)
+@jit()
 def _w_adjoint(dy_row, inner, taps, stride, before, mode, weights, padded, g):
     """The adjoint of :func:`_pad_row` then :func:`_w_pass`: ``g`` (``length * inner``)
     from an output row's gradient, through the padded row (folded back onto what each

@@ -12,13 +12,13 @@ Parallel loops own whole output rows ``(n, od, oh)`` (forward) or input rows
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from . import JIT_OPTIONS, beats, parallel_kernel
+from . import beats, jit, parallel_kernel
 from .walk import row_index, row_windows
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _fold_taps(best, best_tap, row, start_w, first_w, end_w, dil_w, tap, first):
     """:func:`_fold_values` that also keeps the winners: ``best_tap[c]`` is the tap of
     ``best[c]``, and the taps of this window row are numbered from ``tap``. Two or three
@@ -95,7 +95,7 @@ def max_pool_forward(x, table, dilation, extent, tap_like, y, pos):
                 won[c] = best_tap[c]
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _fold_values(best, row, start_w, first_w, end_w, dil_w, first):
     """Fold the taps ``[first_w, end_w)`` of one window row (``row[w]`` the C values at
     column ``w``) into ``best``, in tap order: two to four taps in one pass over C, so
@@ -129,13 +129,13 @@ def _fold_values(best, row, start_w, first_w, end_w, dil_w, first):
                 best[c] = a[c] if take_all | beats(a[c], best[c]) else best[c]
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _larger(v, m):
     """``v`` if it is larger than ``m``, else ``m``: a tie or a NaN keeps ``m``."""
     return v if v > m else m
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _nan_or(q, v):
     """``q`` if it is a NaN, else ``v``."""
     return q if q != q else v
@@ -150,7 +150,7 @@ def _nan_or(q, v):
 # AlexNet's 3x3/2 (32x96x55x55, two threads) went from 1.18 to 0.89 ms (937caf9).
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _max_of_4(out, a, b, d, e):
     """``out`` = the maximum of four taps in window order (``a`` first; each the C
     values of one tap), in one pass over C: nothing but ``out`` is stored, once. A
@@ -162,7 +162,7 @@ def _max_of_4(out, a, b, d, e):
         out[c] = _nan_or(q, m)
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _max_rows_of_3(out, r0, r1, r2, w0, w1, w2):
     """``out`` = the maximum of a window of up to three tap rows of up to three taps
     (columns ``w0, w1, w2``), in one pass over C. A smaller window repeats its last row
@@ -182,7 +182,7 @@ def _max_rows_of_3(out, r0, r1, r2, w0, w1, w2):
         out[c] = _nan_or(q, m)
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _max_4x2(out, r0, r1, r2, r3, w0, dil_w):
     """``out`` = the maximum of four tap rows of two taps (a 2x2x2 window), in one
     pass over C."""
@@ -196,13 +196,13 @@ def _max_4x2(out, r0, r1, r2, r3, w0, dil_w):
         out[c] = _nan_or(q, m)
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _first_column(table, ow, dil_w):
     """The input column of output column ``ow``'s first real tap."""
     return table[2, 0, ow] + table[2, 1, ow] * dil_w
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _run_end(table, ow, out_w, count):
     """The end of the run of output columns from ``ow`` whose windows have ``count``
     real taps along W, as ``ow``'s: all the interior columns are one run."""
@@ -337,7 +337,7 @@ def max_pool_backward(dy, pos, cover_ptr, cover_out, cover_tap, extent, tap_like
                             total[c] += grad[c] if tap_type(won[c]) == tap else zero
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _add_taps(total, row, start_w, first_w, end_w, dil_w):
     """Add the taps ``[first_w, end_w)`` of one window row to ``total``, in tap order:
     three taps in one pass over C, so ``total`` is loaded and stored once per tap row
@@ -413,7 +413,7 @@ def avg_pool_forward(x, table, dilation, divisor, plus_zero, y):
                       divisor[0, od] * divisor[1, oh] * divisor[2, ow])
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _mean_3x3(out, r0, r1, r2, w0, dil_w, window, zero):
     """``out`` = the mean of a full window of three tap rows of three taps, in one pass
     over C: the sum :func:`_mean` makes, from the loaded +0 ``zero`` and in tap order,
@@ -427,7 +427,7 @@ def _mean_3x3(out, r0, r1, r2, w0, dil_w, window, zero):
         out[c] = (((total + d0[c]) + d1[c]) + d2[c]) / window
 
 
-@njit(inline="always", **JIT_OPTIONS)
+@jit(inline="always")
 def _mean(total, x, n, start_d, first_d, end_d, dil_d, start_h, first_h, end_h, dil_h,
           start_w, first_w, end_w, dil_w, window):
     """``total`` = the mean of one window over ``window`` taps: a sum that starts from

@@ -35,7 +35,8 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic, overload
 
-from .walk import OVERLOAD_OPTIONS, helper, inlined
+from . import JIT_OPTIONS
+from .walk import helper, inlined
 
 LN2_HIGH = 0.6931471803691238  # ln 2 with its last 32 bits zero: n * LN2_HIGH is exact
 LN2_LOW = 1.9082149292705877e-10  # ln 2 - LN2_HIGH
@@ -194,7 +195,7 @@ def _in_its_precision(name, single, double):
                     f" for a float32, :func:`{double.__name__}` for a float64 (compiled code"
                     " only).")
 
-    @overload(stub, inline="always", jit_options=OVERLOAD_OPTIONS)
+    @overload(stub, inline="always", jit_options=JIT_OPTIONS)
     def pick(x):
         if x == types.float32:
             return lambda x: single(x)

@@ -1,14 +1,14 @@
 """Max pooling: forward keeps the winning tap of each window; backward routes to it."""
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from . import JIT_OPTIONS, beats, parallel_kernel
+from . import beats, jit, parallel_kernel
 from .walk import row_index, row_windows
 
 
 # a plain call, not inlined: inlined into the parallel kernels it tripled their compile time
-@njit(**JIT_OPTIONS)
+@jit()
 def max_pool_row(x, table, dilation, extent, y_row, pos_row, n, c, od, oh):
     """Output row ``(n, c, od, oh)`` window by window, exactly: in ``y_row`` the maximum
     of each window's real taps, in ``pos_row`` its tap number (row-major over
@@ -48,7 +48,7 @@ def max_pool_forward(x, table, dilation, extent, y, pos):
         max_pool_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh], n, c, od, oh)
 
 
-@njit(**JIT_OPTIONS)
+@jit()
 def max_backward_row(dy, pos, cover_ptr, cover_out, cover_tap, extent, dx_row, n, c, i_d, ih):
     """Input row ``(n, c, i_d, ih)`` of the max-pool gradient, exactly, into ``dx_row``:
     each element sums ``dy[o]`` over the windows ``o`` whose winning tap reads it, in

@@ -20,10 +20,9 @@ import numpy as np
 from numba import prange, uint64
 from numba.extending import overload
 
-from . import constant, parallel_kernel
+from . import JIT_OPTIONS, constant, parallel_kernel
 from .max_pool import max_pool_row
 from .walk import (
-    OVERLOAD_OPTIONS,
     helper,
     inlined,
     next_row,
@@ -104,7 +103,7 @@ def _max_pass(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
     raise NotImplementedError("only for Numba-compiled kernels")
 
 
-@overload(_max_pass, inline="always", jit_options=OVERLOAD_OPTIONS)
+@overload(_max_pass, inline="always", jit_options=JIT_OPTIONS)
 def _max_pass_of_width(xf, r0, r1, n_rows, width, yf, pf, yb, lo, hi, t0, t1, first):
     """Numba's implementation of :func:`_max_pass`: the pass of ``width.ndim`` taps."""
     chosen = {2: _max_pass_2, 3: _max_pass_3, 4: _max_pass_4}[width.ndim]
@@ -328,7 +327,7 @@ def _max_values_pass(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, first):
     raise NotImplementedError("only for Numba-compiled kernels")
 
 
-@overload(_max_values_pass, inline="always", jit_options=OVERLOAD_OPTIONS)
+@overload(_max_values_pass, inline="always", jit_options=JIT_OPTIONS)
 def _max_values_pass_of_width(xf, r0, r1, r2, n_rows, width, yf, yb, lo, hi, first):
     """Numba's implementation of :func:`_max_values_pass`: the pass of ``width.ndim``
     taps."""

@@ -8,16 +8,13 @@ loop needs inlined to vectorize (it compiles slower: the per-tap helpers of the 
 passes, as plain calls, shortened a first vjp's compile and ran as fast).
 """
 
-from numba import njit, uint64
+from numba import uint64
 
-from . import JIT_OPTIONS
+from . import jit
 from .simd import BLOCK, PREFETCH_BYTES, prefetch
 
-helper = njit(**JIT_OPTIONS)
-inlined = njit(inline="always", **JIT_OPTIONS)
-# Overloads (compiled-code functions whose implementation Numba picks by argument types)
-# are cached with the kernels that call them
-OVERLOAD_OPTIONS = {key: value for key, value in JIT_OPTIONS.items() if key != "cache"}
+helper = jit()
+inlined = jit(inline="always")
 
 
 @helper

@@ -1,0 +1,83 @@
+"""Numba's disk cache, made safe for processes that compile the same kernel at once.
+
+Numba (0.60 to 0.68 at least) keeps one index file per kernel, listing each compiled
+signature against a numbered data file. A save reads the index, takes the first free
+number, writes the index, then the data. Two processes that compile different
+signatures of one kernel at the same time (two pytest-xdist workers, two ranks of
+``poolgrad train --nproc``, two scripts on a fresh install) can both take number 1.
+The index then lists one signature against the other's machine code, and every later
+process that loads it fails with "can't unbox array from PyObject into native value"
+where the types differ, or, where they differ only in layout, runs code compiled for
+another signature: a wrong answer.
+
+:class:`ProcessSafeCache` is Numba's per-function cache with a cache file that differs
+in three ways:
+
+* a save holds an exclusive lock on the kernel's ``.lock`` file from reading the index
+  to writing it, so concurrent saves take different numbers (POSIX ``flock``; where
+  there is none, the next point still keeps every load correct);
+* each data file holds its key, and a load that finds another key there is a miss, so
+  the kernel compiles again rather than running the wrong code;
+* the data file is written before the index lists it, so a reader that follows the
+  index never finds a missing file or a stale one.
+"""
+
+import contextlib
+import itertools
+import os
+
+from numba.core.caching import FunctionCache, IndexDataCacheFile
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: loads stay correct through the key check alone
+    fcntl = None
+
+
+class _KeyedCacheFile(IndexDataCacheFile):
+    """An index and its data files, saved under a lock, each data file with its key."""
+
+    def __init__(self, cache_path, filename_base, source_stamp):
+        super().__init__(cache_path, filename_base, source_stamp)
+        self._lock_path = os.path.join(cache_path, f"{filename_base}.lock")
+
+    @contextlib.contextmanager
+    def _locked(self):
+        if fcntl is None:
+            yield
+            return
+        with open(self._lock_path, "ab") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def save(self, key, data):
+        with self._locked():
+            overloads = self._load_index()
+            data_name = overloads.get(key)
+            if data_name is None:
+                taken = set(overloads.values())
+                data_name = next(name for name in map(self._data_name, itertools.count(1))
+                                 if name not in taken)
+            self._save_data(data_name, (key, data))
+            overloads[key] = data_name
+            self._save_index(overloads)
+
+    def load(self, key):
+        stored = super().load(key)
+        # A file that another key's save overwrote, or one that plain Numba wrote
+        if not (isinstance(stored, tuple) and len(stored) == 2 and stored[0] == key):
+            return None
+        return stored[1]
+
+
+class ProcessSafeCache(FunctionCache):
+    """Numba's disk cache for one compiled function, safe across processes."""
+
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        self._cache_file = _KeyedCacheFile(
+            cache_path=self._cache_path, filename_base=self._impl.filename_base,
+            source_stamp=self._impl.locator.get_source_stamp())

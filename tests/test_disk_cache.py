@@ -1,0 +1,128 @@
+"""The kernels' disk cache (poolgrad.kernels.disk_cache): concurrent saves of one
+kernel keep every signature, a data file never serves another signature's key, and
+every compiled kernel uses it."""
+
+import importlib
+import importlib.util
+import pkgutil
+import threading
+import time
+
+import numpy as np
+from numba.core.dispatcher import Dispatcher
+
+import poolgrad.bench.roofline
+import poolgrad.kernels
+from poolgrad.kernels import disk_cache, jit
+
+
+class _SlowIndexReads(disk_cache._KeyedCacheFile):
+    """Reads the index, then waits: without the lock, a second save reads the same
+    index meanwhile and takes the same data file."""
+
+    def _load_index(self):
+        overloads = super()._load_index()
+        time.sleep(0.2)
+        return overloads
+
+
+def test_concurrent_saves_of_two_signatures_keep_both(tmp_path):
+    # Two cache files on one folder stand for two processes (flock locks conflict
+    # between two opens of the lock file, in one process as in two)
+    savers = [_SlowIndexReads(str(tmp_path), "kernel-1.py311", 1.0) for _ in range(2)]
+    threads = [threading.Thread(target=saver.save, args=((signature,), (f"code {signature}",)))
+               for saver, signature in zip(savers, ("float32", "float64"), strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    reader = disk_cache._KeyedCacheFile(str(tmp_path), "kernel-1.py311", 1.0)
+    assert reader.load(("float32",)) == ("code float32",)
+    assert reader.load(("float64",)) == ("code float64",)
+    assert sorted(reader._load_index().values()) == ["kernel-1.py311.1.nbc",
+                                                     "kernel-1.py311.2.nbc"]
+
+
+def test_a_data_file_that_holds_another_key_is_a_miss(tmp_path):
+    # What an unlocked race leaves: the index lists one signature against the file the
+    # other signature's save wrote last
+    cache_file = disk_cache._KeyedCacheFile(str(tmp_path), "kernel-1.py311", 1.0)
+    cache_file.save(("float32",), ("code float32",))
+    cache_file.save(("float64",), ("code float64",))
+    overloads = cache_file._load_index()
+    overloads[("float32",)] = overloads[("float64",)]
+    cache_file._save_index(overloads)
+    assert cache_file.load(("float32",)) is None
+    assert cache_file.load(("float64",)) == ("code float64",)
+    # A stale index (its source changed) lists nothing
+    assert disk_cache._KeyedCacheFile(str(tmp_path), "kernel-1.py311", 2.0).load(
+        ("float64",)) is None
+
+
+_MODULE = '''
+from poolgrad.kernels import jit
+
+
+@jit()
+def doubled(values):
+    out = values.copy()
+    for i in range(values.size):
+        out[i] = 2 * values[i]
+    return out
+'''
+
+
+def _fresh_import(path):
+    spec = importlib.util.spec_from_file_location("cached_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_kernel_compiled_in_one_process_loads_its_signatures_in_another(tmp_path):
+    path = tmp_path / "cached_kernel.py"
+    path.write_text(_MODULE)
+    first = _fresh_import(path).doubled
+    values = {np.float32: np.arange(5, dtype=np.float32),
+              np.float64: np.arange(5, dtype=np.float64)}
+    for array in values.values():
+        first(array)
+    assert len(first.stats.cache_misses) == 2
+    # A second import builds a new dispatcher with nothing in memory, as a new process
+    # would: both signatures come from the disk, each to its own code
+    second = _fresh_import(path).doubled
+    for dtype, array in values.items():
+        result = second(array)
+        assert result.dtype == dtype
+        np.testing.assert_array_equal(result, 2 * array)
+    assert sum(second.stats.cache_hits.values()) == 2
+    assert not second.stats.cache_misses
+
+
+def _dispatchers(module):
+    for value in vars(module).values():
+        compiled = getattr(value, "compiled", value)
+        if isinstance(compiled, Dispatcher):
+            yield compiled
+
+
+def test_every_kernel_compiles_through_the_process_safe_cache():
+    modules = [importlib.import_module(f"poolgrad.kernels.{info.name}")
+               for info in pkgutil.iter_modules(poolgrad.kernels.__path__)]
+    modules += [poolgrad.kernels, poolgrad.bench.roofline]
+    dispatchers = {id(d): d for module in modules for d in _dispatchers(module)}
+    assert len(dispatchers) > 50
+    plain = sorted(d.py_func.__qualname__ for d in dispatchers.values()
+                   if not isinstance(d._cache, disk_cache.ProcessSafeCache))
+    assert plain == []
+
+
+def test_jit_keeps_the_kernel_options_and_takes_more():
+    @jit(inline="always")
+    def add_one(x):
+        return x + 1
+
+    options = add_one.targetoptions
+    assert options["nogil"] and options["error_model"] == "numpy"
+    assert options["inline"] == "always" and options["fastmath"] == {"nsz"}
+    assert isinstance(add_one._cache, disk_cache.ProcessSafeCache)
