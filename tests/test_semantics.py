@@ -266,9 +266,13 @@ def threads_used(x):
 @pytest.mark.filterwarnings("ignore:Cannot cache compiled function")  # a test-only kernel
 def test_small_calls_run_on_one_thread_and_restore_the_pool():
     small, large = np.zeros(8), np.zeros(kernels.SERIAL_BELOW)
-    before = numba.get_num_threads()
-    threads_used(small)
-    threads_used(large)
-    seen = [small[0], large[0]]
-    assert seen == [1, before]
-    assert numba.get_num_threads() == before
+    outside = numba.get_num_threads()
+    pool = numba.config.NUMBA_NUM_THREADS
+    numba.set_num_threads(pool)
+    try:
+        threads_used(small)
+        threads_used(large)
+        assert numba.get_num_threads() == pool
+    finally:
+        numba.set_num_threads(outside)
+    assert [small[0], large[0]] == [1, pool]
