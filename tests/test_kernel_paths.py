@@ -780,8 +780,9 @@ def test_blend_quads_kernel_matches_the_window_kernel():
     one loop, no buffer): the window kernel's bits in both layouts, float16/32/64,
     strides 1-3 along W (stride 2 on its own loop of interleaved loads), mixed and gated,
     ties and NaN. A float32 forward computes in float32: mixed pooling's output is
-    ``s M + (1 - s) (sum / 4)`` in float32 arithmetic, bit for bit."""
-    from poolgrad.kernels import blend
+    ``s M + (1 - s) (sum / 4)`` in float32 arithmetic, bit for bit, and gated pooling's
+    the same with ``s = 1 / (1 + exp(-z))``, ``z`` and ``exp`` in float32."""
+    from poolgrad.kernels import blend, elementary
 
     rng = np.random.default_rng(27)
     seen = set()
@@ -796,11 +797,19 @@ def test_blend_quads_kernel_matches_the_window_kernel():
         assert names[0] == "blend.blend_quads_forward"
         assert general_names[0] == "blend.blend_window_forward"
         np.testing.assert_array_equal(y, slow[0])
-        if kind == blend.MIXED and dtype == np.float32:
+        if dtype == np.float32:
             out, taps = _quad_taps(x, stride, y)
             total = ((taps[0] + taps[1]) + taps[2]) + taps[3]
-            expected = (np.float32(0.3) * np.maximum.reduce(taps)
-                        + np.float32(0.7) * (total / np.float32(4)))
+            share, rest = np.float32(0.3), np.float32(0.7)
+            if kind == blend.GATED:
+                gate = weights.astype(np.float32)
+                logit = ((gate[0] * taps[0] + gate[1] * taps[1]) + gate[2] * taps[2]
+                         + gate[3] * taps[3])
+                powers = np.array([elementary.exp32(v) for v in -logit.ravel()], np.float32)
+                share = np.float32(1) / (np.float32(1) + powers.reshape(logit.shape))
+                rest = np.float32(1) - share
+            expected = share * np.maximum.reduce(taps) + rest * (total / np.float32(4))
+            assert expected.dtype == np.float32
             np.testing.assert_array_equal(out, expected)
         seen.add((layout, stride[1] == 2, kind))
     assert seen == {(layout, two, kind) for layout in ("nchw", "channels_last")

@@ -19,11 +19,11 @@ parallel unit of work, that the caller adds in order: the same bits at any threa
 count.
 
 The forwards compute in the dtype of ``y`` (the compute dtype: x's, float16's in
-float32), as the core's average pooling does: ``M``, the sum and the logit in it, the
-share ``s`` and ``1 - s`` taken in float64 (the sigmoid's ``exp`` in float64) and each
-rounded to it once. The backwards run in float64 whatever the dtype, so that the
-weights' gradient, a sum over every window, keeps its digits. Sums run in row-major
-tap order from the first real tap.
+float32), as the core's average pooling does: ``M``, the sum, the logit, the gate's
+sigmoid ``s`` and ``1 - s`` in it (float32's ``exp`` within an ulp), mixed pooling's
+``s`` and ``1 - s`` taken in float64 and each rounded to it once. The backwards run in
+float64 whatever the dtype, so that the weights' gradient, a sum over every window,
+keeps its digits. Sums run in row-major tap order from the first real tap.
 
 ``blend_window_*`` take 5-d ``(N, C, D, H, W)`` arrays of any strides and the plan's
 window ``table``; the backward walks each ``(n, c)`` plane's windows in increasing
@@ -52,9 +52,15 @@ def _share(logit, weights, kind):
 
 @inlined
 def _shares(logit, weights, kind, real):
-    """``(s, 1 - s)`` in the forward's dtype ``real``: taken in float64 and rounded."""
-    share = _share(np.float64(logit), weights, kind)
-    return real(share), real(1.0 - share)
+    """``(s, 1 - s)`` in the forward's dtype ``real``: mixed pooling's ``alpha`` and
+    ``1 - alpha`` taken in float64 and rounded; the gate's sigmoid computed in ``real``
+    (in float32 with :func:`~.elementary.exp32`, within an ulp of the exact ``exp``)."""
+    if kind == MIXED:
+        share = weights[0]
+        return real(share), real(1.0 - share)
+    one = real(1.0)
+    share = one / (one + elementary.exp_in(-real(logit)))
+    return share, one - share
 
 
 @inlined
