@@ -33,7 +33,8 @@ def vjp(op, x, *args, **kwargs):
     gradient of the values. For :func:`~poolgrad.max_unpool`, ``x`` is the pooled values
     ``y``. ``op`` may be any operator of :mod:`poolgrad.ops` or of :mod:`poolgrad.kinds`;
     for one with learnable parameters (``gem_pool``'s ``p``, ``mixed_pool``'s
-    ``alpha``), the pullback returns ``(dx, dparam, ...)``.
+    ``alpha``), the pullback returns ``(dx, dparam, ...)``, or ``dx`` alone when called
+    with ``params=False``.
 
     Example:
         >>> import poolgrad as pg

@@ -212,6 +212,42 @@ def test_global_gem_rescales_planes_whose_sums_leave_the_range(scale, p):
     np.testing.assert_array_equal(pg.gem_pool(last, p, eps=eps), y)
 
 
+@pytest.mark.parametrize("op, args", [
+    (pg.gem_pool, (3.0,)), (pg.gem_pool, (3.0, 2)), (pg.mixed_pool, (2, None, 0, 0.3)),
+    (pg.gated_pool, (np.array([[0.5, -1.0], [2.0, 0.3]]), 2)),
+    (pg.attention_pool, (np.ones((2, 3)) / 3, np.eye(3)[:, ::-1].copy(), 3))],
+    ids=["gem global", "gem 2x2", "mixed", "gated", "attention"])
+def test_pullbacks_skip_the_parameters_gradients_when_asked(monkeypatch, op, args):
+    """``pullback(dy, params=False)`` is the ``dx`` of ``pullback(dy)``, bit for bit,
+    alone; GeM then runs no pass for ``dp``."""
+    from poolgrad.kernels import dispatch
+    x = np.abs(tie_free((2, 3, 6, 4), seed=31))
+    y, pullback = pg.vjp(op, x, *args)
+    dy = np.random.default_rng(32).standard_normal(y.shape)
+    chosen = []
+    choose = dispatch.choose
+    monkeypatch.setattr(dispatch, "choose", lambda op_name, direction, *rest, **kw: (
+        chosen.append((op_name, direction)) or choose(op_name, direction, *rest, **kw)))
+    dx = pullback(dy, params=False)
+    alone = list(chosen)
+    full = pullback(dy)
+    assert isinstance(dx, np.ndarray) and isinstance(full, tuple)
+    assert len(full) == 1 + len(pullback.params)
+    np.testing.assert_array_equal(dx, full[0])
+    if op is pg.gem_pool:
+        sums_dp = {("gem", "p_terms")}
+        assert not sums_dp & set(alone) and (args[1:] == () or sums_dp <= set(chosen))
+    with pytest.raises(TypeError, match="params must be True or False, got 'no'"):
+        pullback(dy, params="no")
+
+
+def test_a_pullback_without_parameters_takes_params_false_too():
+    x = tie_free((2, 3, 6, 4), seed=33)
+    y, pullback = pg.vjp(pg.max_pool, x, 2)
+    dy = np.ones_like(y)
+    np.testing.assert_array_equal(pullback(dy, params=False), pullback(dy))
+
+
 # --------------------------------------------------------------------- mixed, gated
 
 def test_mixed_pool_blends_and_its_alpha_gradient():

@@ -192,8 +192,14 @@ def test_fixed_parameters_and_stochastic_layers():
     assert fixed.params == {}
     x = np.random.default_rng(0).random((2, 3, 6, 6))
     np.testing.assert_array_equal(fixed.forward(x), pg.mixed_pool(x, 2, alpha=0.25))
-    fixed.backward(np.ones((2, 3, 3, 3)))
+    dy = np.ones((2, 3, 3, 3))
+    np.testing.assert_array_equal(fixed.backward(dy),
+                                  pg.vjp(pg.mixed_pool, x, 2, alpha=0.25)[1](dy)[0])
     assert fixed.grads == {}
+    frozen = nn.GeMPool(p=2.5, learn=False)
+    frozen.forward(x)
+    np.testing.assert_array_equal(frozen.backward(dy[:, :, :1, :1]),
+                                  pg.vjp(pg.gem_pool, x, 2.5)[1](dy[:, :, :1, :1])[0])
     first, second = nn.StochasticPool(2, rng=3), nn.StochasticPool(2, rng=3)
     np.testing.assert_array_equal(first.forward(x), second.forward(x))
     # the second draw comes from the layer's generator, advanced by the first

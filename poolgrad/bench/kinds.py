@@ -7,8 +7,9 @@ Each row of :data:`KINDS` is a kind with its settings, timed on one layer (defau
 pooling) in NCHW and channels-last, for two passes:
 
 - *forward*: the NumPy operator, and the torch functions under ``torch.no_grad()``;
-- *forward+backward*: ``poolgrad.vjp`` and the pullback of ``dy``; in torch, ``y =
-  f(x)`` on a leaf that requires grad and ``y.backward(dy)``. ``dy`` is ones.
+- *forward+backward*: ``poolgrad.vjp`` and the pullback of ``dy`` (``dx`` alone,
+  ``params=False``); in torch, ``y = f(x)`` on a leaf that requires grad and
+  ``y.backward(dy)``, the parameters plain tensors. ``dy`` is ones.
 
 Five implementations run in turn, round after round
 (:func:`~poolgrad.bench.timing.median_seconds`), and their medians are reported:
@@ -286,16 +287,11 @@ def reference_call(kind: Kind, params, draws=None, function=None):
 def _numpy_passes(kind, x, params, dy, rng) -> dict:
     op, args, kwargs = numpy_call(kind, params, rng)
 
-    def forward_backward():
+    def forward_backward():  # dx alone: the references' parameters need no gradient
         _, pullback = ops.vjp(op, x, *args, **kwargs)
-        return pullback(dy)
+        return pullback(dy, params=False)
 
     return {"forward": lambda: op(x, *args, **kwargs), "forward+backward": forward_backward}
-
-
-def _input_gradient(result):
-    """The input's part of a pullback's result (the learned kinds add the parameters')."""
-    return result[0] if isinstance(result, tuple) else result
 
 
 def check_agree(kind: Kind, x: np.ndarray, params, front_end, kornia_layer=None,
@@ -310,7 +306,7 @@ def check_agree(kind: Kind, x: np.ndarray, params, front_end, kornia_layer=None,
     op, args, kwargs = numpy_call(kind, params, SEED)
     y, pullback = ops.vjp(op, x, *args, **kwargs)
     dy = np.ones_like(y)
-    gradient = _input_gradient(pullback(dy))
+    gradient = pullback(dy, params=False)
     dyt = torch.from_numpy(dy)
     implementations = {  # name: (whose draws it makes, its two passes)
         "poolgrad's NumPy API": ("numpy", {"forward": lambda: torch.from_numpy(y),

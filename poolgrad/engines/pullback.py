@@ -29,7 +29,9 @@ class Pullback:
 
     An operator with learnable parameters names them in ``params`` (gem_pool's
     ``("p",)``): its pullback returns ``(dx, dparam, ...)``, each parameter's gradient
-    a float64 array shaped like the parameter (the sum over the batch).
+    a float64 array shaped like the parameter (the sum over the batch), or with
+    ``params=False`` ``dx`` alone, for parameters that are not learned (PyTorch's
+    ``requires_grad=False``): GeM then skips the pass that sums ``dp``.
     """
 
     def __init__(self, op: str, backward, y_shape, x_shape, x_dtype, saved: dict,
@@ -52,19 +54,21 @@ class Pullback:
         """Bytes this pullback keeps per output element (PyTorch's max pool keeps 8)."""
         return self.saved_bytes / max(math.prod(self.y_shape), 1)
 
-    def __call__(self, dy) -> np.ndarray:
+    def __call__(self, dy, *, params: bool = True):
         dy = inputs.check_array(dy, "dy", floating=False)
         if dy.shape != self.y_shape:
             raise ValueError(
                 f"{self.op} pullback: dy has shape {dy.shape} but the output has shape "
                 f"{self.y_shape}"
             )
-        compute = inputs.COMPUTE_DTYPE[self.x_dtype]
-        result = self._backward(np.asarray(dy, dtype=compute))
+        if not isinstance(params, bool):
+            raise TypeError(f"{self.op} pullback: params must be True or False, got "
+                            f"{params!r}")
+        dy = np.asarray(dy, dtype=inputs.COMPUTE_DTYPE[self.x_dtype])
         if not self.params:
-            return self._as_input(result)
-        dx, *grads = result
-        return (self._as_input(dx), *grads)
+            return self._as_input(self._backward(dy))
+        dx, *grads = self._backward(dy, params)
+        return (self._as_input(dx), *grads) if params else self._as_input(dx)
 
     def _as_input(self, dx):
         return dx.astype(self.x_dtype, copy=False).reshape(self.x_shape)

@@ -66,9 +66,11 @@ def _attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None,
         return y, None
     xk = owned(xk, x, keep_layout=True)
 
-    def backward(dy):
+    def backward(dy, with_params):  # dprojected comes from the pass that gives dx
         dyk = np.ascontiguousarray(dy).reshape(yk.shape)
         dx, dprojected = engines.attention_backward(xk, dyk, projected, attn, heads)
+        if not with_params:
+            return (dx,)
         return (dx, *_projection_gradients(dprojected, queries, key_weight, heads))
     return y, Pullback("attention_pool", backward, y.shape, x.shape, x.dtype,
                        {"x": xk, "attention": attn}, engines.attention_kernels(xk),

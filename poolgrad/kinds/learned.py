@@ -44,9 +44,10 @@ def _gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims
     # the pullback's own copies, in their layout (the kernels it runs follow it)
     xk, yk = owned(xk, x, keep_layout=True), owned(yk, y, keep_layout=True)
 
-    def backward(dy):
-        dx, terms = engines.gem_backward(xk, yk, layout.to_kernel(dy), plan, p, eps, True)
-        return dx, float(np.sum(terms))
+    def backward(dy, with_dp):
+        dx, terms = engines.gem_backward(xk, yk, layout.to_kernel(dy), plan, p, eps,
+                                         with_dp)
+        return dx, (float(np.sum(terms)) if with_dp else None)
     return y, Pullback("gem_pool", backward, y.shape, x.shape, x.dtype, {"x": xk, "y": yk},
                        engines.gem_kernels(xk, plan), params=("p",))
 
@@ -107,7 +108,7 @@ def _blend(x, kernel_size, stride, padding, spatial_dims, kind, weights, param: 
         return y, None
     xk = owned(xk, x, keep_layout=True)
 
-    def backward(dy):
+    def backward(dy, _):  # the weights' gradient comes from the same pass: always kept
         dx, dweights = engines.blend_backward(xk, layout.to_kernel(dy), plan, kind, flat)
         return dx, (float(dweights[0]) if kind == blend.MIXED
                     else dweights.reshape(weights.shape))

@@ -154,10 +154,12 @@ class _LearnedPool(Layer):
         return y
 
     def backward(self, dy):
-        dx, grad = self._saved("_pullback")(dy)
-        if self.params:
-            self.grads = {self.name: np.asarray(grad, dtype=np.float64).reshape(
-                self.value.shape)}
+        pullback = self._saved("_pullback")
+        if not self.params:
+            return pullback(dy, params=False)
+        dx, grad = pullback(dy)
+        self.grads = {self.name: np.asarray(grad, dtype=np.float64).reshape(
+            self.value.shape)}
         return dx
 
     def __repr__(self):
