@@ -728,6 +728,42 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
                     for two in (True, False) for kind in (weighted.SOFT, weighted.SELF)}
 
 
+def test_stochastic_quads_sample_draws_the_window_kernels_taps():
+    """Stochastic pooling's training draw on 2x2 windows with no padding runs
+    ``weighted.stochastic_quads_sample`` (selects in place of the window kernel's
+    branches, one loop per row): the general kernel's taps and values, bit for bit, in
+    both layouts, float16/32/64, strides 1-3 along W, with zeros, windows of zeros,
+    ties, and draws of 0 and of the largest float64 below 1 (where rounding can leave no
+    running sum above ``u * S``: the last positive tap is drawn)."""
+    rng = np.random.default_rng(35)
+    seen = set()
+    for trial, dtype, _, channels_last, stride in _quad_trials((None, None)):
+        x = np.maximum(rng.standard_normal((2, 5, 7 + trial % 4, 8 + trial % 3)), 0).round(1)
+        x[:, 0, :3, :3] = 0  # windows of zeros
+        x = _stored_as(x.astype(dtype), 2, channels_last)
+        plan = pg._inputs.sliding_plan(x, (2, 2), stride, 0, 1, False, 2)
+        draws = rng.random(_out_shape(x[:, :, None], plan))
+        draws.flat[::5], draws.flat[2::5] = 0.0, np.nextafter(1.0, 0.0)
+        layout, _, (name, y, pos), (general_name, *slow) = _rows_and_window_kernels(
+            x, 2, (2, 2), stride, _sample_pass, draws=draws)
+        assert (name, general_name) == ("weighted.stochastic_quads_sample",
+                                        "weighted.stochastic_pool_sample")
+        np.testing.assert_array_equal(y, slow[0])
+        np.testing.assert_array_equal(pos, slow[1])
+        assert set(np.unique(pos)) == {0, 1, 2, 3}
+        seen.add((layout, stride[1] == 2))
+    assert seen == {(layout, two) for layout in ("nchw", "channels_last")
+                    for two in (True, False)}
+
+
+def _sample_pass(choose, xs, stored, plan, operand, draws):
+    y = np.empty(_out_shape(xs, plan), xs.dtype)
+    pos = np.empty(y.shape, geometry.position_dtype(plan.window_size))
+    sample = choose("stochastic", "sample", plan, operand)
+    sample(xs, draws, y, pos)
+    return sample.name, y, pos
+
+
 def _weighted_passes(choose, xs, stored, plan, operand, kind):
     y, norm = (empty(_out_shape(xs, plan), xs.dtype, stored) for _ in range(2))
     forward = choose("weighted", "forward", plan, operand)

@@ -57,6 +57,11 @@ def negative_or_nan(xk: np.ndarray, plan) -> bool:
     return bool(flags.any())
 
 
+def sample_kernel(xk: np.ndarray, plan) -> str:
+    """The name of the kernel that draws ``xk``'s taps."""
+    return dispatch.choose("stochastic", "sample", plan, dispatch.operand(xk)).name
+
+
 def stochastic_sample(xk: np.ndarray, draws: np.ndarray, plan) -> tuple[np.ndarray, np.ndarray]:
     """``(y, winners)``: one tap per window drawn with probability ``x / sum(x)`` by
     the float64 ``draws`` (``y``'s shape), numbered as max pooling's winners, so that

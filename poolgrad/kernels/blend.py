@@ -37,7 +37,7 @@ import numpy as np
 from numba import prange, uint64
 
 from . import elementary, parallel_kernel
-from .walk import gather_tap, inlined, row_index, row_windows, rows_task, scatter_tap
+from .walk import gather_tap, inlined, quad_rows, row_index, row_windows, rows_task, scatter_tap
 
 MIXED, GATED = 0, 1
 
@@ -300,9 +300,7 @@ def blend_quads_forward(x, inner, window, steps, chunks, tasks, count, kind, wei
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         for row in range(first, end):
-            od, oh = row // out_h, row % out_h
-            top = x[plane, od * steps[0], oh * steps[1]]
-            bottom = x[plane, od * steps[0], oh * steps[1] + 1]
+            od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
             if kind == GATED:
                 _quads_row(top, bottom, y[plane, od, oh], inner, steps, gate, mixed, divisor,
                            True, real)

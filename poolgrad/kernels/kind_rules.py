@@ -147,6 +147,17 @@ def _sample(plan):
         x, plan.table, plan.extent, draws, y, pos)
 
 
+def _sample_quads(plan):
+    steps = _rows_geometry(plan)[1]
+
+    def run(x, draws, y, pos):
+        inner, x_rows = _rows_like(x)
+        chunks = _row_tasks(x_rows.shape[0], y.shape[2] * y.shape[3])[0]
+        weighted.stochastic_quads_sample(x_rows, inner, steps, chunks,
+                                         x_rows.shape[0] * chunks, draws, y, pos)
+    return run
+
+
 def _gem(plan):
     return lambda x, eps, p, whole, y: power_mean.gem_window_forward(
         x, plan.table, eps, p, whole, y)
@@ -397,6 +408,7 @@ RULES = {
     ("stochastic", "check"): [
         Rule("weighted.negative_or_nan", always, lambda plan: weighted.negative_or_nan)],
     ("stochastic", "sample"): [
+        Rule("weighted.stochastic_quads_sample", _quads, _sample_quads, records=True),
         Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],
     ("fractional", "forward"): [Rule("fractional.fractional_max_forward", always,
                                      _bound(fractional.fractional_max_forward),

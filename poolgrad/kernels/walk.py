@@ -137,6 +137,16 @@ def rows_task(task, chunks, rows):
 
 
 @inlined
+def quad_rows(x, plane, row, out_h, steps):
+    """``(od, oh, top, bottom)``: output row ``row`` of a plane's ``(D, H)`` output rows
+    (``out_h`` of them per D), and the two rows of ``x`` (rows ``(P, D, H, W * inner)``)
+    that its 2x2 windows read, ``steps`` the stride per axis (the quads kernels)."""
+    od, oh = row // out_h, row % out_h
+    return (od, oh, x[plane, od * steps[0], oh * steps[1]],
+            x[plane, od * steps[0], oh * steps[1] + 1])
+
+
+@inlined
 def gather_tap(src, start, step, inner, taps):
     """``taps[ow * inner + c] = src[(start + ow * step) * inner + c]``: the tap at
     ``start`` of every window of a row of ``(W * inner)`` values, as float64, so that

@@ -26,14 +26,16 @@ the same bits.
 S``: the first tap whose running sum exceeds ``u * S``, for a uniform draw ``u`` in
 ``[0, 1)`` given per window (the first real tap where ``S = 0``; a tap of weight 0 is
 never drawn otherwise), and writes its tap number like a max pooling's winner, so the
-max pooling's backward routes it. :func:`negative_or_nan` checks its inputs.
+max pooling's backward routes it; :func:`stochastic_quads_sample` does so for 2x2
+windows with no padding, with the same draws and bits. :func:`negative_or_nan` checks
+its inputs.
 """
 
 import numpy as np
 from numba import prange, uint64
 
 from . import elementary, parallel_kernel
-from .walk import gather_tap, inlined, row_index, row_windows, rows_task, scatter_tap
+from .walk import gather_tap, inlined, quad_rows, row_index, row_windows, rows_task, scatter_tap
 
 SOFT, SELF = 0, 1
 
@@ -218,9 +220,7 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         largest = np.empty(out_l, y.dtype)
         for row in range(first, end):
-            od, oh = row // out_h, row % out_h
-            top = x[plane, od * steps[0], oh * steps[1]]
-            bottom = x[plane, od * steps[0], oh * steps[1] + 1]
+            od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
             if kind == SOFT:
                 _quads_row(top, bottom, y[plane, od, oh], norm[plane, od, oh], largest, inner,
                            steps, True, real)
@@ -307,3 +307,68 @@ def stochastic_pool_sample(x, table, extent, draws, y, pos):
             y[n, c, od, oh, ow] = x[n, c, start_d + chosen_d, start_h + chosen_h,
                                     start_w + chosen_w]
             pos[n, c, od, oh, ow] = (chosen_d * ext_h + chosen_h) * ext_w + chosen_w
+
+
+@inlined
+def _drawn(v0, v1, v2, v3, draw, zero):
+    """``(value, tap)`` drawn from the 2x2 window ``v0 .. v3`` (row-major) by ``draw``,
+    as :func:`stochastic_pool_sample` draws it (running sums in x's dtype from +0,
+    ``u * S`` in float64), with selects where it branches, so that a loop vectorizes."""
+    r0 = zero + v0
+    r1 = r0 + v1
+    r2 = r1 + v2
+    threshold = draw * (r2 + v3)
+    done = (v0 > zero) & (r0 > threshold)
+    take = (v1 > zero) & (not done)
+    value, tap = (v1, 1) if take else (v0, 0)
+    done |= take & (r1 > threshold)
+    take = (v2 > zero) & (not done)
+    value, tap = (v2, 2) if take else (value, tap)
+    done |= take & (r2 > threshold)
+    take = (v3 > zero) & (not done)
+    return (v3, 3) if take else (value, tap)
+
+
+@inlined
+def _sample_row(top, bottom, draws, values, taps, step, zero):
+    """One NCHW output row of :func:`stochastic_quads_sample` (W stride ``step``)."""
+    if step == 2:  # a constant stride: interleaved loads
+        for ow in range(values.shape[0]):
+            at, i = uint64(ow), uint64(2 * ow)
+            values[at], taps[at] = _drawn(top[i], top[i + 1], bottom[i], bottom[i + 1],
+                                          draws[at], zero)
+        return
+    for ow in range(values.shape[0]):
+        at = uint64(ow)
+        i = at * uint64(step)
+        values[at], taps[at] = _drawn(top[i], top[i + 1], bottom[i], bottom[i + 1],
+                                      draws[at], zero)
+
+
+@parallel_kernel
+def stochastic_quads_sample(x, inner, steps, chunks, tasks, draws, y, pos):
+    """:func:`stochastic_pool_sample` for 2x2 windows with no padding (window ``(1, 2,
+    2)``, ``steps`` the stride per axis), with its draws and bits: ``x`` as rows ``(P,
+    D, H, W * inner)`` (NCHW planes, ``inner`` 1, or channels-last images, ``inner``
+    C), ``draws``, ``y`` and ``pos`` the general kernel's C-contiguous ``(N, C, D, H,
+    W)``; ``chunks`` parallel tasks per plane, ``tasks`` in all."""
+    n_chan, out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3], y.shape[4]
+    zero = np.zeros(1, x.dtype)[0]
+    for task in prange(tasks):
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
+        for row in range(first, end):
+            od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
+            if inner == 1:
+                n, c = plane // n_chan, plane % n_chan
+                _sample_row(top, bottom, draws[n, c, od, oh], y[n, c, od, oh],
+                            pos[n, c, od, oh], steps[2], zero)
+                continue
+            across = uint64(inner)
+            for ow in range(out_w):  # along C: the taps' loads are contiguous
+                base = uint64(ow) * uint64(steps[2]) * across
+                for c in range(inner):
+                    i = base + uint64(c)
+                    y[plane, c, od, oh, ow], pos[plane, c, od, oh, ow] = _drawn(
+                        top[i], top[i + across], bottom[i], bottom[i + across],
+                        draws[plane, c, od, oh, ow], zero)
+

@@ -12,6 +12,7 @@ from ..engines import (
     Pullback,
     max_pullback,
     negative_or_nan,
+    sample_kernel,
     stochastic_sample,
     weighted_backward,
     weighted_forward,
@@ -100,7 +101,7 @@ def _stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, r
     if not want_pullback:
         return y, None
     return y, max_pullback(pos, plan, layout, x.dtype, "stochastic_pool",
-                           "weighted.stochastic_pool_sample")
+                           sample_kernel(xk, plan))
 
 
 def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rng=None,
