@@ -33,8 +33,9 @@ def test_bad_arguments_exit_non_zero_with_one_line(args, message):
     assert message in run.stderr.strip().splitlines()[-1]
 
 
-def test_bare_poolgrad_prints_the_help_and_exits_zero():
-    run = subprocess.run([sys.executable, "-m", "poolgrad.cli"], capture_output=True, text=True,
+@pytest.mark.parametrize("module", ["poolgrad", "poolgrad.cli"])
+def test_bare_poolgrad_prints_the_help_and_exits_zero(module):
+    run = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True,
                          check=False)
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
