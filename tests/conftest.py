@@ -7,14 +7,16 @@ import os
 # (processes.cores() reads the affinity). Otherwise each worker's training and studies
 # would wake a PyTorch and a Numba thread per core, and the two workers would spend
 # their time waiting on each other's spinning threads (the quick study: 7.6 s alone,
-# 49 s beside another worker). Numba's pool keeps its size (NUMBA_NUM_THREADS), so the
-# tests about thread counts still run the threads they ask for.
+# 49 s beside another worker). Numba's pool keeps the size of all the cores
+# (NUMBA_NUM_THREADS, which Numba would otherwise take from the pinned affinity), so
+# the tests about thread counts still run the threads they ask for.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKERS > 1 and _WORKER.startswith("gw") and hasattr(os, "sched_setaffinity"):
     _allowed = sorted(os.sched_getaffinity(0))
     if len(_allowed) >= _WORKERS:
         _share = _allowed[int(_WORKER[2:]) % _WORKERS::_WORKERS]
+        os.environ.setdefault("NUMBA_NUM_THREADS", str(len(_allowed)))
         os.sched_setaffinity(0, _share)
         os.environ.setdefault("OMP_NUM_THREADS", str(len(_share)))  # read by PyTorch's import
         import numba

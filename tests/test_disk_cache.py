@@ -2,6 +2,7 @@
 kernel keep every signature, a data file never serves another signature's key, and
 every compiled kernel uses it."""
 
+import errno
 import importlib
 import importlib.util
 import pkgutil
@@ -9,6 +10,7 @@ import threading
 import time
 
 import numpy as np
+from numba.core.caching import IndexDataCacheFile
 from numba.core.dispatcher import Dispatcher
 
 import poolgrad.bench.roofline
@@ -39,8 +41,8 @@ def test_concurrent_saves_of_two_signatures_keep_both(tmp_path):
     reader = disk_cache._KeyedCacheFile(str(tmp_path), "kernel-1.py311", 1.0)
     assert reader.load(("float32",)) == ("code float32",)
     assert reader.load(("float64",)) == ("code float64",)
-    assert sorted(reader._load_index().values()) == ["kernel-1.py311.1.nbc",
-                                                     "kernel-1.py311.2.nbc"]
+    assert sorted(reader._load_index().values()) == ["kernel-1.py311.keyed.1.nbc",
+                                                     "kernel-1.py311.keyed.2.nbc"]
 
 
 def test_a_data_file_that_holds_another_key_is_a_miss(tmp_path):
@@ -57,6 +59,28 @@ def test_a_data_file_that_holds_another_key_is_a_miss(tmp_path):
     # A stale index (its source changed) lists nothing
     assert disk_cache._KeyedCacheFile(str(tmp_path), "kernel-1.py311", 2.0).load(
         ("float64",)) is None
+
+
+def test_plain_numba_and_this_cache_never_read_each_others_files(tmp_path):
+    # An older poolgrad (plain Numba) on the same __pycache__, the same source: its
+    # loader would crash on a keyed data file, and this cache's on a plain one
+    ours = disk_cache._KeyedCacheFile(str(tmp_path), "kernel-1.py311", 1.0)
+    plain = IndexDataCacheFile(str(tmp_path), "kernel-1.py311", 1.0)
+    ours.save(("float32",), ("our code",))
+    plain.save(("float64",), ("plain code",))
+    assert plain.load(("float32",)) is None and ours.load(("float64",)) is None
+    assert ours.load(("float32",)) == ("our code",)
+    assert plain.load(("float64",)) == ("plain code",)
+
+
+def test_saves_and_loads_work_where_no_lock_can_be_taken(tmp_path, monkeypatch):
+    def no_locks(descriptor, operation):
+        raise OSError(errno.ENOLCK, "No locks available")  # NFS without lockd
+
+    monkeypatch.setattr(disk_cache.fcntl, "flock", no_locks)
+    cache_file = disk_cache._KeyedCacheFile(str(tmp_path), "kernel-1.py311", 1.0)
+    cache_file.save(("float32",), ("code",))
+    assert cache_file.load(("float32",)) == ("code",)
 
 
 _MODULE = '''
@@ -126,3 +150,4 @@ def test_jit_keeps_the_kernel_options_and_takes_more():
     assert options["nogil"] and options["error_model"] == "numpy"
     assert options["inline"] == "always" and options["fastmath"] == {"nsz"}
     assert isinstance(add_one._cache, disk_cache.ProcessSafeCache)
+    assert not isinstance(jit(cache=False)(lambda x: x)._cache, disk_cache.ProcessSafeCache)

@@ -69,14 +69,15 @@ JIT_OPTIONS = {"nogil": True, "fastmath": set(FASTMATH), "error_model": "numpy"}
 SERIAL_BELOW = 2**18
 
 
-def jit(**options):
+def jit(*, cache: bool = True, **options):
     """A decorator that compiles with :data:`JIT_OPTIONS` (``options`` added or
-    overriding), once per signature, cached on disk next to the package by a cache that
-    processes compiling at the same time share safely (:mod:`.disk_cache`)."""
+    overriding), once per signature, cached on disk next to the package (unless
+    ``cache=False``) by a cache that processes compiling at the same time share safely
+    (:mod:`.disk_cache`)."""
     def compile_cached(fn):
         dispatcher = numba.njit(**{**JIT_OPTIONS, **options})(fn)
-        # What numba.njit(cache=True) does, with the process-safe cache
-        dispatcher._cache = ProcessSafeCache(dispatcher.py_func)
+        if cache:  # what numba.njit(cache=True) does, with the process-safe cache
+            dispatcher._cache = ProcessSafeCache(dispatcher.py_func)
         return dispatcher
     return compile_cached
 

@@ -15,11 +15,15 @@ in three ways:
 
 * a save holds an exclusive lock on the kernel's ``.lock`` file from reading the index
   to writing it, so concurrent saves take different numbers (POSIX ``flock``; where
-  there is none, the next point still keeps every load correct);
+  there is none, or it cannot be taken, the next point still keeps every load correct);
 * each data file holds its key, and a load that finds another key there is a miss, so
   the kernel compiles again rather than running the wrong code;
 * the data file is written before the index lists it, so a reader that follows the
   index never finds a missing file or a stale one.
+
+Its files are named apart from Numba's own (``kernel-12.py311.keyed.nbi`` and
+``.keyed.1.nbc``), so that plain Numba, as an older poolgrad uses it on the same
+``__pycache__``, never reads a data file in this format, nor this cache one in Numba's.
 """
 
 import contextlib
@@ -38,20 +42,28 @@ class _KeyedCacheFile(IndexDataCacheFile):
     """An index and its data files, saved under a lock, each data file with its key."""
 
     def __init__(self, cache_path, filename_base, source_stamp):
-        super().__init__(cache_path, filename_base, source_stamp)
+        super().__init__(cache_path, f"{filename_base}.keyed", source_stamp)
         self._lock_path = os.path.join(cache_path, f"{filename_base}.lock")
 
     @contextlib.contextmanager
     def _locked(self):
-        if fcntl is None:
-            yield
-            return
-        with open(self._lock_path, "ab") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        """The lock, where it can be taken: flock needs no write access to the file
+        (a cache folder shared by several users), and a file system without locks
+        (NFS without lockd) leaves the key check to keep loads correct."""
+        lock = None
+        if fcntl is not None:
             try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                lock = os.open(self._lock_path, os.O_RDONLY | os.O_CREAT, 0o666)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            except OSError:
+                if lock is not None:
+                    os.close(lock)
+                lock = None
+        try:
+            yield
+        finally:
+            if lock is not None:
+                os.close(lock)  # closing the last descriptor releases the lock
 
     def save(self, key, data):
         with self._locked():
