@@ -139,9 +139,15 @@ class Layout:
         self.spatial = shape[len(shape) - ndim:]
 
     def to_kernel(self, a: np.ndarray) -> np.ndarray:
-        """A 5-d view of ``a`` (shaped ``lead + spatial-like``); never a copy."""
+        """``a`` (shaped ``lead + spatial-like``) as a 5-d array the kernels read: a view
+        where ``a`` is C-contiguous or channels-last, else (a slice, a transpose, a
+        broadcast gradient) a C-ordered copy. The fast kernels serve those two layouts,
+        and no kernel compiles for any other (each a compile of seconds)."""
         view = a if self.batched else a[None]
-        return view[(slice(None), slice(None)) + (None,) * (geometry.KERNEL_AXES - self.ndim)]
+        view = view[(slice(None), slice(None)) + (None,) * (geometry.KERNEL_AXES - self.ndim)]
+        if view.flags.c_contiguous or view.transpose(0, 2, 3, 4, 1).flags.c_contiguous:
+            return view
+        return np.ascontiguousarray(view)
 
     def kernel_shape(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
         lead = self.lead if self.batched else (1,) + self.lead
