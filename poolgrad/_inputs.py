@@ -15,6 +15,7 @@ import numbers
 import numpy as np
 
 from . import geometry
+from .kernels.dispatch import is_channels_last
 
 # float16 is stored as float16 but computed (and accumulated) in float32
 COMPUTE_DTYPE = {
@@ -145,7 +146,7 @@ class Layout:
         and no kernel compiles for any other (each a compile of seconds)."""
         view = a if self.batched else a[None]
         view = view[(slice(None), slice(None)) + (None,) * (geometry.KERNEL_AXES - self.ndim)]
-        if view.flags.c_contiguous or view.transpose(0, 2, 3, 4, 1).flags.c_contiguous:
+        if view.flags.c_contiguous or is_channels_last(view):
             return view
         return np.ascontiguousarray(view)
 
