@@ -586,13 +586,15 @@ def _out_shape(xs, plan):
     return xs.shape[:2] + tuple(a.count for a in plan.kernel_axes)
 
 
-def _same_bits_as_the_window_kernels(result, rows, window, forward=None) -> tuple[str, bool]:
+def _same_bits_as_the_window_kernels(result, rows, window, forward=None,
+                                     backward=None) -> tuple[str, bool]:
     """Assert that a :func:`_rows_and_window_kernels` result ran ``forward`` (default
-    ``{rows}_forward``) and, where windows are apart, ``{rows}_backward`` (else
-    ``{window}_backward``) against ``{window}_*``, with the same bits for every output;
-    ``(layout, apart)``."""
+    ``{rows}_forward``) and, where windows are apart, ``backward`` (default
+    ``{rows}_backward``; else ``{window}_backward``) against ``{window}_*``, with the
+    same bits for every output; ``(layout, apart)``."""
     layout, apart, (names, *fast), (general_names, *slow) = result
-    assert names == (forward or f"{rows}_forward", f"{rows if apart else window}_backward")
+    backward = (backward or f"{rows}_backward") if apart else f"{window}_backward"
+    assert names == (forward or f"{rows}_forward", backward)
     assert general_names == (f"{window}_forward", f"{window}_backward")
     for a, b in zip(fast, slow, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -670,7 +672,8 @@ def test_weighted_rows_kernels_match_the_window_kernels():
         seen.add(_same_bits_as_the_window_kernels(
             _rows_and_window_kernels(x, ndim, kernel, stride, _weighted_passes, kind=kind),
             "weighted.weighted_rows", "weighted.weighted_pool",
-            "weighted.weighted_quads_forward" if _quad(kernel) else None))
+            *(("weighted.weighted_quads_forward", "weighted.weighted_quads_backward")
+              if _quad(kernel) else ())))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
 
@@ -693,8 +696,9 @@ def _quad_taps(x, stride, y):
 
 def test_weighted_quads_kernel_matches_the_window_kernel():
     """2x2 windows with no padding run ``weighted.weighted_quads_forward`` (the four
-    taps in one loop; SoftPool's log in a second): the window kernel's bits for y and
-    norm in both layouts, float16/32/64, strides 1-3 along W, SoftPool and stochastic
+    taps in one loop; SoftPool's log in a second), and at strides >= 2
+    ``weighted.weighted_quads_backward``: the window kernels' bits for y, norm and dx in
+    both layouts, float16/32/64, strides 1-3 along W, SoftPool and stochastic
     pooling's mean, NaN and windows of zeros. A float32 forward computes in float32:
     the mean is ``sum x^2 / sum x`` in float32 arithmetic, bit for bit."""
     from poolgrad.kernels import weighted
@@ -708,12 +712,14 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
         if trial % 4 == 0:
             x.flat[rng.integers(0, x.size)] = np.nan
         x = _stored_as(x.astype(dtype), 2, channels_last)
-        layout, _, (names, y, norm, _), (general_names, *slow) = _rows_and_window_kernels(
-            x, 2, (2, 2), stride, _weighted_passes, kind=kind)
-        assert names[0] == "weighted.weighted_quads_forward"
+        layout, apart, (names, y, norm, dx), (general_names, *slow) = (
+            _rows_and_window_kernels(x, 2, (2, 2), stride, _weighted_passes, kind=kind))
+        assert names == ("weighted.weighted_quads_forward",
+                         "weighted.weighted_quads_backward" if apart
+                         else "weighted.weighted_pool_backward")
         assert general_names[0] == "weighted.weighted_pool_forward"
-        np.testing.assert_array_equal(y, slow[0])
-        np.testing.assert_array_equal(norm, slow[1])
+        for fast, general in zip((y, norm, dx), slow, strict=True):
+            np.testing.assert_array_equal(fast, general)
         if kind == weighted.SELF and dtype == np.float32:
             out, taps = _quad_taps(x, stride, y)
             zero = np.float32(0)
@@ -726,6 +732,38 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
         seen.add((layout, stride[1] == 2, kind))
     assert seen == {(layout, two, kind) for layout in ("nchw", "channels_last")
                     for two in (True, False) for kind in (weighted.SOFT, weighted.SELF)}
+
+
+def test_weighted_quads_forward_checks_the_taps_it_reads():
+    """Stochastic pooling's mean checks its input in the 2x2 kernel's own pass: the
+    forward returns whether a tap it read was negative or NaN (``-0.0`` is a valid
+    weight), and None where the windows leave inputs unread (the engine then checks
+    those apart). Without a ``norm`` the kernel writes the same means."""
+    from poolgrad.kernels import weighted
+
+    rng = np.random.default_rng(31)
+    seen = set()
+    for trial in range(16):
+        height, channels_last = (6, 7)[trial % 2], trial // 2 % 2 == 1
+        x = rng.random((2, 3, height, 8)).astype(np.float32)
+        bad = (None, -1e-30, np.nan, -0.0)[trial // 4]
+        if bad is not None:
+            x[1, 2, rng.integers(0, 6), rng.integers(0, 8)] = bad
+        x = _stored_as(x, 2, channels_last)
+        xk = pg._inputs.compute_view(x, pg._inputs.Layout(x.shape, 2))
+        plan = pg._inputs.sliding_plan(x, 2, None, 0, 1, False, 2)
+        forward = dispatch.choose("weighted", "forward", plan, dispatch.operand(xk))
+        assert forward.name == "weighted.weighted_quads_forward"
+        y, norm, bare = (empty(_out_shape(xk, plan), xk.dtype, channels_last)
+                         for _ in range(3))
+        found = forward(xk, y, norm, weighted.SELF)
+        assert forward(xk, bare, None, weighted.SELF) is found
+        np.testing.assert_array_equal(bare, y)
+        expected = bad is not None and not (bad == 0)  # -0.0 is no negative weight
+        assert found is (expected if height % 2 == 0 else None)
+        seen.add((channels_last, found))
+    assert seen == {(layout, found) for layout in (False, True)
+                    for found in (True, False, None)}
 
 
 def test_stochastic_quads_sample_draws_the_window_kernels_taps():

@@ -138,6 +138,22 @@ def test_stochastic_pool_evaluation_is_the_weighted_average():
     np.testing.assert_allclose(pullback(dy), expected, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("height", [6, 7])  # the 2x2 kernel's own check; a pass apart
+@pytest.mark.parametrize("bad", [-1e-30, np.nan])
+def test_stochastic_pool_evaluation_refuses_negative_and_nan_anywhere(height, bad):
+    """Evaluation refuses a negative or NaN input wherever it is, also in a row that no
+    window reads, and leaves x as it was."""
+    x = np.abs(tie_free((2, 3, height, 8), seed=8)).astype(np.float32)
+    pg.stochastic_pool(x, 2, training=False)
+    for where in ((1, 2, 0, 3), (0, 0, height - 1, 7)):
+        broken = x.copy()
+        broken[where] = bad
+        before = broken.copy()
+        with pytest.raises(ValueError, match=r"x must be >= 0 .* got a minimum of"):
+            pg.stochastic_pool(broken, 2, training=False)
+        np.testing.assert_array_equal(broken, before)
+
+
 # ------------------------------------------------------------------------------ GeM
 
 @pytest.mark.parametrize("kernel, stride", [(None, None), (2, None), ((3, 2), (2, 2))])

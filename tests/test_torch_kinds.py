@@ -231,6 +231,15 @@ def test_soft_and_stochastic_pooling_are_operators():
         assert y.is_contiguous(memory_format=torch.channels_last)
         torch.library.opcheck(torch.ops.poolgrad.weighted_pool_backward,
                               (torch.rand_like(y), xf, y, norm, kind, window))
+        # the values alone (inference), whose gradient recomputes the norm
+        torch.library.opcheck(torch.ops.poolgrad.weighted_pool_values, (xf, kind, window))
+        values = torch.ops.poolgrad.weighted_pool_values(xf, kind, window)
+        torch.testing.assert_close(values, y, rtol=0, atol=0)
+        assert values.is_contiguous(memory_format=torch.channels_last)
+        dy = torch.rand_like(y)
+        with_norm = torch.ops.poolgrad.weighted_pool(xf, kind, window)[0]
+        torch.testing.assert_close(torch.autograd.grad(values, xf, dy),
+                                   torch.autograd.grad(with_norm, xf, dy), rtol=0, atol=0)
     draws = torch.rand(y.shape, dtype=torch.float64, generator=g)
     torch.library.opcheck(torch.ops.poolgrad.stochastic_pool_sample, (xf, draws, window))
 
@@ -400,6 +409,12 @@ def test_kinds_compile_whole_and_match_eager():
     (lambda x: pt.stochastic_pool(  # the check reads a channels-last x in memory order
         torch.where(torch.arange(4) == 3, -1.0, x).contiguous(
             memory_format=torch.channels_last), 2, training=False),
+     ValueError, "x must be >= 0"),
+    (lambda x: torch.compile(  # the CPU operator checks the taps it reads, compiled too
+        lambda t: pt.stochastic_pool(t, 2, training=False), backend="eager", fullgraph=True)(
+            torch.where(torch.arange(4) == 3, float("nan"), x)), ValueError, "x must be >= 0"),
+    (lambda x: pt.stochastic_pool(  # with a backward to follow
+        torch.where(torch.arange(4) == 0, -1.0, x).requires_grad_(), 2, training=False),
      ValueError, "x must be >= 0"),
     (lambda x: pt.gated_pool(x, torch.ones(3), 2), ValueError, "gate must have the window"),
     (lambda x: pt.attention_pool(x, torch.ones(1, 2), torch.eye(2)), ValueError,

@@ -268,6 +268,9 @@ def test_weighted_averages_and_the_stochastic_draw_match_the_cpu(name, ndim, win
             torch.testing.assert_close(on_cpu(ty), y, **tolerance)
             torch.testing.assert_close(on_cpu(tnorm), norm, **tolerance)
             assert on_cpu(ty).stride() == y.stride()
+            same_bits(on_cpu(triton_impl("weighted_pool_values")(on_device(xs), kind, window)),
+                      on_cpu(ty))
+            same_bits(cpu("weighted_pool_values")(xs, kind, window), y)
             dy = torch.randn(y.shape, generator=g, dtype=dtype)
             dx = cpu("weighted_pool_backward")(dy, xs, y, norm, kind, window)
             tdx = triton_impl("weighted_pool_backward")(on_device(dy), on_device(xs), ty,
@@ -601,7 +604,8 @@ def test_gradients_through_the_public_functions_on_the_triton_kernels():
     result = printed_json(run_script(GRADCHECK_SCRIPT, interpreter=True))
     assert all(all(checks) for checks in result["checks"].values()), result["checks"]
     used = set(result["calls"])
-    assert used == set(_cuda.IMPLEMENTATIONS) - {"max_pool_values"}, used
+    # the values-only ops serve inference, where no gradient is taken
+    assert used == set(_cuda.IMPLEMENTATIONS) - {"max_pool_values", "weighted_pool_values"}, used
 
 
 def test_tensors_on_two_devices_are_refused():

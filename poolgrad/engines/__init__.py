@@ -33,7 +33,7 @@ from .maxima import TIE_RULES, max_engine, max_forward, max_gather, max_pullback
 from .power_mean import gem_backward, gem_forward, gem_kernels
 from .pullback import Pullback
 from .weighted import (
-    negative_or_nan,
+    require_probabilities,
     sample_kernel,
     stochastic_sample,
     weighted_backward,
@@ -47,6 +47,5 @@ __all__ = ["Pullback", "TIE_RULES", "attention_backward", "attention_forward",
            "blur_forward", "blur_kernels", "fractional_backward", "fractional_forward",
            "fractional_indices", "fractional_kernels", "gem_backward", "gem_forward",
            "gem_kernels", "lp_engine", "lp_pullback", "max_engine", "max_forward", "max_gather",
-           "max_pullback", "negative_or_nan", "sample_kernel", "stochastic_sample",
-           "weighted_backward",
-           "weighted_forward", "weighted_kernels", "winner_indices"]
+           "max_pullback", "require_probabilities", "sample_kernel", "stochastic_sample",
+           "weighted_backward", "weighted_forward", "weighted_kernels", "winner_indices"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import geometry
-from ..kernels import dispatch
+from ..kernels import dispatch, weighted
 from .pullback import empty
 
 
@@ -28,14 +28,26 @@ def weighted_kernels(xk: np.ndarray, plan) -> tuple[str, str]:
                  for direction in ("forward", "backward"))
 
 
-def weighted_forward(xk: np.ndarray, plan, kind: int) -> tuple[np.ndarray, np.ndarray]:
+def weighted_forward(xk: np.ndarray, plan, kind: int, *,
+                     keep_norm: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """``(y, norm)``: each window's weighted average and what its backward needs (the
-    log of SoftPool's normaliser, stochastic pooling's window sum)."""
+    log of SoftPool's normaliser, stochastic pooling's window sum; None without
+    ``keep_norm``, for a forward that no backward follows).
+
+    For ``SELF`` (stochastic pooling's evaluation), a ValueError if ``xk`` holds a
+    negative number or a NaN: the 2x2 kernel checks the taps as it reads them, the
+    others take :func:`require_probabilities`' pass."""
     operand = dispatch.operand(xk)
     forward = dispatch.choose("weighted", "forward", plan, operand)
     shape, stored = _out_shape(xk, plan), operand.layout == "channels_last"
-    y, norm = empty(shape, xk.dtype, stored), empty(shape, xk.dtype, stored)
-    forward(xk, y, norm, kind)
+    y = empty(shape, xk.dtype, stored)
+    norm = empty(shape, xk.dtype, stored) if keep_norm else None
+    invalid = forward(xk, y, norm, kind)  # None: the kernel did not check every input
+    if kind == weighted.SELF:
+        if invalid is None:
+            require_probabilities(xk, plan)
+        elif invalid:
+            _refuse(xk)
     return y, norm
 
 
@@ -49,12 +61,23 @@ def weighted_backward(xk: np.ndarray, yk: np.ndarray, norm: np.ndarray, dyk: np.
     return dx
 
 
-def negative_or_nan(xk: np.ndarray, plan) -> bool:
-    """Whether ``xk`` holds a negative number or a NaN, read in memory order."""
+def require_probabilities(xk: np.ndarray, plan) -> None:
+    """A ValueError if ``xk`` holds a negative number or a NaN, read in memory order
+    (stochastic pooling's inputs are the weights of its probabilities)."""
+    if not xk.size:
+        return
     values = xk.ravel(order="K")  # a view for the layouts the kernels take
     flags = np.empty(max(1, min(64, values.size // 65536)), np.bool_)
     dispatch.choose("stochastic", "check", plan, dispatch.operand(xk))(values, flags)
-    return bool(flags.any())
+    if flags.any():
+        _refuse(xk)
+
+
+def _refuse(xk: np.ndarray):
+    smallest = np.min(xk)  # only to name it
+    raise ValueError(
+        f"stochastic_pool samples with probabilities x / sum(x), so x must be >= 0 "
+        f"(as after a ReLU) and not NaN; got a minimum of {smallest}")
 
 
 def sample_kernel(xk: np.ndarray, plan) -> str:

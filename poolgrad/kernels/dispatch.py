@@ -30,7 +30,9 @@ Run signatures (one per op and direction)::
     ("blur", "forward")    run(x, y, winners)  planes (N*C, D, H, W), C-contiguous;
     ("blur", "backward")   run(dy, winners, dx)  plan: a BlurPlan; winners: the
                                                stride-1 max's (unused without one)
-    ("weighted", "forward")  run(x, y, norm, kind)  kind: weighted.SOFT or SELF
+    ("weighted", "forward")  run(x, y, norm, kind) -> None, or for SELF whether a tap
+                             was < 0 or NaN where the kernel read all of x; kind:
+                             weighted.SOFT or SELF; norm may be None (not written)
     ("weighted", "backward") run(x, y, norm, dy, kind, dx)
     ("stochastic", "sample") run(x, draws, y, pos)  pos: winners, as a max forward's
     ("blend", "forward")   run(x, kind, weights, y)  kind: blend.MIXED or GATED;

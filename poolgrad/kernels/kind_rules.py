@@ -133,7 +133,10 @@ def _blur_back(plan):
 
 
 def _weighted(plan):
-    return lambda x, y, norm, kind: weighted.weighted_pool_forward(x, plan.table, kind, y, norm)
+    def run(x, y, norm, kind):
+        weighted.weighted_pool_forward(x, plan.table, kind, y,
+                                       np.empty_like(y) if norm is None else norm)
+    return run
 
 
 def _weighted_back(plan):
@@ -187,6 +190,11 @@ def _quads(plan, operand, record) -> bool:
     """Full 2x2 windows (the blends' one-loop forward)."""
     return _full_windows(plan, operand, record) and tuple(
         a.extent for a in plan.kernel_axes) == (1, 2, 2)
+
+
+def _quads_apart(plan, operand, record) -> bool:
+    """Full 2x2 windows that do not overlap."""
+    return _quads(plan, operand, record) and _apart(plan, operand, record)
 
 
 def _apart(plan, operand, record) -> bool:
@@ -251,8 +259,19 @@ def _weighted_rows(kernel, forward: bool):
     """Bind a ``weighted_rows_*`` kernel."""
     def bind(plan):
         window, steps, covered = _rows_geometry(plan)
+        if forward and kernel is weighted.weighted_quads_forward:
+            def run(x, y, norm, kind):
+                inner, xr, yr = _rows_like(x, y)
+                norm_rows = None if norm is None else _rows_like(x, norm)[2]
+                chunks, tasks = _tasks(yr)
+                invalid = np.zeros(tasks, np.bool_)
+                kernel(xr, inner, window, steps, chunks, tasks, kind, yr, norm_rows, invalid)
+                # the kernel checks the taps it reads: all of x when the windows cover it
+                return bool(invalid.any()) if covered else None
+            return run
         if forward:
             def run(x, y, norm, kind):
+                norm = np.empty_like(y) if norm is None else norm
                 inner, xr, yr, norm_rows = _rows_like(x, y, norm)
                 kernel(xr, inner, window, steps, *_tasks(yr), kind, yr, norm_rows)
             return run
@@ -384,6 +403,8 @@ RULES = {
              _weighted_rows(weighted.weighted_rows_forward, True)),
         Rule("weighted.weighted_pool_forward", always, _weighted)],
     ("weighted", "backward"): [
+        Rule("weighted.weighted_quads_backward", _quads_apart,
+             _weighted_rows(weighted.weighted_quads_backward, False)),
         Rule("weighted.weighted_rows_backward", _apart,
              _weighted_rows(weighted.weighted_rows_backward, False)),
         Rule("weighted.weighted_pool_backward", always, _weighted_back)],

@@ -19,8 +19,8 @@ plan's cover tables, adding the windows in increasing output order (backward): n
 and the same bits at any thread count. Sums run in row-major window order from +0.
 ``weighted_rows_*`` serve windows with no padding on NCHW planes or channels-last images
 as rows (the backward only windows that do not overlap), and
-:func:`weighted_quads_forward` 2x2 windows with no padding, all four taps in one loop:
-the same bits.
+:func:`weighted_quads_forward` and :func:`weighted_quads_backward` 2x2 windows with no
+padding (the backward at stride 2), all four taps in one loop: the same bits.
 
 :func:`stochastic_pool_sample` picks one real tap per window with probability ``x_j /
 S``: the first tap whose running sum exceeds ``u * S``, for a uniform draw ``u`` in
@@ -59,7 +59,19 @@ def _share(value, out, scale, dy, kind):
     ``y`` and ``norm``), float64."""
     if kind == SOFT:
         return dy * (elementary.exp(value - scale) * (1.0 + value - out))
-    return dy * ((value + value - out) / scale) if scale != 0 else 0.0
+    return _mean_share(_mean_gradient(dy, scale), value, out)
+
+
+@inlined
+def _mean_gradient(dy, scale):
+    """``dy / S`` of a ``SELF`` window, 0 where ``S = 0`` (a select: no division by 0)."""
+    return dy / (scale if scale != 0 else 1.0) if scale != 0 else 0.0
+
+
+@inlined
+def _mean_share(gradient, value, out):
+    """A ``SELF`` tap's share, ``dy / S * (2 x_j - y)``, from the window's ``dy / S``."""
+    return gradient * (value + value - out)
 
 
 @parallel_kernel
@@ -162,8 +174,8 @@ def _larger(largest, v):
 @inlined
 def _quad(top, bottom, i, j, soft, real):
     """``(y, S, M)`` of the window whose taps are ``top[i], top[j], bottom[i],
-    bottom[j]`` (row-major order), as the rows kernel takes them (``M`` 0 for ``SELF``);
-    ``soft`` a literal."""
+    bottom[j]`` (row-major order), as the rows kernel takes them; for ``SELF``, ``M`` is
+    1 where every tap is >= 0 and 0 otherwise (a NaN too); ``soft`` a literal."""
     v0, v1, v2, v3 = real(top[i]), real(top[j]), real(bottom[i]), real(bottom[j])
     zero = real(0.0)
     if soft:
@@ -175,7 +187,9 @@ def _quad(top, bottom, i, j, soft, real):
         return weighted / total, total, largest
     total = (((zero + v0) + v1) + v2) + v3
     weighted = (((zero + v0 * v0) + v1 * v1) + v2 * v2) + v3 * v3
-    return _finish(zero, total, weighted, SELF, real) + (zero,)
+    # 1 where every tap is a valid weight (>= 0, not NaN), for the kernel's check
+    valid = real((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero))
+    return _finish(zero, total, weighted, SELF, real) + (valid,)
 
 
 @inlined
@@ -183,7 +197,8 @@ def _quads_row(top, bottom, means, norms, largest, inner, steps, soft, real):
     """One output row of :func:`weighted_quads_forward`; ``soft`` a literal, so that
     each call compiles loops with no branch on the kind. SoftPool's ``norm`` takes a
     second loop: its ``log`` in the first kept that loop scalar (6.5 ms against 3.8 on
-    a channels-last layer)."""
+    a channels-last layer). Returns whether a ``SELF`` window read a negative or NaN
+    tap (False for SoftPool)."""
     if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
         for ow in range(means.shape[0]):
             at, i = uint64(ow), uint64(2 * ow)
@@ -202,31 +217,137 @@ def _quads_row(top, bottom, means, norms, largest, inner, steps, soft, real):
                 i, at = base + uint64(c), first + uint64(c)
                 means[at], norms[at], largest[at] = _quad(top, bottom, i, i + across, soft,
                                                           real)
+    invalid = False
     if soft:
         for o in range(norms.shape[0]):
             at = uint64(o)
             norms[at] = largest[at] + elementary.log_in(norms[at])
+    else:  # a second loop over the row in L1, so that the first stays vectorized
+        for o in range(largest.shape[0]):
+            invalid |= largest[uint64(o)] == 0
+    return invalid
 
 
 @parallel_kernel
-def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm):
+def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm, invalid):
     """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
     :func:`weighted_rows_forward`'s arguments, rows and bits: each output's four taps
     loaded, weighted and summed in one loop along the row, vectorized (NCHW: pairs of
-    neighbours; channels-last: along C)."""
+    neighbours; channels-last: along C).
+
+    ``norm`` may be None (a forward that no backward follows): it is then not written.
+    For ``SELF``, ``invalid[task]`` says whether a tap that task read was negative or
+    NaN (so that stochastic pooling checks its input in the same pass); SoftPool leaves
+    ``invalid`` as it is. ``invalid`` has ``tasks`` entries."""
     real = y.dtype.type
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
-        largest = np.empty(out_l, y.dtype)
+        largest, spare = np.empty(out_l, y.dtype), np.empty(out_l, y.dtype)
+        bad = False
         for row in range(first, end):
             od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
+            norms = spare if norm is None else norm[plane, od, oh]
             if kind == SOFT:
-                _quads_row(top, bottom, y[plane, od, oh], norm[plane, od, oh], largest, inner,
-                           steps, True, real)
+                _quads_row(top, bottom, y[plane, od, oh], norms, largest, inner, steps, True,
+                           real)
             else:
-                _quads_row(top, bottom, y[plane, od, oh], norm[plane, od, oh], largest, inner,
-                           steps, False, real)
+                bad |= _quads_row(top, bottom, y[plane, od, oh], norms, largest, inner, steps,
+                                  False, real)
+        if kind != SOFT:
+            invalid[task] = bad
+
+
+@inlined
+def _quad_back(top, bottom, dtop, dbottom, i, j, out, scale, dy, real):
+    """Write the four taps' ``dx`` of the ``SELF`` window ``top[i], top[j], bottom[i],
+    bottom[j]`` (``out``, ``scale``, ``dy``: its ``y``, ``norm`` and ``dy`` as float64),
+    with :func:`_share`'s bits: ``dy / S`` once per window."""
+    gradient = _mean_gradient(dy, scale)
+    dtop[i] = real(0.0 + _mean_share(gradient, np.float64(top[i]), out))
+    dtop[j] = real(0.0 + _mean_share(gradient, np.float64(top[j]), out))
+    dbottom[i] = real(0.0 + _mean_share(gradient, np.float64(bottom[i]), out))
+    dbottom[j] = real(0.0 + _mean_share(gradient, np.float64(bottom[j]), out))
+
+
+@inlined
+def _soft_back(src, dst, i, out, scale, dy, real):
+    """``dx`` of one SoftPool tap ``src[i]`` into ``dst[i]``, with :func:`_share`'s bits."""
+    dst[i] = real(0.0 + _share(np.float64(src[i]), out, scale, dy, SOFT))
+
+
+@inlined
+def _quads_back_row(top, bottom, dtop, dbottom, means, norms, grads, taps, inner, steps, soft,
+                    real):
+    """One output row of :func:`weighted_quads_backward`; ``soft`` a literal,
+    ``taps`` a float64 buffer of the row's length. SoftPool takes one pass along the
+    row per tap (each pass one ``exp`` per step: with four, LLVM no longer inlines them
+    and the loop stays scalar, 34 ms against 21 on a channels-last layer), stochastic
+    pooling's mean all four taps in one."""
+    if inner == 1 and not soft and steps[2] == 2:  # a constant stride: interleaved
+        for ow in range(means.shape[0]):
+            at, i = uint64(ow), uint64(2 * ow)
+            _quad_back(top, bottom, dtop, dbottom, i, i + 1, np.float64(means[at]),
+                       np.float64(norms[at]), np.float64(grads[at]), real)
+        return
+    if inner == 1:
+        step = uint64(steps[2])
+        if not soft:
+            for ow in range(means.shape[0]):
+                at = uint64(ow)
+                i = at * step
+                _quad_back(top, bottom, dtop, dbottom, i, i + 1, np.float64(means[at]),
+                           np.float64(norms[at]), np.float64(grads[at]), real)
+        else:  # gathered into a contiguous float64 buffer: strided exps stay scalar
+            for tap in range(4):
+                src, dst = (top, dtop) if tap < 2 else (bottom, dbottom)
+                gather_tap(src, tap % 2, steps[2], 1, taps)
+                for ow in range(means.shape[0]):
+                    at = uint64(ow)
+                    taps[at] = 0.0 + _share(taps[at], np.float64(means[at]),
+                                            np.float64(norms[at]), np.float64(grads[at]), SOFT)
+                scatter_tap(taps, tap % 2, steps[2], 1, dst)
+        return
+    step, across = uint64(steps[2] * inner), uint64(inner)
+    if not soft:
+        for ow in range(means.shape[0] // inner):
+            base, first = uint64(ow) * step, uint64(ow) * across
+            for c in range(inner):
+                i, at = base + uint64(c), first + uint64(c)
+                _quad_back(top, bottom, dtop, dbottom, i, i + across, np.float64(means[at]),
+                           np.float64(norms[at]), np.float64(grads[at]), real)
+        return
+    for tap in range(4):
+        src, dst = (top, dtop) if tap < 2 else (bottom, dbottom)
+        for ow in range(means.shape[0] // inner):
+            base, first = uint64(ow) * step + uint64(tap % 2) * across, uint64(ow) * across
+            for c in range(inner):
+                i, at = base + uint64(c), first + uint64(c)
+                _soft_back(src, dst, i, np.float64(means[at]), np.float64(norms[at]),
+                           np.float64(grads[at]), real)
+
+
+@parallel_kernel
+def weighted_quads_backward(x, y, norm, dy, inner, window, steps, chunks, tasks, kind, dx):
+    """``dx`` of 2x2 windows that do not overlap (stride >= 2, no padding), with
+    :func:`weighted_rows_backward`'s arguments, rows and bits: each window's four taps
+    read and written in one loop along the row, vectorized. Inputs no window reads are
+    left as they are (the caller zeroes them)."""
+    real = dx.dtype.type
+    out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
+    for task in prange(tasks):
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
+        taps = np.empty(out_l, np.float64)
+        for row in range(first, end):
+            od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
+            dtop, dbottom = quad_rows(dx, plane, row, out_h, steps)[2:]
+            means, norms, grads = y[plane, od, oh], norm[plane, od, oh], dy[plane, od, oh]
+            if kind == SOFT:
+                _quads_back_row(top, bottom, dtop, dbottom, means, norms, grads, taps, inner,
+                                steps, True, real)
+            else:
+                _quads_back_row(top, bottom, dtop, dbottom, means, norms, grads, taps, inner,
+                                steps, False, real)
 
 
 @parallel_kernel

@@ -4,14 +4,12 @@ formulas: :mod:`poolgrad.kernels.weighted`."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from .. import _inputs as inputs
 from .. import autodiff
 from ..engines import (
     Pullback,
     max_pullback,
-    negative_or_nan,
+    require_probabilities,
     sample_kernel,
     stochastic_sample,
     weighted_backward,
@@ -32,7 +30,7 @@ def _plan(x, kernel_size, stride, padding, spatial_dims):
 
 def _weighted(x, layout, plan, kind, want_pullback, op):
     xk = inputs.compute_view(x, layout)
-    yk, norm = weighted_forward(xk, plan, kind)
+    yk, norm = weighted_forward(xk, plan, kind, keep_norm=want_pullback)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None
@@ -80,21 +78,13 @@ def soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     return _soft_pool(x, kernel_size, stride, padding, spatial_dims=spatial_dims)[0]
 
 
-def _check_non_negative(xk, plan):
-    if xk.size and negative_or_nan(xk, plan):
-        smallest = np.min(xk)  # only to name it
-        raise ValueError(
-            f"stochastic_pool samples with probabilities x / sum(x), so x must be >= 0 "
-            f"(as after a ReLU) and not NaN; got a minimum of {smallest}")
-
-
 def _stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rng=None,
                      spatial_dims=None, want_pullback=False):
     x, layout, plan = _plan(x, kernel_size, stride, padding, spatial_dims)
-    xk = inputs.compute_view(x, layout)
-    _check_non_negative(xk, plan)
-    if not training:
+    if not training:  # the forward checks x >= 0
         return _weighted(x, layout, plan, weighted.SELF, want_pullback, "stochastic_pool")
+    xk = inputs.compute_view(x, layout)
+    require_probabilities(xk, plan)
     draws = inputs.generator(rng).random(x.shape[:len(layout.lead)] + plan.out_spatial)
     yk, pos = stochastic_sample(xk, layout.to_kernel(draws), plan)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))

@@ -251,6 +251,17 @@ def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tens
             _tensor(norm.reshape(shape), fmt, _ops.compute_dtype(x)))
 
 
+@_ops.implement(_kind_ops.weighted_pool_values, "cpu")
+def weighted_pool_values(x: Tensor, kind: int, window: list[int]) -> Tensor:
+    """Each window's weighted average, without the ``norm`` a backward reads."""
+    _on_cpu(x)
+    xa = _array(x)
+    layout = _layout(xa.shape, _ops.window_ndim(window))
+    y, _ = engines.weighted_forward(_inputs.compute_view(xa, layout),
+                                    _ops.plan_of(window, xa.shape[2:]), kind, keep_norm=False)
+    return _tensor(y.reshape(_ops.out_shape(x, window)), _ops.memory_format(x), x.dtype)
+
+
 @_ops.implement(_kind_ops.weighted_pool_backward, "cpu")
 def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind: int,
                            window: list[int]) -> Tensor:

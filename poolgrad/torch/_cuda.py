@@ -161,6 +161,10 @@ def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tens
     return y, norm
 
 
+def weighted_pool_values(x: Tensor, kind: int, window: list[int]) -> Tensor:
+    return weighted_pool(x, kind, window)[0]
+
+
 def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind: int,
                            window: list[int]) -> Tensor:
     plan = _ops.plan_of(window, x.shape[2:])
@@ -280,6 +284,7 @@ IMPLEMENTATIONS = {
     "gem_pool_backward": gem_pool_backward,
     "weighted_pool": weighted_pool,
     "weighted_pool_backward": weighted_pool_backward,
+    "weighted_pool_values": weighted_pool_values,
     "stochastic_pool_sample": stochastic_pool_sample,
     "blend_pool": blend_pool,
     "blend_pool_backward": blend_pool_backward,

@@ -34,6 +34,7 @@ from ._kind_ops import (
     stochastic_pool_sample,
     weighted_pool,
     weighted_pool_backward,
+    weighted_pool_values,
 )
 from ._ops import (
     avg_pool,
@@ -152,6 +153,20 @@ def _weighted_grad(ctx, dy, _):
 
 
 register_autograd(weighted_pool, _weighted_grad, _weighted_setup)
+
+
+def _weighted_values_setup(ctx, inputs, output):
+    x, ctx.kind, ctx.window = inputs
+    ctx.save_for_backward(x)
+
+
+def _weighted_values_grad(ctx, dy):
+    (x,) = ctx.saved_tensors
+    y, norm = call(weighted_pool, x, ctx.kind, ctx.window)  # kept only now that it is needed
+    return call(weighted_pool_backward, dy, x, y, norm, ctx.kind, ctx.window), None, None
+
+
+register_autograd(weighted_pool_values, _weighted_values_grad, _weighted_values_setup)
 
 
 def _weighted_backward_setup(ctx, inputs, output):

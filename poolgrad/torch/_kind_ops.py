@@ -11,6 +11,7 @@ operator                          what it computes                       its gra
 ``gem_pool_backward``         ``dx`` and the terms of ``dp``         recomputed composite
 ``weighted_pool``             SoftPool, stochastic pooling's mean    ``weighted_pool_backward``
 ``weighted_pool_backward``    its gather backward                    recomputed composite
+``weighted_pool_values``      ``weighted_pool``'s y (inference)      recomputes ``norm``
 ``stochastic_pool_sample``    one drawn tap per window, its winner   ``max_pool_backward``
 ``blend_pool``                mixed and gated pooling's blends       ``blend_pool_backward``
 ``blend_pool_backward``       ``dx`` and the weights' gradient       recomputed composite
@@ -88,6 +89,17 @@ def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tens
 def _(x, kind, window):
     shape, fmt = out_shape(x, window), memory_format(x)
     return empty(shape, x, fmt), empty(shape, x, fmt, compute_dtype(x))
+
+
+@define
+def weighted_pool_values(x: Tensor, kind: int, window: list[int]) -> Tensor:
+    """:func:`weighted_pool`'s averages alone, for inference: no ``norm`` written."""
+    refuse_device(x)
+
+
+@weighted_pool_values.register_fake
+def _(x, kind, window):
+    return empty(out_shape(x, window), x, memory_format(x))
 
 
 @define

@@ -163,7 +163,16 @@ def soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     x, _, unbatched = _batched(x, "soft_pool", spatial_dims, kernel_size=kernel_size,
                                stride=stride, padding=padding)
     window = _window(x, kernel_size, stride, padding)
-    return unbatch(call(kind_ops.weighted_pool, x, kind_ops.SOFT, window)[0], unbatched)
+    return unbatch(_weighted(x, kind_ops.SOFT, window), unbatched)
+
+
+def _weighted(x: Tensor, kind: int, window) -> Tensor:
+    """The ``weighted_pool`` operator, or its values alone where no backward can follow
+    (an export's graph takes them too: their gradient recomputes the ``norm``)."""
+    if (torch.is_grad_enabled() and x.requires_grad and not torch.compiler.is_exporting()
+            and not torch.jit.is_tracing()):
+        return call(kind_ops.weighted_pool, x, kind, window)[0]
+    return call(kind_ops.weighted_pool_values, x, kind, window)
 
 
 def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
@@ -191,14 +200,16 @@ def _in_memory_order(t: Tensor) -> Tensor:
 
 def _stochastic(x, window, training, generator):
     """Stochastic pooling of a batched x."""
-    # NaN, the min's too, fails as a negative does; a compiled graph cannot branch on the
-    # data, so it is not checked there
-    if (not torch.compiler.is_compiling() and x.numel()
+    # NaN, the min's too, fails as a negative does. A compiled graph cannot branch on the
+    # data, so it is not checked there, but the CPU operator for evaluation checks the
+    # taps as it reads them, compiled or not
+    if (not (x.device.type == "cpu" and not training)
+            and not torch.compiler.is_compiling() and x.numel()
             and not bool(_in_memory_order(x.detach()).min() >= 0)):
         raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
                          "be >= 0 (as after a ReLU) and not NaN")
     if not training:
-        return call(kind_ops.weighted_pool, x, kind_ops.SELF, window)[0]
+        return _weighted(x, kind_ops.SELF, window)
     draws = torch.rand(ops.out_shape(x, window), generator=_generator(generator, x.device),
                        dtype=torch.float64, device=x.device)
     return call(kind_ops.stochastic_pool_sample, x, draws, window)[0]

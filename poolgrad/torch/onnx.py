@@ -139,6 +139,7 @@ def translations() -> dict:
             ops.max_pool_indices.default: _max_pool_indices, ops.avg_pool.default: _avg_pool,
             ops.lp_pool.default: _lp_pool, ops.max_unpool.default: _max_unpool,
             ops.gem_pool.default: _gem_pool, ops.weighted_pool.default: _weighted_pool,
+            ops.weighted_pool_values.default: _weighted_pool_values,
             ops.blur_pool.default: _blur_pool,
             ops.blend_pool.default: _blend_pool}
 
@@ -468,6 +469,10 @@ def _weighted_pool(x, kind, window):
                      zero)
         norm = total
     return cast_back(y), norm
+
+
+def _weighted_pool_values(x, kind, window):
+    return _weighted_pool(x, kind, window)[0]
 
 
 # ----------------------------------------------------------------------- anti-aliased
