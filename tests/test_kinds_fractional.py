@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import poolgrad as pg
-from poolgrad.kinds.fractional import boundaries
+from poolgrad.kinds.fractional import boundaries, region_tables
 from tests.test_gradcheck import numerical_vjp, tie_free
 
 torch = pytest.importorskip("torch")
@@ -148,3 +148,41 @@ X = np.zeros((1, 2, 8, 8))
 def test_bad_input(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+@pytest.mark.parametrize("kernel, out, shape", [
+    (1, (4, 6), (1, 2, 5, 9)),
+    (2, (5, 7), (2, 3, 11, 17)),
+    (3, (6, 5), (2, 2, 13, 12)),
+    ((2, 4), (4, 3), (1, 3, 9, 10)),         # W windows of 4: the kernel's scalar loop
+    ("overlapping", (5, 6), (1, 3, 11, 13)),  # W windows of 2 and 3 in one row
+    ("disjoint", (4, 3), (1, 2, 9, 11)),      # of 3 and 4
+    ((2, 2, 3), (3, 4, 5), (1, 2, 7, 9, 11)),
+])
+def test_forward_takes_the_first_maximum_in_row_major_order(kernel, out, shape):
+    """The forward reduces along W first, then across rows: against each window's
+    first maximum (or first NaN) in row-major order, with many ties and NaNs."""
+    rng = np.random.default_rng(17)
+    x = rng.integers(0, 3, shape).astype(np.float32)
+    x.flat[rng.choice(x.size, 6, replace=False)] = np.nan
+    ndim = len(out)
+    samples = rng.random(shape[:-ndim] + (ndim,)).astype(np.float32)
+    y, indices = pg.fractional_max_pool(x, kernel, out, return_indices=True, samples=samples)
+    kernels = (kernel,) * ndim if not isinstance(kernel, tuple) else kernel
+    starts, lengths, _ = region_tables(shape[-ndim:], kernels, out,
+                                       samples.reshape(-1, ndim), "pseudo_random", None)
+    planes = x.reshape((-1,) + shape[-ndim:])
+    axes = range(3 - ndim, 3)
+    for p, plane in enumerate(planes):
+        for o in np.ndindex(*out):
+            window = tuple(slice(starts[p, a, i], starts[p, a, i] + lengths[p, a, i])
+                           for a, i in zip(axes, o, strict=True))
+            values = plane[window].ravel()
+            nan = np.flatnonzero(np.isnan(values))
+            first = nan[0] if nan.size else int(np.argmax(values))
+            flat = np.ravel_multi_index(
+                tuple(s.start + k for s, k in zip(window, np.unravel_index(
+                    first, plane[window].shape), strict=True)), plane.shape)
+            assert indices.reshape(len(planes), -1)[p, np.ravel_multi_index(o, out)] == flat
+            got = y.reshape(len(planes), -1)[p, np.ravel_multi_index(o, out)]
+            assert got == values[first] or (np.isnan(got) and np.isnan(values[first]))
