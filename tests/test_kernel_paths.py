@@ -899,3 +899,28 @@ def _blend_passes(choose, xs, stored, plan, operand, kind, weights):
     dx, dweights = empty(xs.shape, xs.dtype, stored), np.empty(weights.size)
     backward(xs, dy, kind, weights, dx, dweights)
     return (forward.name, backward.name), y, dx, dweights
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 1, 5, 7), (3, 70, 2, 9, 40), (1, 1, 1, 1, 1),
+                                   (0, 3, 1, 2, 2)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8])
+def test_planes_copy_channels_last_arrays_both_ways(shape, dtype):
+    """``layouts.planes_of`` and ``store_planes``: the tiled transposes give NumPy's
+    copies exactly, for shapes that are not multiples of the tile, C-contiguous
+    arrays are viewed, and the input is left as it was."""
+    from poolgrad.kernels import layouts
+
+    rng = np.random.default_rng(41)
+    values = (rng.random(shape) * 200).astype(dtype)
+    x = np.empty((shape[0],) + shape[2:] + (shape[1],), dtype).transpose(0, 4, 1, 2, 3)
+    x[...] = values
+    before = x.copy()
+    planes = layouts.planes_of(x)
+    assert planes.flags.c_contiguous and planes.shape == (shape[0] * shape[1],) + shape[2:]
+    np.testing.assert_array_equal(planes.reshape(shape), values)
+    np.testing.assert_array_equal(x, before)
+    assert not values.size or np.shares_memory(layouts.planes_of(values), values)
+    out = np.empty_like(x)
+    layouts.store_planes(out, planes)
+    assert out.strides == x.strides
+    np.testing.assert_array_equal(out, values)

@@ -27,6 +27,7 @@ from .fractional import (
                          fractional_forward,
                          fractional_indices,
                          fractional_kernels,
+                         fractional_planes,
 )
 from .lp import lp_engine, lp_pullback
 from .maxima import TIE_RULES, max_engine, max_forward, max_gather, max_pullback, winner_indices
@@ -43,9 +44,9 @@ from .weighted import (
 
 __all__ = ["Pullback", "TIE_RULES", "attention_backward", "attention_forward",
            "attention_kernels", "avg_engine", "avg_pullback", "blend_backward",
-           "blend_forward", "blend_kernels", "blur_backward",
-           "blur_forward", "blur_kernels", "fractional_backward", "fractional_forward",
-           "fractional_indices", "fractional_kernels", "gem_backward", "gem_forward",
+           "blend_forward", "blend_kernels", "blur_backward", "blur_forward",
+           "blur_kernels", "fractional_backward", "fractional_forward", "fractional_indices",
+           "fractional_kernels", "fractional_planes", "gem_backward", "gem_forward",
            "gem_kernels", "lp_engine", "lp_pullback", "max_engine", "max_forward", "max_gather",
            "max_pullback", "require_probabilities", "sample_kernel", "stochastic_sample",
            "weighted_backward", "weighted_forward", "weighted_kernels", "winner_indices"]

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .. import geometry
-from ..kernels import dispatch
+from ..kernels import dispatch, layouts
 
 
 def _plan_operand(in_spatial, out_spatial, dtype):
@@ -26,6 +26,13 @@ def fractional_kernels(dtype, in_spatial, out_spatial) -> tuple[str, str]:
     plan, operand = _plan_operand(in_spatial, out_spatial, dtype)
     return tuple(dispatch.choose("fractional", direction, plan, operand).name
                  for direction in ("forward", "backward"))
+
+
+def fractional_planes(xk: np.ndarray) -> np.ndarray:
+    """A 5-d kernel view ``(N, C, D, H, W)`` as the kernels' C-contiguous planes
+    ``(N * C, 1, D, H, W)``: a view, or for a channels-last one a tiled copy (NumPy's
+    strided copy took 9.5 ms of a 32x64x56x56 float32 forward's 19)."""
+    return layouts.planes_of(xk).reshape((-1, 1) + xk.shape[2:])
 
 
 def _grid(ndim: int) -> tuple[int, ...]:

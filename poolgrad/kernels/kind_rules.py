@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from .. import geometry
-from . import attention, blend, blur, fractional, power_mean, weighted
+from . import attention, blend, blur, fractional, layouts, power_mean, weighted
 from .rule import Rule, always
 
 
@@ -98,7 +98,7 @@ def _blur_rows_back(channels_last: bool):
 def _planes(a: np.ndarray) -> np.ndarray:
     """A 5-d kernel array as C-contiguous ``(N * C, D, H, W)`` planes (a view when it
     is C-contiguous, else a copy)."""
-    return np.ascontiguousarray(a).reshape((-1,) + a.shape[2:])
+    return layouts.planes_of(a)
 
 
 def _on_planes(out: np.ndarray):
@@ -107,7 +107,7 @@ def _on_planes(out: np.ndarray):
     if out.flags.c_contiguous:
         return out.reshape((-1,) + out.shape[2:]), lambda: None
     planes = np.empty((math.prod(out.shape[:2]),) + out.shape[2:], out.dtype)
-    return planes, lambda: np.copyto(out, planes.reshape(out.shape))
+    return planes, lambda: layouts.store_planes(out, planes)
 
 
 def _blur(plan):

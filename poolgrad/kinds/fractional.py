@@ -18,6 +18,7 @@ from ..engines import (
     fractional_forward,
     fractional_indices,
     fractional_kernels,
+    fractional_planes,
 )
 
 SEQUENCES = ("pseudo_random", "random")
@@ -188,8 +189,7 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     planes = int(np.prod(layout.lead))
     tables = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim), sequence,
                            generator)
-    xk = inputs.compute_view(x, layout).reshape(
-        (planes, 1) + layout.kernel_shape(())[2:] + layout.spatial)
+    xk = fractional_planes(inputs.compute_view(x, layout))
     y, winners = fractional_forward(xk, tables, out)
     values = y.astype(x.dtype, copy=False).reshape(layout.user_shape(out))
     result = values

@@ -371,9 +371,9 @@ def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
 
 def _fractional_planes(a: np.ndarray, ndim: int) -> np.ndarray:
     """``(N * C, 1, D, H, W)`` C-contiguous planes, values in the compute dtype."""
-    grid = (1,) * (3 - ndim)
-    return np.ascontiguousarray(a, dtype=_inputs.COMPUTE_DTYPE.get(a.dtype, a.dtype)).reshape(
-        (-1, 1) + grid + a.shape[2:])
+    planes = engines.fractional_planes(a.reshape(a.shape[:2] + (1,) * (3 - ndim) + a.shape[2:]))
+    compute = _inputs.COMPUTE_DTYPE.get(a.dtype, a.dtype)
+    return planes if planes.dtype == compute else planes.astype(compute)
 
 
 @_ops.implement(_kind_ops.fractional_max_pool, "cpu")
