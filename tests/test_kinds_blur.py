@@ -218,3 +218,25 @@ def test_kornia_parity(size, stride):
         np.testing.assert_allclose(y, expected.detach().numpy(), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(pullback(dy.numpy()), expected_dx.numpy(), rtol=1e-12,
                                    atol=1e-12)
+
+
+@pytest.mark.parametrize("shape, kwargs", [
+    ((2, 3, 9, 11), {}),
+    ((2, 3, 10, 8), {"padding_mode": "zeros"}),
+    ((1, 2, 5, 6, 7), {"padding_mode": "circular"}),  # 3-d: the general kernel
+])
+def test_max_blur_forward_alone_gives_the_recorded_forwards_bits(shape, kwargs):
+    """A forward no backward follows keeps no winners (the rows kernels' max without
+    its taps, the general kernel's winners thrown away): the bits of the forward that
+    keeps them, with ties and NaN, in both layouts."""
+    rng = np.random.default_rng(19)
+    x = rng.integers(0, 4, shape).astype(np.float32)
+    x.flat[rng.choice(x.size, 4, replace=False)] = np.nan
+    layouts = [x]
+    if len(shape) == 4:
+        layouts.append(np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2))
+    for a in layouts:
+        alone = pg.max_blur_pool(a, 2, **kwargs)
+        kept, _ = pg.vjp(pg.max_blur_pool, a, 2, **kwargs)
+        assert alone.tobytes() == kept.tobytes()
+        assert np.isnan(alone).any() and alone.strides == kept.strides

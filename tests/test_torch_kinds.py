@@ -306,6 +306,15 @@ def test_blur_kinds_are_operators(pre, mode):
         assert y.is_contiguous(memory_format=layout)
         torch.library.opcheck(torch.ops.poolgrad.blur_pool_backward,
                               (torch.rand_like(y), winners, geometry, list(x.shape)))
+        # the output alone (inference), whose gradient recomputes the winners
+        torch.library.opcheck(torch.ops.poolgrad.blur_pool_values, (xl, geometry))
+        values = torch.ops.poolgrad.blur_pool_values(xl, geometry)
+        torch.testing.assert_close(values, y, rtol=0, atol=0)
+        assert values.is_contiguous(memory_format=layout)
+        dy = torch.rand_like(y)
+        kept = torch.ops.poolgrad.blur_pool(xl, geometry)[0]
+        torch.testing.assert_close(torch.autograd.grad(values, xl, dy),
+                                   torch.autograd.grad(kept, xl, dy), rtol=0, atol=0)
     pooled = x
     if pre != "none":
         pooled = (torch.nn.functional.max_pool2d(x, kernel, 1) if pre == "max"

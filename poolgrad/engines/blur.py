@@ -29,13 +29,17 @@ def blur_kernels(xk: np.ndarray, plan) -> tuple[str, str]:
                  for direction in ("forward", "backward"))
 
 
-def blur_forward(xk: np.ndarray, plan) -> tuple[np.ndarray, np.ndarray]:
+def blur_forward(xk: np.ndarray, plan, *,
+                 record: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """``(y, winners)``: the output ``(N, C, *out)`` and for a max-blur each stride-1
-    window's winning tap ``(N, C, *max map)`` (else an empty array), both 5-d."""
+    window's winning tap ``(N, C, *max map)`` (else an empty array), both 5-d; without
+    ``record`` (a forward no backward follows), no winners (None)."""
     kernel = dispatch.choose("blur", "forward", plan, dispatch.operand(xk))
     lead = xk.shape[:2]
     y = empty(lead + _grid(plan) + plan.out_spatial, xk.dtype, kernel.channels_last)
-    if plan.pre == "max":
+    if not record:
+        winners = None
+    elif plan.pre == "max":
         winners = empty(lead + _grid(plan) + plan.map_spatial,
                         geometry.position_dtype(math.prod(plan.pre_kernel)),
                         kernel.channels_last)

@@ -52,6 +52,7 @@ def _row_tasks(planes: int, rows: int) -> tuple[int, int]:
 
 
 _NO_WINNERS = np.empty((0, 0, 0), np.uint8)
+_MAX_VALUES = 3  # blur_rows_forward's pre-pool code for a max whose winners are not kept
 
 
 def _rows_arguments(plan, dtype):
@@ -69,9 +70,11 @@ def _as_rows(a: np.ndarray, channels_last: bool) -> np.ndarray:
 
 def _blur_rows(channels_last: bool):
     def bind(plan):
-        def run(x, y, winners):
+        def run(x, y, winners):  # winners None: a max's values alone
             pre, *tables = _rows_arguments(plan, x.dtype)
             rows, out = _as_rows(x, channels_last), _as_rows(y, channels_last)
+            if pre == 1 and winners is None:
+                pre = _MAX_VALUES
             taps = _as_rows(winners, channels_last) if pre == 1 else _NO_WINNERS
             blur.blur_rows_forward(rows, x.shape[1] if channels_last else 1, pre, *tables,
                                    *_row_tasks(rows.shape[0], out.shape[1]), out, taps)
@@ -111,7 +114,11 @@ def _on_planes(out: np.ndarray):
 
 
 def _blur(plan):
-    def run(x, y, winners):
+    def run(x, y, winners):  # winners None: a max's values alone (written here, unread)
+        if winners is None and plan.pre == "max":
+            grid = (1,) * (geometry.KERNEL_AXES - len(plan.map_spatial))
+            winners = np.empty(x.shape[:2] + grid + plan.map_spatial,
+                               geometry.position_dtype(math.prod(plan.pre_kernel)))
         y_planes, store_y = _on_planes(y)
         w_planes, store_w = (_on_planes(winners) if plan.pre == "max"
                              else (_NO_WINNERS[None], lambda: None))

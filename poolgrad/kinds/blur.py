@@ -58,7 +58,7 @@ def _blur(x, pre, kernel_size, stride, filter_size, padding, padding_mode, spati
     plan = geometry.blur_plan(layout.spatial, pre, kernel, sizes, stride, pads, padding_mode)
 
     xk = inputs.compute_view(x, layout)
-    y, winners = blur_forward(xk, plan)
+    y, winners = blur_forward(xk, plan, record=want_pullback)
     result = y.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return result, None

@@ -333,6 +333,18 @@ def blur_pool(x: Tensor, blur: list[int]) -> tuple[Tensor, Tensor]:
     return _tensor(y.reshape(_kind_ops.blur_out_shape(x, blur)), fmt, x.dtype), winners
 
 
+@_ops.implement(_kind_ops.blur_pool_values, "cpu")
+def blur_pool_values(x: Tensor, blur: list[int]) -> Tensor:
+    """Anti-aliased pooling's output alone, in ``x``'s layout."""
+    _on_cpu(x)
+    xa = _array(x)
+    plan = _kind_ops.blur_plan_of(tuple(blur), tuple(xa.shape[2:]))
+    y, _ = engines.blur_forward(
+        _inputs.compute_view(xa, _layout(xa.shape, len(plan.in_spatial))), plan, record=False)
+    return _tensor(y.reshape(_kind_ops.blur_out_shape(x, blur)), _ops.memory_format(x),
+                   x.dtype)
+
+
 @_ops.implement(_kind_ops.blur_pool_backward, "cpu")
 def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
                        x_size: list[int]) -> Tensor:

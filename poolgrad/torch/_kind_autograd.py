@@ -26,6 +26,7 @@ from ._kind_ops import (
     blur_geometry,
     blur_pool,
     blur_pool_backward,
+    blur_pool_values,
     fractional_max_pool,
     fractional_max_pool_backward,
     fractional_max_pool_indices,
@@ -273,6 +274,20 @@ def _blur_grad(ctx, dy, _):
 
 
 register_autograd(blur_pool, _blur_grad, _blur_setup)
+
+
+def _blur_values_setup(ctx, inputs, output):
+    x, ctx.blur = inputs
+    ctx.save_for_backward(x)
+
+
+def _blur_values_grad(ctx, dy):
+    (x,) = ctx.saved_tensors
+    winners = call(blur_pool, x, ctx.blur)[1]  # kept only now that they are needed
+    return call(blur_pool_backward, dy, winners, ctx.blur, list(x.shape)), None
+
+
+register_autograd(blur_pool_values, _blur_values_grad, _blur_values_setup)
 
 
 def _blur_backward_setup(ctx, inputs, output):

@@ -17,6 +17,7 @@ operator                          what it computes                       its gra
 ``blend_pool_backward``       ``dx`` and the weights' gradient       recomputed composite
 ``blur_pool``                 anti-aliased pooling (CPU), winners    ``blur_pool_backward``
 ``blur_pool_backward``        the transposed chain, routed winners   ``blur_pool`` (+gather)
+``blur_pool_values``          ``blur_pool``'s y (inference, CPU)     recomputes winners
 ``fractional_max_pool``       maxima over each plane's windows (CPU) ``..._backward``
 ``fractional_max_pool_backward`` ``dy`` at the winners                 a gather at indices
 ``fractional_max_pool_indices`` PyTorch's int64 indices from winners (integer output)
@@ -221,6 +222,17 @@ def _(x, blur):
             empty(blur_winners_shape(x, blur), x,
                   memory_format(x) if blur_args(blur)[0] == "max" else torch.contiguous_format,
                   blur_winner_dtype(blur)))
+
+
+@define
+def blur_pool_values(x: Tensor, blur: list[int]) -> Tensor:
+    """:func:`blur_pool`'s output alone, for inference: a max-blur keeps no winners."""
+    refuse_device(x)
+
+
+@blur_pool_values.register_fake
+def _(x, blur):
+    return empty(blur_out_shape(x, blur), x, memory_format(x))
 
 
 @define

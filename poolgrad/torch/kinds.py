@@ -119,7 +119,9 @@ def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode,
     check_blur(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
     if x.device.type == "cpu":  # the fused plane kernels (CUDA: the composition below)
         blur_geometry = kind_ops.blur_geometry(pre, kernel, stride, sizes, pads, padding_mode)
-        return unbatch(call(kind_ops.blur_pool, x, blur_geometry)[0], unbatched)
+        if _needs_backward(x):
+            return unbatch(call(kind_ops.blur_pool, x, blur_geometry)[0], unbatched)
+        return unbatch(call(kind_ops.blur_pool_values, x, blur_geometry), unbatched)
     if pre != "none":
         window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
         if pre == "max":
@@ -166,11 +168,17 @@ def soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     return unbatch(_weighted(x, kind_ops.SOFT, window), unbatched)
 
 
+def _needs_backward(x: Tensor) -> bool:
+    """Whether a kind should keep what its backward reads (a max's winners, SoftPool's
+    ``norm``): when a backward may follow. An export's or a JIT trace's graph takes the
+    values-only operators, whose gradients recompute what they did not keep."""
+    return (torch.is_grad_enabled() and x.requires_grad and not torch.compiler.is_exporting()
+            and not torch.jit.is_tracing())
+
+
 def _weighted(x: Tensor, kind: int, window) -> Tensor:
-    """The ``weighted_pool`` operator, or its values alone where no backward can follow
-    (an export's graph takes them too: their gradient recomputes the ``norm``)."""
-    if (torch.is_grad_enabled() and x.requires_grad and not torch.compiler.is_exporting()
-            and not torch.jit.is_tracing()):
+    """The ``weighted_pool`` operator, or its values alone where no backward follows."""
+    if _needs_backward(x):
         return call(kind_ops.weighted_pool, x, kind, window)[0]
     return call(kind_ops.weighted_pool_values, x, kind, window)
 

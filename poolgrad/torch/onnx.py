@@ -141,6 +141,7 @@ def translations() -> dict:
             ops.gem_pool.default: _gem_pool, ops.weighted_pool.default: _weighted_pool,
             ops.weighted_pool_values.default: _weighted_pool_values,
             ops.blur_pool.default: _blur_pool,
+            ops.blur_pool_values.default: _blur_pool_values,
             ops.blend_pool.default: _blend_pool}
 
 
@@ -476,6 +477,10 @@ def _weighted_pool_values(x, kind, window):
 
 
 # ----------------------------------------------------------------------- anti-aliased
+
+
+def _blur_pool_values(x, blur):
+    return _blur_pool(x, blur)[0]
 
 
 def _blur_pool(x, blur):
