@@ -290,7 +290,7 @@ def _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box
             row[k] += column_weight * columns[k]
 
 
-@jit()
+@jit(inline="always")
 def _pad_row(padded, inner, before, length, mode):
     """Fill the W padding of ``padded`` (``(before + length + after) * inner``, the row
     at ``before``) from the row by ``mode`` (zeros: zeros)."""
@@ -302,7 +302,7 @@ def _pad_row(padded, inner, before, length, mode):
             padded[q * inner + c] = 0.0 if i < 0 else padded[(before + i) * inner + c]
 
 
-@jit()
+@jit(inline="always")
 def _w_pass(padded, inner, taps, stride, weights, out):
     """``out[o] = sum_t weights[t] * padded[o * stride + t]`` per pixel of ``inner``.
     Stride 2 is spelled out: LLVM vectorizes a constant stride's loads."""
@@ -325,7 +325,7 @@ def _w_pass(padded, inner, taps, stride, weights, out):
                 out[o] += w * padded[o * stride + t]
 
 
-@jit()
+@jit(inline="always")
 def _w_adjoint(dy_row, inner, taps, stride, before, mode, weights, padded, g):
     """The adjoint of :func:`_pad_row` then :func:`_w_pass`: ``g`` (``length * inner``)
     from an output row's gradient, through the padded row (folded back onto what each
