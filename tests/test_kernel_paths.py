@@ -738,7 +738,8 @@ def test_weighted_quads_forward_checks_the_taps_it_reads():
     """Stochastic pooling's mean checks its input in the 2x2 kernel's own pass: the
     forward returns whether a tap it read was negative or NaN (``-0.0`` is a valid
     weight), and None where the windows leave inputs unread (the engine then checks
-    those apart). Without a ``norm`` the kernel writes the same means."""
+    those apart). Without a ``norm`` the kernel writes the same means (SoftPool's
+    too)."""
     from poolgrad.kernels import weighted
 
     rng = np.random.default_rng(31)
@@ -762,6 +763,9 @@ def test_weighted_quads_forward_checks_the_taps_it_reads():
         expected = bad is not None and not (bad == 0)  # -0.0 is no negative weight
         assert found is (expected if height % 2 == 0 else None)
         seen.add((channels_last, found))
+        forward(xk, y, norm, weighted.SOFT)  # SoftPool skips its norm's log alone
+        forward(xk, bare, None, weighted.SOFT)
+        np.testing.assert_array_equal(bare, y)
     assert seen == {(layout, found) for layout in (False, True)
                     for found in (True, False, None)}
 

@@ -193,12 +193,13 @@ def _quad(top, bottom, i, j, soft, real):
 
 
 @inlined
-def _quads_row(top, bottom, means, norms, largest, inner, steps, soft, real):
+def _quads_row(top, bottom, means, norms, largest, inner, steps, soft, real, keep):
     """One output row of :func:`weighted_quads_forward`; ``soft`` a literal, so that
     each call compiles loops with no branch on the kind. SoftPool's ``norm`` takes a
     second loop: its ``log`` in the first kept that loop scalar (6.5 ms against 3.8 on
-    a channels-last layer). Returns whether a ``SELF`` window read a negative or NaN
-    tap (False for SoftPool)."""
+    a channels-last layer); without ``keep`` (no ``norm`` to write) it is skipped.
+    Returns whether a ``SELF`` window read a negative or NaN tap (False for
+    SoftPool)."""
     if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
         for ow in range(means.shape[0]):
             at, i = uint64(ow), uint64(2 * ow)
@@ -218,7 +219,7 @@ def _quads_row(top, bottom, means, norms, largest, inner, steps, soft, real):
                 means[at], norms[at], largest[at] = _quad(top, bottom, i, i + across, soft,
                                                           real)
     invalid = False
-    if soft:
+    if soft and keep:
         for o in range(norms.shape[0]):
             at = uint64(o)
             norms[at] = largest[at] + elementary.log_in(norms[at])
@@ -250,10 +251,10 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
             norms = spare if norm is None else norm[plane, od, oh]
             if kind == SOFT:
                 _quads_row(top, bottom, y[plane, od, oh], norms, largest, inner, steps, True,
-                           real)
+                           real, norm is not None)
             else:
                 bad |= _quads_row(top, bottom, y[plane, od, oh], norms, largest, inner, steps,
-                                  False, real)
+                                  False, real, norm is not None)
         if kind != SOFT:
             invalid[task] = bad
 
