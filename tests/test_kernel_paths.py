@@ -907,11 +907,12 @@ def _blend_passes(choose, xs, stored, plan, operand, kind, weights):
 
 @pytest.mark.parametrize("shape", [(2, 3, 1, 5, 7), (3, 70, 2, 9, 40), (1, 1, 1, 1, 1),
                                    (0, 3, 1, 2, 2)])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8, np.float16])
 def test_planes_copy_channels_last_arrays_both_ways(shape, dtype):
     """``layouts.planes_of`` and ``store_planes``: the tiled transposes give NumPy's
-    copies exactly, for shapes that are not multiples of the tile, C-contiguous
-    arrays are viewed, and the input is left as it was."""
+    copies exactly, for shapes that are not multiples of the tile (float16, which
+    Numba cannot take, by NumPy's copy), C-contiguous arrays are viewed, and the input
+    is left as it was."""
     from poolgrad.kernels import layouts
 
     rng = np.random.default_rng(41)

@@ -240,3 +240,16 @@ def test_max_blur_forward_alone_gives_the_recorded_forwards_bits(shape, kwargs):
         kept, _ = pg.vjp(pg.max_blur_pool, a, 2, **kwargs)
         assert alone.tobytes() == kept.tobytes()
         assert np.isnan(alone).any() and alone.strides == kept.strides
+
+
+@pytest.mark.parametrize("pre", ["none", "max", "avg"])
+def test_a_window_of_negative_zeros_gives_plus_zero_in_both_layouts(pre):
+    """The sums start from +0, so -0 inputs give +0 in every kernel: the fused 3-tap
+    W pass loads its +0 (fast-math would drop a literal's sign)."""
+    x = np.full((1, 3, 6, 8), -0.0, np.float32)
+    call = {"none": lambda a: pg.blur_pool(a, 2, 3),
+            "max": lambda a: pg.max_blur_pool(a, 2, 2, 3),
+            "avg": lambda a: pg.avg_blur_pool(a, 2, 2, 3)}[pre]
+    for a in (x, np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)):
+        y = call(a)
+        assert y.size and not np.signbit(y).any()

@@ -113,6 +113,23 @@ def test_fractional_max_pool_equals_torch_given_the_samples(dtype, shape, out, k
     assert torch.equal(our_dx, dx)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_fractional_max_pool_takes_channels_last_in_every_dtype(dtype):
+    """A channels-last x (copied into planes by the tiled transpose, float16 by NumPy)
+    gives the contiguous x's values and gradient."""
+    torch.manual_seed(2)
+    x = torch.randn(2, 3, 9, 10).to(dtype)
+    samples = torch.rand(2, 3, 2).to(dtype)
+    results = []
+    for layout in (torch.contiguous_format, torch.channels_last):
+        xl = x.contiguous(memory_format=layout).requires_grad_()
+        y = pt.fractional_max_pool(xl, 3, (4, 5), samples=samples)
+        (dx,) = torch.autograd.grad(y, xl, torch.ones_like(y))
+        results.append((y, dx))
+    (y, dx), (y_cl, dx_cl) = results
+    assert torch.equal(y, y_cl) and torch.equal(dx, dx_cl)
+
+
 def test_fractional_regions_equal_numpy_and_seeds_repeat():
     x = torch.rand(2, 3, 12, 13, dtype=torch.float64)
     samples = torch.rand(2, 3, 2, dtype=torch.float64)

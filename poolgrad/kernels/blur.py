@@ -303,13 +303,13 @@ def _pad_row(padded, inner, before, length, mode):
 
 
 @jit(inline="always")
-def _w_pass(padded, inner, taps, stride, weights, out):
+def _w_pass(padded, inner, taps, stride, weights, out, plus_zero):
     """``out[o] = sum_t weights[t] * padded[o * stride + t]`` per pixel of ``inner``.
     Stride 2 is spelled out: LLVM vectorizes a constant stride's loads."""
     count = out.shape[0] // inner
     if inner > 1 and taps == 3:  # the 3-tap filter in one pass, in the sums' order
         w0, w1, w2 = weights[0], weights[1], weights[2]
-        zero = out.dtype.type(0.0)
+        zero = plus_zero  # a loaded +0: fast-math folds a literal's sign away
         for o in range(count):
             target = out[o * inner: (o + 1) * inner]
             read = o * stride * inner
@@ -390,6 +390,8 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
     """``y`` ``(P, OH, OW * inner)`` from ``x`` ``(P, H, W * inner)``, C-contiguous;
     ``winners`` ``(P, MH, MW * inner)`` for a max (else unused). ``window``, ``blurs``
     and ``weights``: the plan's per-axis ``(D, H, W)`` tables (no work along D);
+    ``box_weights``: the mean's row and column weights, then a +0 (loaded from the
+    array, so that fast-math keeps the sign a sum from +0 gives a window of -0s);
     ``pre`` 0 none, 1 max, 2 mean, 3 max without the winners; ``chunks`` splits
     each plane's output rows into that many tasks, and the ``planes * chunks`` tasks
     run as ``groups`` parallel runs (each allocating its scratch once). The map rows
@@ -442,7 +444,8 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
                     for k in range(map_w * inner):
                         acc[k] = (w0 * first[k] + w1 * second[k]) + w2 * third[k]
                     _pad_row(padded, inner, before_w, map_w, mode_w)
-                    _w_pass(padded, inner, taps_w, stride_w, weights[2], y[plane, o])
+                    _w_pass(padded, inner, taps_w, stride_w, weights[2], y[plane, o],
+                            box_weights[2])
                     continue
                 started = False
                 for t in range(taps_h):
@@ -467,7 +470,8 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
                 if not started:  # every H tap fell in a zero pad
                     acc[:] = 0.0
                 _pad_row(padded, inner, before_w, map_w, mode_w)
-                _w_pass(padded, inner, taps_w, stride_w, weights[2], y[plane, o])
+                _w_pass(padded, inner, taps_w, stride_w, weights[2], y[plane, o],
+                            box_weights[2])
             if pre == 1:
                 for j in range(own_lo, own_hi):
                     if not done[j]:

@@ -58,7 +58,8 @@ _MAX_VALUES = 3  # blur_rows_forward's pre-pool code for a max whose winners are
 def _rows_arguments(plan, dtype):
     kh, kw = plan.window[1], plan.window[2]
     return (geometry.BLUR_PRE.index(plan.pre), np.array(plan.window, np.int64),
-            plan.axis_blurs, plan.weights(dtype, "axis_filters"), np.array([1 / kh, 1 / kw], dtype))
+            plan.axis_blurs, plan.weights(dtype, "axis_filters"),
+            np.array([1 / kh, 1 / kw, 0.0], dtype))  # the mean's weights, a loaded +0
 
 
 def _as_rows(a: np.ndarray, channels_last: bool) -> np.ndarray:

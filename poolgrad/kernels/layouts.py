@@ -32,8 +32,10 @@ def transpose_batches(src, dst):
 
 
 def _channels_last(a: np.ndarray) -> bool:
-    """Whether the 5-d ``a`` is stored with C fastest and is not C-contiguous."""
-    return not a.flags.c_contiguous and a.transpose(0, 2, 3, 4, 1).flags.c_contiguous
+    """Whether the 5-d ``a`` is stored with C fastest and is not C-contiguous, in a
+    dtype the kernel takes (Numba has no float16: NumPy copies those)."""
+    return (a.dtype != np.float16 and not a.flags.c_contiguous
+            and a.transpose(0, 2, 3, 4, 1).flags.c_contiguous)
 
 
 def _as_batches(a: np.ndarray) -> np.ndarray:

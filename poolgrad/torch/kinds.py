@@ -259,7 +259,9 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     elif generator is not None:
         raise ValueError("fractional_max_pool takes samples or generator, not both")
     elif not torch.compiler.is_compiling():  # a compiled graph cannot read the data
-        numpy_fractional.check_samples(samples.detach().cpu().numpy(), (n, c), ndim, sequence)
+        checked = samples.detach().cpu()  # NumPy has no bfloat16: checked as float32
+        checked = checked.float() if checked.dtype == torch.bfloat16 else checked
+        numpy_fractional.check_samples(checked.numpy(), (n, c), ndim, sequence)
     if x.device.type == "cpu":
         orders = torch.cat([torch.rand((n * c, steps), generator=source, dtype=torch.float64)
                             for steps in _sequence_steps(kernel, out, sequence)]
