@@ -253,3 +253,22 @@ def test_a_window_of_negative_zeros_gives_plus_zero_in_both_layouts(pre):
     for a in (x, np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)):
         y = call(a)
         assert y.size and not np.signbit(y).any()
+
+
+@pytest.mark.parametrize("pre", ["none", "max", "avg"])
+def test_a_3d_blur_with_nothing_to_do_along_depth_keeps_every_slice(pre):
+    """A 3-d blur whose filter and stride along D are 1 still pools every D slice (the
+    rows kernels, which read one slice, took the first alone and left the rest
+    unwritten)."""
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((2, 3, 3, 6, 7))
+    kernel = (1, 2, 2)
+    call = {"none": lambda a: pg.blur_pool(a, (1, 2, 2), (1, 3, 3)),
+            "max": lambda a: pg.max_blur_pool(a, kernel, (1, 2, 2), (1, 3, 3)),
+            "avg": lambda a: pg.avg_blur_pool(a, kernel, (1, 2, 2), (1, 3, 3))}[pre]
+    y = call(x)
+    for d in range(x.shape[2]):  # each slice pooled as the 2-d blur pools it
+        two_d = {"none": lambda a: pg.blur_pool(a, 2, 3),
+                 "max": lambda a: pg.max_blur_pool(a, 2, 2, 3),
+                 "avg": lambda a: pg.avg_blur_pool(a, 2, 2, 3)}[pre](x[:, :, d])
+        np.testing.assert_allclose(y[:, :, d], two_d, rtol=1e-12, atol=1e-12)

@@ -20,8 +20,11 @@ from .rule import Rule, always
 
 
 def streams_rows(plan, operand, record) -> bool:
-    """A blur with no work along D (1-d and 2-d planes): the rows kernels."""
-    return plan.window[0] == 1 and tuple(plan.axis_blurs[0]) == (1, 1, 0, 0, 0)
+    """A blur of 1-d and 2-d planes (a depth of 1, so no work along D): the rows
+    kernels, which read one D slice. A 3-d blur with nothing to do along D still has
+    its depth: the chain (the rows kernels took its first slice alone)."""
+    return (plan.window[0] == 1 and tuple(plan.axis_blurs[0]) == (1, 1, 0, 0, 0)
+            and (len(plan.in_spatial) < 3 or plan.in_spatial[0] == 1))
 
 
 def _rows_channels_last(plan, operand, record) -> bool:
