@@ -32,8 +32,9 @@ def _plane_row(row, out_d, out_h):
 def _pairs(src, pairs, taps, count):
     """``pairs[w]``: the larger of ``src[w]`` and ``src[w + 1]`` (the later only if it
     beats the earlier), ``taps[w]`` which (0 or 1), for ``count`` starts. Three arrays
-    only: with :func:`_extend`'s five, LLVM's alias checks gave up and the loop stayed
-    scalar (4.7 ms against 3.2 for a 32x64x56x56 layer's forward)."""
+    only: from five (a general step from ``k - 1`` taps to ``k``), LLVM's alias checks
+    gave up and the loop stayed scalar (4.7 ms against 3.2 for a 32x64x56x56 layer's
+    forward)."""
     for w in range(count):
         at = uint64(w)
         v, m = src[at + uint64(1)], src[at]
@@ -43,17 +44,16 @@ def _pairs(src, pairs, taps, count):
 
 
 @inlined
-def _extend(src, shorter, shorter_taps, longer, taps, k, count):
-    """``longer[w]``: the maximum of ``src[w : w + k]`` (and ``taps[w]`` its offset),
-    from ``shorter``, that of ``src[w : w + k - 1]`` (``shorter_taps``), for ``count``
-    starts: one more tap, taken where it beats the rest (a later tap wins only by
-    beating). Contiguous, so it vectorizes."""
+def _triples(src, pairs, pair_taps, triples, taps, count):
+    """``triples[w]``: the maximum of ``src[w : w + 3]`` (``taps[w]`` its offset) from
+    :func:`_pairs`' results, for ``count`` starts: the third tap taken only where it
+    beats the pair's maximum. Contiguous, so it vectorizes."""
     for w in range(count):
         at = uint64(w)
-        v, m = src[at + uint64(k - 1)], shorter[at]
+        v, m = src[at + uint64(2)], pairs[at]
         take = beats(v, m)
-        longer[at] = v if take else m
-        taps[at] = np.int32(k - 1) if take else shorter_taps[at]
+        triples[at] = v if take else m
+        taps[at] = np.int32(2) if take else pair_taps[at]
 
 
 @parallel_kernel
@@ -95,7 +95,7 @@ def _plane_forward(x, starts, lengths, ext_h, ext_w, y, pos, column, column_tap,
                 if ext_w >= 2:
                     _pairs(src, pairs, pair_taps, in_w - 1)
                 if ext_w == 3:
-                    _extend(src, pairs, pair_taps, triples, triple_taps, 3, in_w - 2)
+                    _triples(src, pairs, pair_taps, triples, triple_taps, in_w - 2)
                 # each window's run by its length, as selects (the runs a window
                 # does not take may be stale, but lie inside the buffers)
                 for o in range(out_w):
