@@ -72,7 +72,7 @@ def fractional_max_forward(x, starts, lengths, extent, y, pos):
         column = np.empty((in_d, in_h, out_w), y.dtype)  # each row's window maxima
         column_tap = np.empty((in_d, in_h, out_w), np.int32)
         pairs, triples = np.empty(in_w, y.dtype), np.empty(in_w, y.dtype)
-        pair_taps, triple_taps = np.zeros(in_w, np.int32), np.zeros(in_w, np.int32)
+        pair_taps, triple_taps = np.empty(in_w, np.int32), np.empty(in_w, np.int32)
         best, best_tap = np.empty(out_w, y.dtype), np.empty(out_w, np.int32)
         for p in range(task * n_planes // tasks, (task + 1) * n_planes // tasks):
             _plane_forward(x[p, 0], starts[p], lengths[p], ext_h, ext_w, y[p, 0], pos[p, 0],

@@ -266,20 +266,28 @@ def _gem_rows(kernel, pass_name):
     return bind
 
 
+def _weighted_quads(plan):
+    """Bind ``weighted_quads_forward``, which takes no ``norm`` (None) and checks the
+    taps it reads (for ``SELF``): the run returns what it found where the windows
+    cover x, else None."""
+    window, steps, covered = _rows_geometry(plan)
+
+    def run(x, y, norm, kind):
+        inner, xr, yr = _rows_like(x, y)
+        norm_rows = None if norm is None else _rows_like(x, norm)[2]
+        chunks, tasks = _tasks(yr)
+        invalid = np.zeros(tasks, np.bool_)
+        weighted.weighted_quads_forward(xr, inner, window, steps, chunks, tasks, kind, yr,
+                                        norm_rows, invalid)
+        return bool(invalid.any()) if covered else None
+    return run
+
+
 def _weighted_rows(kernel, forward: bool):
-    """Bind a ``weighted_rows_*`` kernel."""
+    """Bind a ``weighted_rows_*`` kernel (or ``weighted_quads_backward``, which takes
+    the same arguments)."""
     def bind(plan):
         window, steps, covered = _rows_geometry(plan)
-        if forward and kernel is weighted.weighted_quads_forward:
-            def run(x, y, norm, kind):
-                inner, xr, yr = _rows_like(x, y)
-                norm_rows = None if norm is None else _rows_like(x, norm)[2]
-                chunks, tasks = _tasks(yr)
-                invalid = np.zeros(tasks, np.bool_)
-                kernel(xr, inner, window, steps, chunks, tasks, kind, yr, norm_rows, invalid)
-                # the kernel checks the taps it reads: all of x when the windows cover it
-                return bool(invalid.any()) if covered else None
-            return run
         if forward:
             def run(x, y, norm, kind):
                 norm = np.empty_like(y) if norm is None else norm
@@ -409,7 +417,7 @@ RULES = {
         Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
         Rule("weighted.weighted_quads_forward", _quads,
-             _weighted_rows(weighted.weighted_quads_forward, True)),
+             _weighted_quads),
         Rule("weighted.weighted_rows_forward", _full_windows,
              _weighted_rows(weighted.weighted_rows_forward, True)),
         Rule("weighted.weighted_pool_forward", always, _weighted)],

@@ -211,7 +211,7 @@ def _stochastic(x, window, training, generator):
     # NaN, the min's too, fails as a negative does. A compiled graph cannot branch on the
     # data, so it is not checked there, but the CPU operator for evaluation checks the
     # taps as it reads them, compiled or not
-    if (not (x.device.type == "cpu" and not training)
+    if ((training or x.device.type != "cpu")
             and not torch.compiler.is_compiling() and x.numel()
             and not bool(_in_memory_order(x.detach()).min() >= 0)):
         raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
