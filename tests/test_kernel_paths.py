@@ -672,10 +672,17 @@ def test_weighted_rows_kernels_match_the_window_kernels():
         seen.add(_same_bits_as_the_window_kernels(
             _rows_and_window_kernels(x, ndim, kernel, stride, _weighted_passes, kind=kind),
             "weighted.weighted_rows", "weighted.weighted_pool",
-            *(("weighted.weighted_quads_forward", "weighted.weighted_quads_backward")
+            *(("weighted.weighted_quads_forward", _quads_backward(kind))
               if _quad(kernel) else ())))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
+
+
+def _quads_backward(kind):
+    from poolgrad.kernels import weighted
+
+    return ("weighted.soft_quads_backward" if kind == weighted.SOFT
+            else "weighted.mean_quads_backward")
 
 
 def _quad_trials(kinds):
@@ -697,10 +704,11 @@ def _quad_taps(x, stride, y):
 def test_weighted_quads_kernel_matches_the_window_kernel():
     """2x2 windows with no padding run ``weighted.weighted_quads_forward`` (the four
     taps in one loop; SoftPool's log in a second), and at strides >= 2
-    ``weighted.weighted_quads_backward``: the window kernels' bits for y, norm and dx in
-    both layouts, float16/32/64, strides 1-3 along W, SoftPool and stochastic
-    pooling's mean, NaN and windows of zeros. A float32 forward computes in float32:
-    the mean is ``sum x^2 / sum x`` in float32 arithmetic, bit for bit."""
+    ``weighted.soft_quads_backward`` or ``weighted.mean_quads_backward`` (which
+    recomputes y and S from x): the window kernels' bits for y, norm and dx in both
+    layouts, float16/32/64, strides 1-3 along W, SoftPool and stochastic pooling's
+    mean, NaN and windows of zeros. A float32 mean computes in float32: ``y = sum x^2 /
+    sum x`` and ``dx = dy / S * (2 x - y)`` in float32 arithmetic, bit for bit."""
     from poolgrad.kernels import weighted
 
     rng = np.random.default_rng(29)
@@ -715,8 +723,7 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
         layout, apart, (names, y, norm, dx), (general_names, *slow) = (
             _rows_and_window_kernels(x, 2, (2, 2), stride, _weighted_passes, kind=kind))
         assert names == ("weighted.weighted_quads_forward",
-                         "weighted.weighted_quads_backward" if apart
-                         else "weighted.weighted_pool_backward")
+                         _quads_backward(kind) if apart else "weighted.weighted_pool_backward")
         assert general_names[0] == "weighted.weighted_pool_forward"
         for fast, general in zip((y, norm, dx), slow, strict=True):
             np.testing.assert_array_equal(fast, general)
@@ -729,6 +736,14 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
                 expected = np.where(total != 0, squares / total, zero)
             np.testing.assert_array_equal(out, expected)
             assert out[0, 0, 0, 0] == 0
+            if apart:  # each tap in one window: its share alone
+                dy = np.nan_to_num(out) * np.float32(0.5) - np.float32(0.25)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    gradient = np.where(total != 0, dy / total, zero)
+                for (a, b), tap in zip(((0, 0), (0, 1), (1, 0), (1, 1)), taps, strict=True):
+                    share = dx[:, :, 0, a::stride[0], b::stride[1]][:, :, :out.shape[2],
+                                                                     :out.shape[3]]
+                    np.testing.assert_array_equal(share, gradient * (tap + tap - out))
         seen.add((layout, stride[1] == 2, kind))
     assert seen == {(layout, two, kind) for layout in ("nchw", "channels_last")
                     for two in (True, False) for kind in (weighted.SOFT, weighted.SELF)}
@@ -807,13 +822,20 @@ def _sample_pass(choose, xs, stored, plan, operand, draws):
 
 
 def _weighted_passes(choose, xs, stored, plan, operand, kind):
+    from poolgrad.kernels import weighted
+
     y, norm = (empty(_out_shape(xs, plan), xs.dtype, stored) for _ in range(2))
     forward = choose("weighted", "forward", plan, operand)
-    forward(xs, y, norm, kind)
+    copy = np.full_like(xs, 7.0)  # the pullback's x, written as the forward reads x
+    forward(xs, y, norm, kind, copy)
+    np.testing.assert_array_equal(copy, xs)
     dy = np.nan_to_num(y) * 0.5 - 0.25
-    backward = choose("weighted", "backward", plan, operand)
+    backward = choose("weighted", "backward" if kind == weighted.SOFT else "mean_backward",
+                      plan, operand)
     dx = empty(xs.shape, xs.dtype, stored)
-    backward(xs, y, norm, dy, kind, dx)
+    # a kernel that recomputes y and norm gets None for them, as from a pullback
+    outputs = (y, norm) if backward.needs_outputs else (None, None)
+    backward(xs, *outputs, dy, kind, dx)
     return (forward.name, backward.name), y, norm, dx
 
 

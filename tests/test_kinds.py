@@ -2,6 +2,8 @@
 written window by window, finite differences (inputs and learnable parameters), seeded
 determinism and bad input."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -136,6 +138,28 @@ def test_stochastic_pool_evaluation_is_the_weighted_average():
     dy = np.random.default_rng(7).standard_normal(y.shape)
     expected = numerical_vjp(lambda v: pg.stochastic_pool(v, 2, training=False), x.copy(), dy)
     np.testing.assert_allclose(pullback(dy), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_weighted_pullbacks_keep_what_their_backward_reads_and_own_it():
+    """The 2x2 mean's backward recomputes y and S from x, so its pullback keeps x alone;
+    SoftPool's keeps y and its norm too. Either way, changing x or y after the forward
+    does not change the gradient."""
+    cases = [(pg.stochastic_pool, {"training": False}, ["x"]),
+             (pg.soft_pool, {}, ["x", "y", "norm"])]
+    # (6, 8): windows that cover x, copied as the forward reads it; (7, 9): a copy of
+    # its own
+    for (op, kwargs, saved), size in itertools.product(cases, [(6, 8), (7, 9)]):
+        x = np.abs(tie_free((2, 3) + size, seed=8)) + 0.05
+        dy = np.random.default_rng(9).standard_normal((2, 3, 3, 4))
+        y, pullback = pg.vjp(op, x, 2, **kwargs)
+        assert list(pullback.saved) == saved
+        np.testing.assert_array_equal(pullback.saved["x"].reshape(x.shape), x)
+        expected = pullback(dy)
+        changed = x.copy()
+        y_changed, pullback = pg.vjp(op, changed, 2, **kwargs)
+        changed *= 2
+        y_changed += 1  # the caller's y: changing it must not reach the pullback either
+        np.testing.assert_array_equal(pullback(dy), expected)
 
 
 @pytest.mark.parametrize("height", [6, 7])  # the 2x2 kernel's own check; a pass apart

@@ -371,7 +371,10 @@ def _time_kind(kind, base, front_end, kornia, repeats, compile_layouts, progress
         xt = suite.torch_input(x, layout, torch)
         with torch.no_grad():
             dyt = torch.ones_like(reference_call(kind, tensors)(xt))  # in torch's layout
-        dy = np.ones(tuple(dyt.shape), x.dtype)
+        # stored as torch's (and poolgrad's y): a C-ordered dy would cost the NumPy
+        # pullback a layout copy that no torch contender pays
+        dy = np.ones(tuple(dyt.shape), x.dtype) if layout == "NCHW" else suite.channels_last(
+            np.ones(tuple(dyt.shape), x.dtype))
         implementations = {
             "numpy": _numpy_passes(kind, x, params, dy, np.random.default_rng(2)),
             "poolgrad.torch": torch_api.passes(front_end_call(

@@ -34,6 +34,7 @@ from .maxima import TIE_RULES, max_engine, max_forward, max_gather, max_pullback
 from .power_mean import gem_backward, gem_forward, gem_kernels
 from .pullback import Pullback
 from .weighted import (
+    backward_needs_outputs,
     require_probabilities,
     sample_kernel,
     stochastic_sample,
@@ -43,7 +44,8 @@ from .weighted import (
 )
 
 __all__ = ["Pullback", "TIE_RULES", "attention_backward", "attention_forward",
-           "attention_kernels", "avg_engine", "avg_pullback", "blend_backward",
+           "attention_kernels", "avg_engine", "avg_pullback", "backward_needs_outputs",
+           "blend_backward",
            "blend_forward", "blend_kernels", "blur_backward", "blur_forward",
            "blur_kernels", "fractional_backward", "fractional_forward", "fractional_indices",
            "fractional_kernels", "fractional_planes", "gem_backward", "gem_forward",

@@ -21,18 +21,31 @@ def _out_shape(xk: np.ndarray, plan) -> tuple[int, ...]:
     return xk.shape[:2] + tuple(a.count for a in plan.kernel_axes)
 
 
-def weighted_kernels(xk: np.ndarray, plan) -> tuple[str, str]:
+def _backward_kernel(xk: np.ndarray, plan, kind: int):
+    direction = "backward" if kind == weighted.SOFT else "mean_backward"
+    return dispatch.choose("weighted", direction, plan, dispatch.operand(xk))
+
+
+def weighted_kernels(xk: np.ndarray, plan, kind: int) -> tuple[str, str]:
     """The names of the kernels that run the forward and the backward of ``xk``."""
-    operand = dispatch.operand(xk)
-    return tuple(dispatch.choose("weighted", direction, plan, operand).name
-                 for direction in ("forward", "backward"))
+    return (dispatch.choose("weighted", "forward", plan, dispatch.operand(xk)).name,
+            _backward_kernel(xk, plan, kind).name)
 
 
-def weighted_forward(xk: np.ndarray, plan, kind: int, *,
-                     keep_norm: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+def backward_needs_outputs(xk: np.ndarray, plan, kind: int) -> bool:
+    """Whether :func:`weighted_backward` of ``xk`` reads ``y`` and ``norm``; where it
+    does not (stochastic pooling's 2x2 mean, which recomputes them), a pullback keeps
+    ``x`` alone and passes None for them."""
+    return _backward_kernel(xk, plan, kind).needs_outputs
+
+
+def weighted_forward(xk: np.ndarray, plan, kind: int, *, keep_norm: bool = True,
+                     copy: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """``(y, norm)``: each window's weighted average and what its backward needs (the
     log of SoftPool's normaliser, stochastic pooling's window sum; None without
-    ``keep_norm``, for a forward that no backward follows).
+    ``keep_norm``, for a forward that no backward follows). ``copy``, if given (shaped
+    and stored as ``xk``), gets a copy of ``xk`` for a pullback to own: the 2x2 kernel
+    writes it in the same pass, from the rows it has just read.
 
     For ``SELF`` (stochastic pooling's evaluation), a ValueError if ``xk`` holds a
     negative number or a NaN: the 2x2 kernel checks the taps as it reads them, the
@@ -42,7 +55,7 @@ def weighted_forward(xk: np.ndarray, plan, kind: int, *,
     shape, stored = _out_shape(xk, plan), operand.layout == "channels_last"
     y = empty(shape, xk.dtype, stored)
     norm = empty(shape, xk.dtype, stored) if keep_norm else None
-    invalid = forward(xk, y, norm, kind)  # None: the kernel did not check every input
+    invalid = forward(xk, y, norm, kind, copy)  # None: it did not check every input
     if kind == weighted.SELF:
         if invalid is None:
             require_probabilities(xk, plan)
@@ -51,12 +64,12 @@ def weighted_forward(xk: np.ndarray, plan, kind: int, *,
     return y, norm
 
 
-def weighted_backward(xk: np.ndarray, yk: np.ndarray, norm: np.ndarray, dyk: np.ndarray,
-                      plan, kind: int) -> np.ndarray:
-    """``dx`` in ``dyk``'s dtype: each input's share of the windows that read it."""
-    operand = dispatch.operand(xk)
-    backward = dispatch.choose("weighted", "backward", plan, operand)
-    dx = empty(xk.shape, dyk.dtype, operand.layout == "channels_last")
+def weighted_backward(xk: np.ndarray, yk: np.ndarray | None, norm: np.ndarray | None,
+                      dyk: np.ndarray, plan, kind: int) -> np.ndarray:
+    """``dx`` in ``dyk``'s dtype: each input's share of the windows that read it
+    (``yk`` and ``norm`` may be None where :func:`backward_needs_outputs` says so)."""
+    backward = _backward_kernel(xk, plan, kind)
+    dx = empty(xk.shape, dyk.dtype, backward.channels_last)
     backward(xk, yk, norm, dyk, kind, dx)
     return dx
 

@@ -30,10 +30,13 @@ Run signatures (one per op and direction)::
     ("blur", "forward")    run(x, y, winners)  planes (N*C, D, H, W), C-contiguous;
     ("blur", "backward")   run(dy, winners, dx)  plan: a BlurPlan; winners: the
                                                stride-1 max's (unused without one)
-    ("weighted", "forward")  run(x, y, norm, kind) -> None, or for SELF whether a tap
-                             was < 0 or NaN where the kernel read all of x; kind:
-                             weighted.SOFT or SELF; norm may be None (not written)
-    ("weighted", "backward") run(x, y, norm, dy, kind, dx)
+    ("weighted", "forward")  run(x, y, norm, kind, copy=None) -> None, or for SELF
+                             whether a tap was < 0 or NaN where the kernel read all
+                             of x; kind: weighted.SOFT or SELF; norm may be None (not
+                             written); copy, if given, gets x (stored as x is)
+    ("weighted", "backward") run(x, y, norm, dy, kind, dx)  SoftPool's
+    ("weighted", "mean_backward")  the same, stochastic pooling's mean; y and norm
+                             None where the kernel does not need_outputs
     ("stochastic", "sample") run(x, draws, y, pos)  pos: winners, as a max forward's
     ("blend", "forward")   run(x, kind, weights, y)  kind: blend.MIXED or GATED;
     ("blend", "backward")  run(x, dy, kind, weights, dx, dweights)  weights float64
@@ -482,7 +485,7 @@ def _rules(op: str, direction: str):
 
 def _kernel(rule: _Rule, plan, operand: Operand) -> Kernel:
     return Kernel(rule.name, rule.bind(plan), rule.records,
-                  operand.layout == "channels_last")
+                  operand.layout == "channels_last", rule.needs_outputs)
 
 
 def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = False) -> Kernel:

@@ -144,9 +144,11 @@ def _blur_back(plan):
 
 
 def _weighted(plan):
-    def run(x, y, norm, kind):
+    def run(x, y, norm, kind, copy=None):
         weighted.weighted_pool_forward(x, plan.table, kind, y,
                                        np.empty_like(y) if norm is None else norm)
+        if copy is not None:
+            np.copyto(copy, x)
     return run
 
 
@@ -267,39 +269,56 @@ def _gem_rows(kernel, pass_name):
 
 
 def _weighted_quads(plan):
-    """Bind ``weighted_quads_forward``, which takes no ``norm`` (None) and checks the
-    taps it reads (for ``SELF``): the run returns what it found where the windows
-    cover x, else None."""
+    """Bind ``weighted_quads_forward``, which takes no ``norm`` (None), checks the taps
+    it reads (for ``SELF``: the run returns what it found where the windows cover x,
+    else None) and copies them into ``copy`` where the windows cover x."""
     window, steps, covered = _rows_geometry(plan)
 
-    def run(x, y, norm, kind):
+    def run(x, y, norm, kind, copy=None):
         inner, xr, yr = _rows_like(x, y)
-        norm_rows = None if norm is None else _rows_like(x, norm)[2]
+        norm_rows, copy_rows = (None if a is None else _rows_like(x, a)[2] for a in (norm, copy))
         chunks, tasks = _tasks(yr)
         invalid = np.zeros(tasks, np.bool_)
         weighted.weighted_quads_forward(xr, inner, window, steps, chunks, tasks, kind, yr,
-                                        norm_rows, invalid)
+                                        norm_rows, invalid, copy_rows if covered else None)
+        if copy is not None and not covered:
+            np.copyto(copy, x)
         return bool(invalid.any()) if covered else None
     return run
 
 
-def _weighted_rows(kernel, forward: bool):
-    """Bind a ``weighted_rows_*`` kernel (or ``weighted_quads_backward``, which takes
-    the same arguments)."""
+def _mean_quads_back(plan):
+    """Bind ``mean_quads_backward``, which reads neither ``y`` nor ``norm`` (None)."""
+    window, steps, covered = _rows_geometry(plan)
+
+    def run(x, y, norm, dy, kind, dx):
+        if not covered:  # inputs no window reads get 0
+            dx.fill(0)
+        inner, xr, dyr, dxr = _rows_like(x, dy, dx)
+        weighted.mean_quads_backward(xr, dyr, inner, window, steps, *_tasks(dyr), dxr)
+    return run
+
+
+def _weighted_rows(kernel, forward: bool, takes_kind: bool = True):
+    """Bind a ``weighted_rows_*`` kernel (or, without ``takes_kind``,
+    ``soft_quads_backward``, which takes the same arguments but the kind)."""
     def bind(plan):
         window, steps, covered = _rows_geometry(plan)
         if forward:
-            def run(x, y, norm, kind):
+            def run(x, y, norm, kind, copy=None):
                 norm = np.empty_like(y) if norm is None else norm
                 inner, xr, yr, norm_rows = _rows_like(x, y, norm)
                 kernel(xr, inner, window, steps, *_tasks(yr), kind, yr, norm_rows)
+                if copy is not None:
+                    np.copyto(copy, x)
             return run
 
         def run(x, y, norm, dy, kind, dx):
             if not covered:  # inputs no window reads get 0
                 dx.fill(0)
             inner, xr, yr, norm_rows, dyr, dxr = _rows_like(x, y, norm, dy, dx)
-            kernel(xr, yr, norm_rows, dyr, inner, window, steps, *_tasks(yr), kind, dxr)
+            kernel(xr, yr, norm_rows, dyr, inner, window, steps, *_tasks(yr),
+                   *((kind,) if takes_kind else ()), dxr)
         return run
     return bind
 
@@ -384,6 +403,12 @@ def _positions_outer(kernel, forward: bool):
         x.transpose(0, 2, 1), y, dy, eps, p, whole, with_dp, dx.transpose(0, 2, 1), terms)
 
 
+# the backwards of both weighted kinds where no 2x2 kernel serves
+_WEIGHTED_BACKWARDS = (
+    Rule("weighted.weighted_rows_backward", _apart,
+         _weighted_rows(weighted.weighted_rows_backward, False)),
+    Rule("weighted.weighted_pool_backward", always, _weighted_back))
+
 RULES = {
     ("gem_global", "forward"): [
         Rule("power_mean.gem_global_forward_channels_last", _channels_innermost,
@@ -422,11 +447,13 @@ RULES = {
              _weighted_rows(weighted.weighted_rows_forward, True)),
         Rule("weighted.weighted_pool_forward", always, _weighted)],
     ("weighted", "backward"): [
-        Rule("weighted.weighted_quads_backward", _quads_apart,
-             _weighted_rows(weighted.weighted_quads_backward, False)),
-        Rule("weighted.weighted_rows_backward", _apart,
-             _weighted_rows(weighted.weighted_rows_backward, False)),
-        Rule("weighted.weighted_pool_backward", always, _weighted_back)],
+        Rule("weighted.soft_quads_backward", _quads_apart,
+             _weighted_rows(weighted.soft_quads_backward, False, takes_kind=False)),
+        *_WEIGHTED_BACKWARDS],
+    ("weighted", "mean_backward"): [
+        Rule("weighted.mean_quads_backward", _quads_apart, _mean_quads_back,
+             needs_outputs=False),
+        *_WEIGHTED_BACKWARDS],
     ("blend", "forward"): [
         Rule("blend.blend_quads_forward", _quads,
              _blend_rows(True, blend.blend_quads_forward)),

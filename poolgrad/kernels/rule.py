@@ -13,12 +13,15 @@ from dataclasses import dataclass
 class Kernel:
     """A chosen kernel: ``name`` (``family.function``), whether it writes the winners
     (max forwards; the general one always does), the memory layout its outputs take,
-    and ``run``, which takes the arguments of its ``(op, direction)``."""
+    whether it reads the forward's outputs (a backward that recomputes them takes None
+    for them, so that a pullback need not keep them), and ``run``, which takes the
+    arguments of its ``(op, direction)``."""
 
     name: str
     run: Callable
     records: bool = False
     channels_last: bool = False
+    needs_outputs: bool = True  # a backward that reads the forward's outputs
 
     def __call__(self, *args):
         return self.run(*args)
@@ -30,6 +33,7 @@ class Rule:
     serves: Callable  # (plan, operand, record) -> bool
     bind: Callable  # plan -> run
     records: bool = False
+    needs_outputs: bool = True
 
 
 def rules_of(table: dict, op: str, direction: str, backend: str) -> list[Rule]:

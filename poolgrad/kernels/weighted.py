@@ -13,14 +13,18 @@ read), with weights that depend on the window's own values:
 
 The forwards compute in the dtype of ``y`` (the compute dtype: x's, float16's in
 float32), as the core's average pooling does, with :mod:`.elementary`'s ``exp`` and
-``log`` of that precision; the backwards in float64 whatever the dtype.
+``log`` of that precision. SoftPool's backwards compute in float64 whatever the dtype,
+the mean's in the compute dtype (as the forward: float64 there doubled the 2x2
+backward's time, which its arithmetic, not memory, bounds).
 ``weighted_pool_*`` walk output rows (forward) or gather per input row through the
 plan's cover tables, adding the windows in increasing output order (backward): no races,
 and the same bits at any thread count. Sums run in row-major window order from +0.
 ``weighted_rows_*`` serve windows with no padding on NCHW planes or channels-last images
 as rows (the backward only windows that do not overlap), and
-:func:`weighted_quads_forward` and :func:`weighted_quads_backward` 2x2 windows with no
-padding (the backward at stride 2), all four taps in one loop: the same bits.
+:func:`weighted_quads_forward`, :func:`soft_quads_backward` and
+:func:`mean_quads_backward` 2x2 windows with no padding (the backwards at stride 2),
+all four taps in one loop: the same bits. The mean's recomputes ``y`` and ``S`` from
+``x``, so its caller keeps neither.
 
 :func:`stochastic_pool_sample` picks one real tap per window with probability ``x_j /
 S``: the first tap whose running sum exceeds ``u * S``, for a uniform draw ``u`` in
@@ -54,18 +58,21 @@ def _finish(largest, total, weighted, kind, real):
 
 
 @inlined
-def _share(value, out, scale, dy, kind):
+def _share(value, out, scale, dy, kind, real):
     """``dy * dy/dx`` of a tap of value ``value`` in a window (``out``, ``scale``: its
-    ``y`` and ``norm``), float64."""
+    ``y`` and ``norm``), all float64: SoftPool's in float64, the mean's in ``real`` (the
+    compute dtype, which holds each of them exactly) and returned as float64."""
     if kind == SOFT:
         return dy * (elementary.exp(value - scale) * (1.0 + value - out))
-    return _mean_share(_mean_gradient(dy, scale), value, out)
+    return np.float64(_mean_share(_mean_gradient(real(dy), real(scale), real), real(value),
+                                  real(out)))
 
 
 @inlined
-def _mean_gradient(dy, scale):
-    """``dy / S`` of a ``SELF`` window, 0 where ``S = 0`` (a select: no division by 0)."""
-    return dy / (scale if scale != 0 else 1.0) if scale != 0 else 0.0
+def _mean_gradient(dy, scale, real):
+    """``dy / S`` of a ``SELF`` window in ``real``, 0 where ``S = 0`` (a select: no
+    division by 0)."""
+    return dy / (scale if scale != 0 else real(1.0)) if scale != 0 else real(0.0)
 
 
 @inlined
@@ -108,6 +115,7 @@ def weighted_pool_backward(x, y, norm, dy, kind, cover_ptr, cover_out, dx):
     """``dx[i]`` = sum over the windows ``o`` reading ``i`` of ``dy[o] * dy[o]/dx[i]``
     (the module docstring's formulas); a ``SELF`` window with ``S = 0`` sends 0."""
     n_batch, n_chan, in_d, in_h, in_w = dx.shape
+    real = x.dtype.type
     for row in prange(n_batch * n_chan * in_d * in_h):
         n, c, i_d, ih = row_index(row, n_chan, in_d, in_h)
         for iw in range(in_w):
@@ -121,7 +129,7 @@ def weighted_pool_backward(x, y, norm, dy, kind, cover_ptr, cover_out, dx):
                         ow = cover_out[2, e]
                         total += _share(value, np.float64(y[n, c, od, oh, ow]),
                                         np.float64(norm[n, c, od, oh, ow]),
-                                        np.float64(dy[n, c, od, oh, ow]), kind)
+                                        np.float64(dy[n, c, od, oh, ow]), kind, real)
             dx[n, c, i_d, ih, iw] = total
 
 
@@ -193,44 +201,51 @@ def _quad(top, bottom, i, j, soft, real):
 
 
 @inlined
-def _quads_row(top, bottom, means, norms, largest, inner, steps, soft, real, keep):
+def _quads_row(top, bottom, means, sums, largest, norms, inner, steps, soft, real, keep):
     """One output row of :func:`weighted_quads_forward`; ``soft`` a literal, so that
-    each call compiles loops with no branch on the kind. SoftPool's ``norm`` takes a
-    second loop: its ``log`` in the first kept that loop scalar (6.5 ms against 3.8 on
-    a channels-last layer); without ``keep`` (no ``norm`` to write) it is skipped.
-    Returns whether a ``SELF`` window read a negative or NaN tap (False for
-    SoftPool)."""
+    each call compiles loops with no branch on the kind. The first loop writes each
+    window's ``S`` and ``M`` into the task's own buffers ``sums`` and ``largest``; with
+    ``keep``, a second loop over them (in L1) writes ``norms``: SoftPool's ``log`` in
+    the first kept that loop scalar (6.5 ms against 3.8 on a channels-last layer), and a
+    fifth array of the caller's did the same for NCHW (the stochastic mean's forward,
+    3.0 ms against 1.3). Returns whether a ``SELF`` window read a negative or NaN tap
+    (False for SoftPool)."""
     if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
         for ow in range(means.shape[0]):
             at, i = uint64(ow), uint64(2 * ow)
-            means[at], norms[at], largest[at] = _quad(top, bottom, i, i + 1, soft, real)
+            means[at], sums[at], largest[at] = _quad(top, bottom, i, i + 1, soft, real)
     elif inner == 1:
         step = uint64(steps[2])
         for ow in range(means.shape[0]):
             at = uint64(ow)
             i = at * step
-            means[at], norms[at], largest[at] = _quad(top, bottom, i, i + 1, soft, real)
+            means[at], sums[at], largest[at] = _quad(top, bottom, i, i + 1, soft, real)
     else:
         step, across = uint64(steps[2] * inner), uint64(inner)
         for ow in range(means.shape[0] // inner):
             base, first = uint64(ow) * step, uint64(ow) * across
             for c in range(inner):
                 i, at = base + uint64(c), first + uint64(c)
-                means[at], norms[at], largest[at] = _quad(top, bottom, i, i + across, soft,
-                                                          real)
+                means[at], sums[at], largest[at] = _quad(top, bottom, i, i + across, soft,
+                                                         real)
     invalid = False
-    if soft and keep:
-        for o in range(norms.shape[0]):
-            at = uint64(o)
-            norms[at] = largest[at] + elementary.log_in(norms[at])
-    else:  # a second loop over the row in L1, so that the first stays vectorized
-        for o in range(largest.shape[0]):
-            invalid |= largest[uint64(o)] == 0
+    if soft:
+        if keep:
+            for o in range(norms.shape[0]):
+                at = uint64(o)
+                norms[at] = largest[at] + elementary.log_in(sums[at])
+        return invalid
+    for o in range(largest.shape[0]):
+        at = uint64(o)
+        invalid |= largest[at] == 0
+        if keep:
+            norms[at] = sums[at]
     return invalid
 
 
 @parallel_kernel
-def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm, invalid):
+def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm, invalid,
+                           copy):
     """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
     :func:`weighted_rows_forward`'s arguments, rows and bits: each output's four taps
     loaded, weighted and summed in one loop along the row, vectorized (NCHW: pairs of
@@ -239,85 +254,113 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
     ``norm`` may be None (a forward that no backward follows): it is then not written.
     For ``SELF``, ``invalid[task]`` says whether a tap that task read was negative or
     NaN (so that stochastic pooling checks its input in the same pass); SoftPool leaves
-    ``invalid`` as it is. ``invalid`` has ``tasks`` entries."""
+    ``invalid`` as it is. ``invalid`` has ``tasks`` entries.
+
+    ``copy`` (or None) gets each pair of rows the windows read, copied while they are
+    in cache (a copy of x for a pullback, where the windows cover x)."""
     real = y.dtype.type
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
-        largest, spare = np.empty(out_l, y.dtype), np.empty(out_l, y.dtype)
+        largest, sums = np.empty(out_l, y.dtype), np.empty(out_l, y.dtype)
         bad = False
         for row in range(first, end):
             od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
-            norms = spare if norm is None else norm[plane, od, oh]
+            norms = sums if norm is None else norm[plane, od, oh]
             if kind == SOFT:
-                _quads_row(top, bottom, y[plane, od, oh], norms, largest, inner, steps, True,
-                           real, norm is not None)
+                _quads_row(top, bottom, y[plane, od, oh], sums, largest, norms, inner, steps,
+                           True, real, norm is not None)
             else:
-                bad |= _quads_row(top, bottom, y[plane, od, oh], norms, largest, inner, steps,
-                                  False, real, norm is not None)
+                bad |= _quads_row(top, bottom, y[plane, od, oh], sums, largest, norms, inner,
+                                  steps, False, real, norm is not None)
+            if copy is not None:
+                copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
+                for i in range(top.shape[0]):
+                    at = uint64(i)
+                    copy_top[at], copy_bottom[at] = top[at], bottom[at]
         if kind != SOFT:
             invalid[task] = bad
 
 
 @inlined
-def _quad_back(top, bottom, dtop, dbottom, i, j, out, scale, dy, real):
+def _quad_back(top, bottom, dtop, dbottom, i, j, dy, real):
     """Write the four taps' ``dx`` of the ``SELF`` window ``top[i], top[j], bottom[i],
-    bottom[j]`` (``out``, ``scale``, ``dy``: its ``y``, ``norm`` and ``dy`` as float64),
-    with :func:`_share`'s bits: ``dy / S`` once per window."""
-    gradient = _mean_gradient(dy, scale)
-    dtop[i] = real(0.0 + _mean_share(gradient, np.float64(top[i]), out))
-    dtop[j] = real(0.0 + _mean_share(gradient, np.float64(top[j]), out))
-    dbottom[i] = real(0.0 + _mean_share(gradient, np.float64(bottom[i]), out))
-    dbottom[j] = real(0.0 + _mean_share(gradient, np.float64(bottom[j]), out))
+    bottom[j]`` (``dy`` its float64 upstream gradient), with :func:`_share`'s bits: the
+    window's ``y`` and ``S`` recomputed as :func:`_quad` computed them (the same
+    operations in the dtype of ``top``), ``dy / S`` once per window."""
+    compute = top.dtype.type
+    out, total = _quad(top, bottom, i, j, False, compute)[:2]
+    gradient = _mean_gradient(compute(dy), total, compute)
+    dtop[i] = real(0.0 + _mean_share(gradient, top[i], out))
+    dtop[j] = real(0.0 + _mean_share(gradient, top[j], out))
+    dbottom[i] = real(0.0 + _mean_share(gradient, bottom[i], out))
+    dbottom[j] = real(0.0 + _mean_share(gradient, bottom[j], out))
+
+
+@inlined
+def _mean_back_row(top, bottom, dtop, dbottom, grads, inner, steps, real):
+    """One output row of :func:`mean_quads_backward`."""
+    if inner == 1 and steps[2] == 2:  # a constant stride: interleaved
+        for ow in range(grads.shape[0]):
+            at, i = uint64(ow), uint64(2 * ow)
+            _quad_back(top, bottom, dtop, dbottom, i, i + 1, grads[at], real)
+    elif inner == 1:
+        step = uint64(steps[2])
+        for ow in range(grads.shape[0]):
+            at = uint64(ow)
+            i = at * step
+            _quad_back(top, bottom, dtop, dbottom, i, i + 1, grads[at], real)
+    else:
+        step, across = uint64(steps[2] * inner), uint64(inner)
+        for ow in range(grads.shape[0] // inner):
+            base, first = uint64(ow) * step, uint64(ow) * across
+            for c in range(inner):
+                i, at = base + uint64(c), first + uint64(c)
+                _quad_back(top, bottom, dtop, dbottom, i, i + across, grads[at], real)
+
+
+@parallel_kernel
+def mean_quads_backward(x, dy, inner, window, steps, chunks, tasks, dx):
+    """``dx`` of stochastic pooling's mean (``SELF``) over 2x2 windows that do not
+    overlap, from ``x`` and ``dy`` alone (no ``y``, no ``norm``: a pullback need keep
+    only ``x``), with :func:`weighted_rows_backward`'s other arguments, rows and bits:
+    each window's four taps read, its sums recomputed, and its ``dx`` written in one
+    loop along the row, vectorized. Inputs no window reads are left as they are (the
+    caller zeroes them)."""
+    real = dx.dtype.type
+    out_d, out_h = dy.shape[1], dy.shape[2]
+    for task in prange(tasks):
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
+        for row in range(first, end):
+            od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
+            dtop, dbottom = quad_rows(dx, plane, row, out_h, steps)[2:]
+            _mean_back_row(top, bottom, dtop, dbottom, dy[plane, od, oh], inner, steps, real)
 
 
 @inlined
 def _soft_back(src, dst, i, out, scale, dy, real):
     """``dx`` of one SoftPool tap ``src[i]`` into ``dst[i]``, with :func:`_share`'s bits."""
-    dst[i] = real(0.0 + _share(np.float64(src[i]), out, scale, dy, SOFT))
+    dst[i] = real(0.0 + _share(np.float64(src[i]), out, scale, dy, SOFT, real))
 
 
 @inlined
-def _quads_back_row(top, bottom, dtop, dbottom, means, norms, grads, taps, inner, steps, soft,
-                    real):
-    """One output row of :func:`weighted_quads_backward`; ``soft`` a literal,
-    ``taps`` a float64 buffer of the row's length. SoftPool takes one pass along the
-    row per tap (each pass one ``exp`` per step: with four, LLVM no longer inlines them
-    and the loop stays scalar, 34 ms against 21 on a channels-last layer), stochastic
-    pooling's mean all four taps in one."""
-    if inner == 1 and not soft and steps[2] == 2:  # a constant stride: interleaved
-        for ow in range(means.shape[0]):
-            at, i = uint64(ow), uint64(2 * ow)
-            _quad_back(top, bottom, dtop, dbottom, i, i + 1, np.float64(means[at]),
-                       np.float64(norms[at]), np.float64(grads[at]), real)
-        return
-    if inner == 1:
-        step = uint64(steps[2])
-        if not soft:
+def _soft_back_row(top, bottom, dtop, dbottom, means, norms, grads, taps, inner, steps, real):
+    """One output row of :func:`soft_quads_backward`, one pass along the row per tap
+    (each pass one ``exp`` per step: with four, LLVM no longer inlines them and the
+    loop stays scalar, 34 ms against 21 on a channels-last layer); ``taps`` a float64
+    buffer of the row's length."""
+    if inner == 1:  # gathered into a contiguous float64 buffer: strided exps stay scalar
+        for tap in range(4):
+            src, dst = (top, dtop) if tap < 2 else (bottom, dbottom)
+            gather_tap(src, tap % 2, steps[2], 1, taps)
             for ow in range(means.shape[0]):
                 at = uint64(ow)
-                i = at * step
-                _quad_back(top, bottom, dtop, dbottom, i, i + 1, np.float64(means[at]),
-                           np.float64(norms[at]), np.float64(grads[at]), real)
-        else:  # gathered into a contiguous float64 buffer: strided exps stay scalar
-            for tap in range(4):
-                src, dst = (top, dtop) if tap < 2 else (bottom, dbottom)
-                gather_tap(src, tap % 2, steps[2], 1, taps)
-                for ow in range(means.shape[0]):
-                    at = uint64(ow)
-                    taps[at] = 0.0 + _share(taps[at], np.float64(means[at]),
-                                            np.float64(norms[at]), np.float64(grads[at]), SOFT)
-                scatter_tap(taps, tap % 2, steps[2], 1, dst)
+                taps[at] = 0.0 + _share(taps[at], np.float64(means[at]),
+                                        np.float64(norms[at]), np.float64(grads[at]), SOFT,
+                                        real)
+            scatter_tap(taps, tap % 2, steps[2], 1, dst)
         return
     step, across = uint64(steps[2] * inner), uint64(inner)
-    if not soft:
-        for ow in range(means.shape[0] // inner):
-            base, first = uint64(ow) * step, uint64(ow) * across
-            for c in range(inner):
-                i, at = base + uint64(c), first + uint64(c)
-                _quad_back(top, bottom, dtop, dbottom, i, i + across, np.float64(means[at]),
-                           np.float64(norms[at]), np.float64(grads[at]), real)
-        return
     for tap in range(4):
         src, dst = (top, dtop) if tap < 2 else (bottom, dbottom)
         for ow in range(means.shape[0] // inner):
@@ -329,11 +372,10 @@ def _quads_back_row(top, bottom, dtop, dbottom, means, norms, grads, taps, inner
 
 
 @parallel_kernel
-def weighted_quads_backward(x, y, norm, dy, inner, window, steps, chunks, tasks, kind, dx):
-    """``dx`` of 2x2 windows that do not overlap (stride >= 2, no padding), with
-    :func:`weighted_rows_backward`'s arguments, rows and bits: each window's four taps
-    read and written in one loop along the row, vectorized. Inputs no window reads are
-    left as they are (the caller zeroes them)."""
+def soft_quads_backward(x, y, norm, dy, inner, window, steps, chunks, tasks, dx):
+    """``dx`` of SoftPool over 2x2 windows that do not overlap (stride >= 2, no
+    padding), with :func:`weighted_rows_backward`'s arguments (but the kind), rows and
+    bits. Inputs no window reads are left as they are (the caller zeroes them)."""
     real = dx.dtype.type
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     for task in prange(tasks):
@@ -342,13 +384,8 @@ def weighted_quads_backward(x, y, norm, dy, inner, window, steps, chunks, tasks,
         for row in range(first, end):
             od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
             dtop, dbottom = quad_rows(dx, plane, row, out_h, steps)[2:]
-            means, norms, grads = y[plane, od, oh], norm[plane, od, oh], dy[plane, od, oh]
-            if kind == SOFT:
-                _quads_back_row(top, bottom, dtop, dbottom, means, norms, grads, taps, inner,
-                                steps, True, real)
-            else:
-                _quads_back_row(top, bottom, dtop, dbottom, means, norms, grads, taps, inner,
-                                steps, False, real)
+            _soft_back_row(top, bottom, dtop, dbottom, y[plane, od, oh], norm[plane, od, oh],
+                           dy[plane, od, oh], taps, inner, steps, real)
 
 
 @parallel_kernel
@@ -358,6 +395,7 @@ def weighted_rows_backward(x, y, norm, dy, inner, window, steps, chunks, tasks, 
     :func:`weighted_pool_backward`'s bits. Inputs no window reads are left as they are
     (the caller zeroes them)."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
+    real = x.dtype.type
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         taps = np.empty(out_l, np.float64)
@@ -373,7 +411,7 @@ def weighted_rows_backward(x, y, norm, dy, inner, window, steps, chunks, tasks, 
                             at = uint64(o)
                             taps[at] = 0.0 + _share(taps[at], np.float64(means[at]),
                                                     np.float64(norms[at]),
-                                                    np.float64(grads[at]), kind)
+                                                    np.float64(grads[at]), kind, real)
                         scatter_tap(taps, t, steps[2], inner,
                                     dx[plane, od * steps[0] + a, oh * steps[1] + b])
 

@@ -4,10 +4,13 @@ formulas: :mod:`poolgrad.kernels.weighted`."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import _inputs as inputs
 from .. import autodiff
 from ..engines import (
     Pullback,
+    backward_needs_outputs,
     max_pullback,
     require_probabilities,
     sample_kernel,
@@ -30,16 +33,22 @@ def _plan(x, kernel_size, stride, padding, spatial_dims):
 
 def _weighted(x, layout, plan, kind, want_pullback, op):
     xk = inputs.compute_view(x, layout)
-    yk, norm = weighted_forward(xk, plan, kind, keep_norm=want_pullback)
+    # a backward that recomputes y and norm from x needs only x kept; the pullback owns
+    # its x (the caller may change theirs), copied by the forward as it reads it
+    keep = want_pullback and backward_needs_outputs(xk, plan, kind)
+    copy = np.empty_like(xk) if want_pullback and np.shares_memory(xk, x) else None
+    yk, norm = weighted_forward(xk, plan, kind, keep_norm=keep, copy=copy)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None
-    xk, yk = owned(xk, x, keep_layout=True), owned(yk, y, keep_layout=True)
+    xk = xk if copy is None else copy
+    yk = owned(yk, y, keep_layout=True) if keep else None
+    saved = {"x": xk, "y": yk, "norm": norm} if keep else {"x": xk}
 
     def backward(dy):
         return weighted_backward(xk, yk, norm, layout.to_kernel(dy), plan, kind)
-    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, {"x": xk, "y": yk, "norm": norm},
-                       weighted_kernels(xk, plan))
+    return y, Pullback(op, backward, y.shape, x.shape, x.dtype, saved,
+                       weighted_kernels(xk, plan, kind))
 
 
 def _soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None,
