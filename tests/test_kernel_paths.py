@@ -610,7 +610,8 @@ def test_gem_rows_kernels_match_the_window_kernels():
     bits for y, dx and every term of dp."""
 
     rng = np.random.default_rng(21)
-    assert dispatch.names("gem", "forward") == ["power_mean.gem_rows_forward",
+    assert dispatch.names("gem", "forward") == ["power_mean.gem_quads_forward",
+                                                "power_mean.gem_rows_forward",
                                                 "power_mean.gem_window_forward"]
     seen = set()
     for trial in range(40):
@@ -628,7 +629,8 @@ def test_gem_rows_kernels_match_the_window_kernels():
         eps = 1e-130 if trial % 7 == 0 else 0.02
         seen.add(_same_bits_as_the_window_kernels(
             _rows_and_window_kernels(x, ndim, kernel, stride, _gem_passes, eps=eps, p=p),
-            "power_mean.gem_rows", "power_mean.gem_window"))
+            "power_mean.gem_rows", "power_mean.gem_window",
+            "power_mean.gem_quads_forward" if _quad(kernel) else None))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
 
@@ -639,7 +641,9 @@ def _gem_passes(choose, xs, stored, plan, operand, eps, p):
     whole = power_mean.power_form(p)
     forward = choose("gem", "forward", plan, operand)
     y = empty(_out_shape(xs, plan), xs.dtype, stored)
-    forward(xs, eps, p, whole, y)
+    copy = np.full_like(xs, 7.0)  # the pullback's x, written as the forward reads x
+    forward(xs, eps, p, whole, y, copy)
+    np.testing.assert_array_equal(copy, xs)
     dy = np.nan_to_num(y) * 0.5 - 0.25
     backward = choose("gem", "backward", plan, operand)
     dx = empty(xs.shape, xs.dtype, stored)
@@ -747,6 +751,40 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
         seen.add((layout, stride[1] == 2, kind))
     assert seen == {(layout, two, kind) for layout in ("nchw", "channels_last")
                     for two in (True, False) for kind in (weighted.SOFT, weighted.SELF)}
+
+
+def test_gem_quads_forward_matches_the_window_kernel():
+    """GeM over 2x2 windows with no padding runs ``power_mean.gem_quads_forward`` (the
+    four taps raised and summed in one loop, then the roots): the window kernel's bits
+    for y, and the rows and window kernels' for dx and dp, in both layouts, float32 and
+    float64, strides 1-3 along W, powers 3 (three Newton steps for float32, four and a
+    fifth on ``y^p`` for float64), 8 (four for float32) and 4.5 (exp and log; each
+    power and dtype compiles the kernels anew), NaN, the clamp, and windows whose sums
+    underflow or overflow (summed again relative to their maximum)."""
+    rng = np.random.default_rng(31)
+    seen = set()
+    for trial in range(24):
+        dtype = (np.float32, np.float64)[trial % 2]
+        channels_last, stride = trial // 6 % 2 == 1, ((2, 2), (1, 1), (2, 3), (3, 2))[trial % 4]
+        p = ((3.0, 8.0), (3.0, 4.5))[trial % 2][trial // 2 % 2]
+        x = rng.random((2, 5, 7 + trial % 4, 8 + trial % 3)) * 3 + 0.01
+        x[0, 1, 0, 0] = -1.0  # below eps: clamped
+        if trial % 5 == 0:
+            x.flat[rng.integers(0, x.size)] = np.nan
+        if trial % 3 == 0:  # a window whose z^p underflows, one whose sum overflows
+            x[1, 0, :2, :2] = 1e-120 if dtype == np.float64 else 1e-30
+            x[1, 1, :2, :2] = 1e300 if dtype == np.float64 else 1e38
+        x = _stored_as(x.astype(dtype), 2, channels_last)
+        eps = 1e-130 if trial % 3 == 0 else 0.02
+        layout, apart, (names, *fast), (general_names, *slow) = _rows_and_window_kernels(
+            x, 2, (2, 2), stride, _gem_passes, eps=eps, p=p)
+        assert names[0] == "power_mean.gem_quads_forward"
+        assert general_names[0] == "power_mean.gem_window_forward"
+        for a, b in zip(fast, slow, strict=True):
+            np.testing.assert_array_equal(a, b)
+        seen.add((layout, stride[1] == 2))
+    assert seen == {(layout, two) for layout in ("nchw", "channels_last")
+                    for two in (True, False)}
 
 
 def test_weighted_quads_forward_checks_the_taps_it_reads():

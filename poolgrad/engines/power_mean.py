@@ -30,18 +30,23 @@ def _scalars(p: float, eps: float) -> tuple:
     return float(eps), float(p), power_mean.power_form(p)
 
 
-def gem_forward(xk: np.ndarray, plan, p: float, eps: float) -> np.ndarray:
+def gem_forward(xk: np.ndarray, plan, p: float, eps: float,
+                copy: np.ndarray | None = None) -> np.ndarray:
     """The power means of ``xk``'s windows, or of its whole planes when ``plan`` is
-    None (``y`` then ``(N, C, 1, 1, 1)``)."""
+    None (``y`` then ``(N, C, 1, 1, 1)``). ``copy``, if given (shaped and stored as
+    ``xk``), gets a copy of ``xk`` for a pullback to own: the 2x2 kernel writes it in
+    the same pass, from the rows it has just read."""
     operand = dispatch.operand(xk)
     forward = dispatch.choose(_op(plan), "forward", plan, operand)
     if plan is None:
         y = np.empty(xk.shape[:2], xk.dtype)
         forward(planes(xk), *_scalars(p, eps), y)
+        if copy is not None:
+            np.copyto(copy, xk)
         return y.reshape(xk.shape[:2] + (1, 1, 1))
     y = empty(xk.shape[:2] + tuple(a.count for a in plan.kernel_axes), xk.dtype,
               operand.layout == "channels_last")
-    forward(xk, *_scalars(p, eps), y)
+    forward(xk, *_scalars(p, eps), y, copy)
     return y
 
 

@@ -101,6 +101,13 @@ def owned(view: np.ndarray, x: np.ndarray, *, keep_layout: bool = False) -> np.n
     return view.copy(order="K" if keep_layout else "C")
 
 
+def copy_target(view: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """Where ``view`` shares memory with ``x`` (the caller's), an empty array shaped and
+    stored as ``view`` for a forward to copy ``view`` into as it reads it, which the
+    pullback then owns (as :func:`owned`, without a second read); else None."""
+    return np.empty_like(view) if np.shares_memory(view, x) else None
+
+
 def routing(kernel, layout, plan, state):
     """``dy -> dx`` through a backward kernel that takes ``(dy, state, dx)``, with ``dx``
     stored as the kernel stores its outputs (the max and average backwards)."""

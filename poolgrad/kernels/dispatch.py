@@ -46,7 +46,8 @@ Run signatures (one per op and direction)::
     ("fractional", "backward") run(dy, starts, extent, pos, dx)  (N*C, 1, D, H, W); the
     ("fractional", "indices")  run(starts, extent, pos, in_h, in_w, indices)  windows
                                                per plane; plan: a FractionalPlan
-    ("gem", "forward")     run(x, eps, p, whole, y)   whole: power_mean.power_form(p)
+    ("gem", "forward")     run(x, eps, p, whole, y, copy=None)   whole: power_form(p);
+                           copy, if given, gets x (stored as x is)
     ("gem", "backward")    run(x, y, dy, eps, p, whole, dx)
     ("gem", "p_terms")     run(x, y, dy, eps, p, whole, terms)  each window's dp term
     ("gem_global", "forward")   run(x, eps, p, whole, y)   (N, C, L) views; y (N, C);

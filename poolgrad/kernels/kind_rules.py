@@ -175,8 +175,11 @@ def _sample_quads(plan):
 
 
 def _gem(plan):
-    return lambda x, eps, p, whole, y: power_mean.gem_window_forward(
-        x, plan.table, eps, p, whole, y)
+    def run(x, eps, p, whole, y, copy=None):
+        power_mean.gem_window_forward(x, plan.table, eps, p, whole, y)
+        if copy is not None:
+            np.copyto(copy, x)
+    return run
 
 
 def _gem_back(plan):
@@ -254,9 +257,11 @@ def _gem_rows(kernel, pass_name):
     def bind(plan):
         window, steps, covered = _rows_geometry(plan)
         if pass_name == "forward":
-            def run(x, eps, p, whole, y):
+            def run(x, eps, p, whole, y, copy=None):
                 inner, xr, yr = _rows_like(x, y)
                 kernel(xr, inner, window, steps, *_tasks(yr), eps, p, whole, yr)
+                if copy is not None:
+                    np.copyto(copy, x)
             return run
 
         def run(x, y, dy, eps, p, whole, out):  # out: dx, or the terms of dp
@@ -266,6 +271,21 @@ def _gem_rows(kernel, pass_name):
             kernel(xr, yr, dyr, inner, window, steps, *_tasks(yr), eps, p, whole, outr)
         return run
     return bind
+
+
+def _gem_quads(plan):
+    """Bind ``gem_quads_forward``, which copies the rows it reads into ``copy`` where
+    the windows cover x."""
+    window, steps, covered = _rows_geometry(plan)
+
+    def run(x, eps, p, whole, y, copy=None):
+        inner, xr, yr = _rows_like(x, y)
+        copy_rows = _rows_like(x, copy)[2] if copy is not None and covered else None
+        power_mean.gem_quads_forward(xr, inner, window, steps, *_tasks(yr), eps, p, whole, yr,
+                                     copy_rows)
+        if copy is not None and not covered:
+            np.copyto(copy, x)
+    return run
 
 
 def _weighted_quads(plan):
@@ -421,6 +441,7 @@ RULES = {
         Rule("power_mean.gem_global_backward_planes", always,
              _bound(power_mean.gem_global_backward_planes))],
     ("gem", "forward"): [
+        Rule("power_mean.gem_quads_forward", _quads, _gem_quads),
         Rule("power_mean.gem_rows_forward", _full_windows,
              _gem_rows(power_mean.gem_rows_forward, "forward")),
         Rule("power_mean.gem_window_forward", always, _gem)],

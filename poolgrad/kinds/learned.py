@@ -13,7 +13,7 @@ import numpy as np
 from .. import _inputs as inputs
 from .. import autodiff, engines
 from ..engines import Pullback
-from ..engines.pullback import owned
+from ..engines.pullback import copy_target, owned
 from ..kernels import blend
 
 # ------------------------------------------------------------------------------- GeM
@@ -37,12 +37,14 @@ def _gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims
         y_spatial = plan.out_spatial
     layout = inputs.Layout(x.shape, ndim)
     xk = inputs.compute_view(x, layout)
-    yk = engines.gem_forward(xk, plan, p, eps)
+    # the pullback's own copies, in their layout (the kernels it runs follow it); x's
+    # copied by the forward as it reads x
+    copy = copy_target(xk, x) if want_pullback else None
+    yk = engines.gem_forward(xk, plan, p, eps, copy)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(y_spatial))
     if not want_pullback:
         return y, None
-    # the pullback's own copies, in their layout (the kernels it runs follow it)
-    xk, yk = owned(xk, x, keep_layout=True), owned(yk, y, keep_layout=True)
+    xk, yk = xk if copy is None else copy, owned(yk, y, keep_layout=True)
 
     def backward(dy, with_dp):
         dx, terms = engines.gem_backward(xk, yk, layout.to_kernel(dy), plan, p, eps,

@@ -4,8 +4,6 @@ formulas: :mod:`poolgrad.kernels.weighted`."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from .. import _inputs as inputs
 from .. import autodiff
 from ..engines import (
@@ -19,7 +17,7 @@ from ..engines import (
     weighted_forward,
     weighted_kernels,
 )
-from ..engines.pullback import owned
+from ..engines.pullback import copy_target, owned
 from ..kernels import weighted
 
 
@@ -36,7 +34,7 @@ def _weighted(x, layout, plan, kind, want_pullback, op):
     # a backward that recomputes y and norm from x needs only x kept; the pullback owns
     # its x (the caller may change theirs), copied by the forward as it reads it
     keep = want_pullback and backward_needs_outputs(xk, plan, kind)
-    copy = np.empty_like(xk) if want_pullback and np.shares_memory(xk, x) else None
+    copy = copy_target(xk, x) if want_pullback else None
     yk, norm = weighted_forward(xk, plan, kind, keep_norm=keep, copy=copy)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
