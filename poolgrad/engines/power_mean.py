@@ -34,14 +34,17 @@ def gem_forward(xk: np.ndarray, plan, p: float, eps: float,
                 copy: np.ndarray | None = None) -> np.ndarray:
     """The power means of ``xk``'s windows, or of its whole planes when ``plan`` is
     None (``y`` then ``(N, C, 1, 1, 1)``). ``copy``, if given (shaped and stored as
-    ``xk``), gets a copy of ``xk`` for a pullback to own: the 2x2 kernel writes it in
-    the same pass, from the rows it has just read."""
+    ``xk``), gets a copy of ``xk`` for a pullback to own: the 2x2 and global kernels
+    write it in the same pass, from what they have just read."""
     operand = dispatch.operand(xk)
     forward = dispatch.choose(_op(plan), "forward", plan, operand)
     if plan is None:
         y = np.empty(xk.shape[:2], xk.dtype)
-        forward(planes(xk), *_scalars(p, eps), y)
-        if copy is not None:
+        target = None if copy is None else planes(copy)
+        if target is not None and not np.shares_memory(target, copy):
+            target = None  # a layout whose planes are not a view: copied below
+        forward(planes(xk), *_scalars(p, eps), y, target)
+        if copy is not None and target is None:
             np.copyto(copy, xk)
         return y.reshape(xk.shape[:2] + (1, 1, 1))
     y = empty(xk.shape[:2] + tuple(a.count for a in plan.kernel_axes), xk.dtype,

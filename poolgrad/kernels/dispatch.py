@@ -50,7 +50,8 @@ Run signatures (one per op and direction)::
                            copy, if given, gets x (stored as x is)
     ("gem", "backward")    run(x, y, dy, eps, p, whole, dx)
     ("gem", "p_terms")     run(x, y, dy, eps, p, whole, terms)  each window's dp term
-    ("gem_global", "forward")   run(x, eps, p, whole, y)   (N, C, L) views; y (N, C);
+    ("gem_global", "forward")   run(x, eps, p, whole, y, copy=None)  (N, C, L) views;
+                                               y (N, C); copy as for "gem";
     ("gem_global", "backward")  run(x, y, dy, eps, p, whole, with_dp, dx, terms)  plan
                                                None
 

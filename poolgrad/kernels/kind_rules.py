@@ -417,8 +417,9 @@ def _positions_outer(kernel, forward: bool):
     """A global GeM kernel for channels-last arrays, run on the ``(N, L, C)`` views of
     its ``(N, C, L)`` ones (contiguous there)."""
     if forward:
-        return lambda plan: lambda x, eps, p, whole, y: kernel(
-            x.transpose(0, 2, 1), eps, p, whole, y)
+        return lambda plan: lambda x, eps, p, whole, y, copy=None: kernel(
+            x.transpose(0, 2, 1), eps, p, whole, y,
+            None if copy is None else copy.transpose(0, 2, 1))
     return lambda plan: lambda x, y, dy, eps, p, whole, with_dp, dx, terms: kernel(
         x.transpose(0, 2, 1), y, dy, eps, p, whole, with_dp, dx.transpose(0, 2, 1), terms)
 
@@ -434,7 +435,8 @@ RULES = {
         Rule("power_mean.gem_global_forward_channels_last", _channels_innermost,
              _positions_outer(power_mean.gem_global_forward_channels_last, True)),
         Rule("power_mean.gem_global_forward_planes", always,
-             _bound(power_mean.gem_global_forward_planes))],
+             lambda plan: lambda x, eps, p, whole, y, copy=None:
+             power_mean.gem_global_forward_planes(x, eps, p, whole, y, copy))],
     ("gem_global", "backward"): [
         Rule("power_mean.gem_global_backward_channels_last", _channels_innermost,
              _positions_outer(power_mean.gem_global_backward_channels_last, False)),

@@ -186,13 +186,26 @@ def _in_range(total):
     return not (total < TINY or total == np.inf)
 
 
+@inlined
+def _copied(row, copy):
+    """``copy[:] = row``, both contiguous (a slice assignment here compiled to nothing
+    inside the weighted kernels' prange loops)."""
+    for i in range(row.shape[0]):
+        at = uint64(i)
+        copy[at] = row[at]
+
+
 @parallel_kernel
-def gem_global_forward_planes(x, eps, p, whole, y):
+def gem_global_forward_planes(x, eps, p, whole, y, copy):
+    """``copy`` (or None) gets each plane once it is summed, still in cache (a copy of
+    x for a pullback)."""
     n_batch, n_chan, length = x.shape
     for plane in prange(n_batch * n_chan):
         n, c = plane // n_chan, plane % n_chan
         acc = np.empty(LANES, np.float64)
         total = _plane_sum(x[n, c], eps, 1.0, p, whole, acc)
+        if copy is not None:
+            _copied(x[n, c], copy[n, c])
         if _in_range(total):
             y[n, c] = _root(total / length, p, whole, y.itemsize == 8)
         else:
@@ -202,8 +215,9 @@ def gem_global_forward_planes(x, eps, p, whole, y):
 
 
 @parallel_kernel
-def gem_global_forward_channels_last(x, eps, p, whole, y):
-    """``x`` the ``(N, L, C)`` view of a channels-last array."""
+def gem_global_forward_channels_last(x, eps, p, whole, y, copy):
+    """``x`` the ``(N, L, C)`` view of a channels-last array; ``copy`` (or None, else
+    stored as ``x``) gets each position's channels once they are summed."""
     n_batch, length, n_chan = x.shape
     for n in prange(n_batch):
         acc = np.zeros((LANES, n_chan), np.float64)
@@ -212,6 +226,8 @@ def gem_global_forward_channels_last(x, eps, p, whole, y):
             for c in range(n_chan):
                 z = _clamped(np.float64(row[uint64(c)]), eps)
                 lane[uint64(c)] += _raised(z, p, whole)
+            if copy is not None:
+                _copied(row, copy[n, i])
         lanes = np.empty(LANES, np.float64)
         for c in range(n_chan):
             lanes[:] = acc[:, c]
@@ -528,9 +544,8 @@ def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, 
                                             window, steps, 4, eps, p, whole, precise)
             if copy is not None:
                 copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
-                for i in range(top.shape[0]):
-                    at = uint64(i)
-                    copy_top[at], copy_bottom[at] = top[at], bottom[at]
+                _copied(top, copy_top)
+                _copied(bottom, copy_bottom)
 
 
 @inlined
