@@ -338,14 +338,26 @@ def _w_pass(padded, inner, taps, stride, weights, out, plus_zero):
 
 
 @jit(inline="always")
-def _w_adjoint(dy_row, inner, taps, stride, before, mode, weights, padded, g):
+def _w_adjoint(dy_row, inner, taps, stride, before, mode, weights, padded, g, plus_zero):
     """The adjoint of :func:`_pad_row` then :func:`_w_pass`: ``g`` (``length * inner``)
     from an output row's gradient, through the padded row (folded back onto what each
-    pad copied, after the row's own sums)."""
+    pad copied, after the row's own sums). Each padded position adds its taps in
+    increasing ``t`` from +0 (``plus_zero``, loaded)."""
     total = padded.shape[0] // inner
     count = dy_row.shape[0] // inner
     length = g.shape[0] // inner
     padded[:] = 0.0
+    if inner == 1 and stride == 2 and taps == 3 and count > 0:
+        # gathered: position 2u takes taps 0 (output u) and 2 (output u - 1), 2u + 1
+        # tap 1 (output u); pairs of stores vectorize, a stride-2 scatter stays scalar
+        w0, w1, w2 = weights[0], weights[1], weights[2]
+        zero = plus_zero
+        padded[0], padded[1] = zero + w0 * dy_row[0], zero + w1 * dy_row[0]
+        for u in range(1, count):
+            padded[2 * u] = (zero + w0 * dy_row[u]) + w2 * dy_row[u - 1]
+            padded[2 * u + 1] = zero + w1 * dy_row[u]
+        padded[2 * count] = zero + w2 * dy_row[count - 1]
+        taps = 0  # done
     for t in range(taps):  # taps in increasing order at each position, as above
         w = weights[t]
         if inner > 1:
@@ -529,7 +541,8 @@ def blur_rows_backward(dy, inner, pre, window, blurs, weights, box_weights, read
                             g_slot = o % slots
                             if g_tags[g_slot] != o:
                                 _w_adjoint(dy[plane, o], inner, taps_w, stride_w, before_w,
-                                           mode_w, weights[2], padded, g_ring[g_slot])
+                                           mode_w, weights[2], padded, g_ring[g_slot],
+                                           box_weights[2])
                                 g_tags[g_slot] = o
                             w = weights[1, t]
                             g = g_ring[g_slot]
