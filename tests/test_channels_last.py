@@ -184,3 +184,40 @@ def test_channels_last_3x3_mean_adds_in_the_nchw_order(kwargs, dtype):
     y = pg.avg_pool(x, **kwargs)
     y_cl = pg.avg_pool(channels_last(x), **kwargs)
     assert np.ascontiguousarray(y_cl).tobytes() == y.tobytes()
+
+
+KINDS = [  # (operator, arguments, keywords): every kind that pools windows
+    (pg.blur_pool, (), {}),
+    (pg.max_blur_pool, (2,), {}),
+    (pg.soft_pool, (2,), {}),
+    (pg.stochastic_pool, (2,), {"rng": 4}),
+    (pg.stochastic_pool, (2,), {"training": False}),
+    (pg.fractional_max_pool, (2,), {"output_ratio": 0.5, "rng": 4}),
+    (pg.gem_pool, (3.0, 2), {}),
+    (pg.mixed_pool, (2, None, 0, 0.5), {}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(KINDS)))
+def test_every_kind_keeps_channels_last_with_the_nchw_bits(case):
+    """A channels-last input gives a channels-last output, indices and gradient, with
+    the bits of the same data stored NCHW (fractional and stochastic pooling's draws
+    returned NCHW arrays for channels-last inputs before)."""
+    op, args, kwargs = KINDS[case]
+    x = np.abs(sample((8, 10), np.float32, case, channels=6))
+    x = np.nan_to_num(x) + 0.5  # stochastic pooling's probabilities
+    stored = channels_last(x)
+    y, pullback = pg.vjp(op, stored, *args, **kwargs)
+    y_nchw, pullback_nchw = pg.vjp(op, x, *args, **kwargs)
+    assert is_channels_last(y)
+    np.testing.assert_array_equal(y, y_nchw)
+    dy = np.random.default_rng(case).standard_normal(y.shape).astype(np.float32)
+    for given in (dy, channels_last(dy)):
+        dx = pullback(given, params=False)  # GeM's dp and mixed pooling's alone aside
+        assert is_channels_last(dx)
+        np.testing.assert_array_equal(dx, pullback_nchw(dy, params=False))
+    if op is pg.fractional_max_pool:
+        values, indices = pg.fractional_max_pool(stored, *args, return_indices=True, **kwargs)
+        assert is_channels_last(indices)
+        np.testing.assert_array_equal(
+            indices, pg.fractional_max_pool(x, *args, return_indices=True, **kwargs)[1])

@@ -371,10 +371,11 @@ def _time_kind(kind, base, front_end, kornia, repeats, compile_layouts, progress
         xt = suite.torch_input(x, layout, torch)
         with torch.no_grad():
             dyt = torch.ones_like(reference_call(kind, tensors)(xt))  # in torch's layout
-        # stored as torch's (and poolgrad's y): a C-ordered dy would cost the NumPy
-        # pullback a layout copy that no torch contender pays
-        dy = np.ones(tuple(dyt.shape), x.dtype) if layout == "NCHW" else suite.channels_last(
-            np.ones(tuple(dyt.shape), x.dtype))
+        # stored as the NumPy operator's y (as torch's dy is as torch's y): a dy stored
+        # otherwise would cost the NumPy pullback a layout copy that no torch
+        # contender pays
+        op, args, kwargs = numpy_call(kind, params, np.random.default_rng(3))
+        dy = np.ones_like(op(x, *args, **kwargs))
         implementations = {
             "numpy": _numpy_passes(kind, x, params, dy, np.random.default_rng(2)),
             "poolgrad.torch": torch_api.passes(front_end_call(

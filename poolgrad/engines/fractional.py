@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import geometry
 from ..kernels import dispatch, layouts
+from .pullback import empty
 
 
 def _plan_operand(in_spatial, out_spatial, dtype):
@@ -33,6 +34,19 @@ def fractional_planes(xk: np.ndarray) -> np.ndarray:
     ``(N * C, 1, D, H, W)``: a view, or for a channels-last one a tiled copy (NumPy's
     strided copy took 9.5 ms of a 32x64x56x56 float32 forward's 19)."""
     return layouts.planes_of(xk).reshape((-1, 1) + xk.shape[2:])
+
+
+def planes_in_layout(planes: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``planes`` ``(P, 1, D, H, W)`` as a 5-d ``(N, C, D, H, W)`` array (``like``'s
+    ``N`` and ``C``) stored as the 5-d kernel view ``like`` is: a view, or for a
+    channels-last one the tiled copy (a channels-last input gives channels-last
+    outputs, as everywhere else)."""
+    shape = like.shape[:2] + planes.shape[2:]
+    if not dispatch.is_channels_last(like):
+        return planes.reshape(shape)
+    out = empty(shape, planes.dtype, True)
+    layouts.store_planes(out, planes.reshape((-1,) + planes.shape[2:]))
+    return out
 
 
 def _grid(ndim: int) -> tuple[int, ...]:

@@ -101,10 +101,12 @@ def sample_kernel(xk: np.ndarray, plan) -> str:
 def stochastic_sample(xk: np.ndarray, draws: np.ndarray, plan) -> tuple[np.ndarray, np.ndarray]:
     """``(y, winners)``: one tap per window drawn with probability ``x / sum(x)`` by
     the float64 ``draws`` (``y``'s shape), numbered as max pooling's winners, so that
-    max pooling's backward routes its gradient."""
-    sample = dispatch.choose("stochastic", "sample", plan, dispatch.operand(xk))
-    shape = _out_shape(xk, plan)
-    y = np.empty(shape, xk.dtype)
-    winners = np.empty(shape, geometry.position_dtype(plan.window_size))
+    max pooling's backward routes its gradient. Both are stored as ``xk`` is
+    (channels-last in, channels-last out)."""
+    operand = dispatch.operand(xk)
+    sample = dispatch.choose("stochastic", "sample", plan, operand)
+    shape, stored = _out_shape(xk, plan), operand.layout == "channels_last"
+    y = empty(shape, xk.dtype, stored)
+    winners = empty(shape, geometry.position_dtype(plan.window_size), stored)
     sample(xk, draws, y, winners)
     return y, winners

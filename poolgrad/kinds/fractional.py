@@ -19,6 +19,7 @@ from ..engines import (
     fractional_indices,
     fractional_kernels,
     fractional_planes,
+    planes_in_layout,
 )
 
 SEQUENCES = ("pseudo_random", "random")
@@ -189,18 +190,23 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     planes = int(np.prod(layout.lead))
     tables = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim), sequence,
                            generator)
-    xk = fractional_planes(inputs.compute_view(x, layout))
+    view = inputs.compute_view(x, layout)
+    xk = fractional_planes(view)
     y, winners = fractional_forward(xk, tables, out)
-    values = y.astype(x.dtype, copy=False).reshape(layout.user_shape(out))
+    # stored as x is (channels-last in, channels-last out)
+    values = planes_in_layout(y, view).astype(x.dtype, copy=False).reshape(
+        layout.user_shape(out))
     result = values
     if return_indices:
         indices = fractional_indices(tables, winners, layout.spatial)
-        result = (values, indices.reshape(values.shape))
+        result = (values, planes_in_layout(indices, view).reshape(values.shape))
     if not want_pullback:
         return result, None
 
     def pullback(dy):
-        return fractional_backward(dy.reshape(y.shape), tables, winners, layout.spatial)
+        dy_planes = fractional_planes(layout.to_kernel(dy)).reshape(y.shape)
+        dx = fractional_backward(dy_planes, tables, winners, layout.spatial)
+        return planes_in_layout(dx, view).reshape(x.shape)
     return result, Pullback("fractional_max_pool", pullback, values.shape, x.shape, x.dtype,
                             {"window_positions": winners, "starts": tables[0]},
                             fractional_kernels(xk.dtype, layout.spatial, out))
