@@ -989,3 +989,33 @@ def test_planes_copy_channels_last_arrays_both_ways(shape, dtype):
     layouts.store_planes(out, planes)
     assert out.strides == x.strides
     np.testing.assert_array_equal(out, values)
+
+
+def test_fractional_channels_last_forward_has_the_planes_bits():
+    """Fractional max pooling runs ``fractional.fractional_max_forward`` on planes and,
+    for a channels-last input, ``fractional.fractional_max_forward_channels_last``
+    (blocks of channels pooled in cache, no planes array): the same values, winners,
+    indices and gradients, in 1-3 dims, channels not a multiple of its block, ties,
+    NaN, windows of up to 5 taps, float32 and float64."""
+    from poolgrad.bench.suite import channels_last
+
+    rng = np.random.default_rng(37)
+    for trial in range(12):
+        ndim = 1 + trial % 3
+        spatial = tuple(int(v) for v in rng.integers(6, 12, ndim))
+        kernel = tuple(int(v) for v in rng.integers(1, 6 if trial % 2 else 4, ndim))
+        dtype = (np.float32, np.float64)[trial % 2]
+        x = np.round(rng.standard_normal((2, 5 + 14 * (trial % 2)) + spatial)).astype(dtype)
+        x.flat[rng.integers(0, x.size, 2)] = np.nan
+        out = tuple(max(1, min(s - k + 1, s // 2)) for s, k in zip(spatial, kernel))
+        results = []
+        for stored in (x, channels_last(x)):
+            (y, indices), pullback = pg.vjp(pg.fractional_max_pool, stored, kernel, out,
+                                            return_indices=True, rng=trial)
+            expected = ("fractional.fractional_max_forward_channels_last"
+                        if stored is not x else "fractional.fractional_max_forward")
+            assert pullback.kernels["forward"] == expected
+            assert pullback.kernels["backward"] == "fractional.fractional_max_backward"
+            results.append((y, indices, pullback(np.ones_like(y))))
+        for a, b in zip(*results, strict=True):
+            np.testing.assert_array_equal(a, b)

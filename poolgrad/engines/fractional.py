@@ -22,11 +22,12 @@ def _plan_operand(in_spatial, out_spatial, dtype):
             dispatch.Operand(np.dtype(dtype), "nchw"))
 
 
-def fractional_kernels(dtype, in_spatial, out_spatial) -> tuple[str, str]:
-    """The names of the kernels that run the forward and the backward."""
-    plan, operand = _plan_operand(in_spatial, out_spatial, dtype)
-    return tuple(dispatch.choose("fractional", direction, plan, operand).name
-                 for direction in ("forward", "backward"))
+def fractional_kernels(xk: np.ndarray, in_spatial, out_spatial) -> tuple[str, str]:
+    """The names of the kernels that run the forward (of the 5-d kernel view ``xk``, as
+    :func:`fractional_forward_stored` runs it) and the backward (on planes)."""
+    plan, planes = _plan_operand(in_spatial, out_spatial, xk.dtype)
+    return (dispatch.choose("fractional", "forward", plan, dispatch.operand(xk)).name,
+            dispatch.choose("fractional", "backward", plan, planes).name)
 
 
 def fractional_planes(xk: np.ndarray) -> np.ndarray:
@@ -66,6 +67,29 @@ def fractional_forward(planes: np.ndarray, tables, out_spatial,
     plan, operand = _plan_operand(planes.shape[-ndim:], out_spatial, planes.dtype)
     dispatch.choose("fractional", "forward", plan, operand)(planes, starts, lengths, extent,
                                                             y, winners)
+    return y, winners
+
+
+def fractional_forward_stored(xk: np.ndarray, tables, out_spatial,
+                              winner_dtype=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, winners)`` of the 5-d kernel view ``xk`` ``(N, C, D, H, W)``, both 5-d and
+    stored as ``xk`` is: a channels-last ``xk`` runs its own kernel (which pools blocks
+    of channels in cache: no planes written); any other runs on its planes
+    (:func:`fractional_planes`)."""
+    operand = dispatch.operand(xk)
+    if operand.layout != "channels_last":
+        planes = fractional_planes(xk)
+        y, winners = fractional_forward(planes, tables, out_spatial, winner_dtype)
+        shape = xk.shape[:2] + y.shape[2:]
+        return y.reshape(shape), winners.reshape(shape)
+    starts, lengths, extent = tables
+    ndim = len(out_spatial)
+    shape = xk.shape[:2] + _grid(ndim) + tuple(out_spatial)
+    y = empty(shape, xk.dtype, True)
+    winners = empty(shape, winner_dtype or geometry.position_dtype(math.prod(extent)), True)
+    plan = geometry.FractionalPlan(tuple(xk.shape[-ndim:]), tuple(out_spatial))
+    dispatch.choose("fractional", "forward", plan, operand)(xk, starts, lengths, extent, y,
+                                                            winners)
     return y, winners
 
 

@@ -80,6 +80,60 @@ def fractional_max_forward(x, starts, lengths, extent, y, pos):
                            triple_taps, best, best_tap)
 
 
+_CHANNEL_BLOCK = 16  # a channels-last job's planes (a 56x56 float32 block: 200 KB)
+
+
+@parallel_kernel
+def fractional_max_forward_channels_last(x, starts, lengths, extent, shape, y, pos):
+    """:func:`fractional_max_forward` of a channels-last input, with its bits: ``x``
+    ``(N, L, C)``, ``y`` and ``pos`` ``(N, OL, C)`` (the memory of channels-last 5-d
+    arrays, positions flattened), ``shape`` the ``(D, H, W, OD, OH, OW)`` those
+    flatten, plane ``n * C + c``'s windows at ``starts[n * C + c]``. Each job takes one
+    example's block of channels: it copies them into planes in buffers of its own (in
+    cache), pools each plane as :func:`fractional_max_forward` does, and copies the
+    block's results out, so the input is read once from memory and no array of planes
+    is written."""
+    n_batch, length, n_chan = x.shape
+    out_length = y.shape[1]
+    in_d, in_h, in_w = shape[0], shape[1], shape[2]
+    out_d, out_h, out_w = shape[3], shape[4], shape[5]
+    ext_h, ext_w = extent[1], extent[2]
+    blocks = -(-n_chan // _CHANNEL_BLOCK)
+    jobs = n_batch * blocks
+    tasks = min(jobs, 64)  # the buffers allocated once per task, not per job
+    for task in prange(tasks):
+        planes = np.empty((_CHANNEL_BLOCK, in_d, in_h, in_w), x.dtype)
+        values = np.empty((_CHANNEL_BLOCK, out_d, out_h, out_w), y.dtype)
+        taps = np.empty((_CHANNEL_BLOCK, out_d, out_h, out_w), pos.dtype)
+        flat_planes = planes.reshape(_CHANNEL_BLOCK, length)
+        flat_values = values.reshape(_CHANNEL_BLOCK, out_length)
+        flat_taps = taps.reshape(_CHANNEL_BLOCK, out_length)
+        column = np.empty((in_d, in_h, out_w), y.dtype)
+        column_tap = np.empty((in_d, in_h, out_w), np.int32)
+        pairs, triples = np.empty(in_w, y.dtype), np.empty(in_w, y.dtype)
+        pair_taps, triple_taps = np.empty(in_w, np.int32), np.empty(in_w, np.int32)
+        best, best_tap = np.empty(out_w, y.dtype), np.empty(out_w, np.int32)
+        for job in range(task * jobs // tasks, (task + 1) * jobs // tasks):
+            n, first = job // blocks, (job % blocks) * _CHANNEL_BLOCK
+            count = min(_CHANNEL_BLOCK, n_chan - first)
+            source = x[n]
+            for i in range(length):
+                at = uint64(i)
+                for b in range(count):
+                    flat_planes[uint64(b), at] = source[at, uint64(first + b)]
+            for b in range(count):
+                p = n * n_chan + first + b
+                _plane_forward(planes[b], starts[p], lengths[p], ext_h, ext_w, values[b],
+                               taps[b], column, column_tap, pairs, triples, pair_taps,
+                               triple_taps, best, best_tap)
+            out, out_taps = y[n], pos[n]
+            for i in range(out_length):
+                at = uint64(i)
+                for b in range(count):
+                    out[at, uint64(first + b)] = flat_values[uint64(b), at]
+                    out_taps[at, uint64(first + b)] = flat_taps[uint64(b), at]
+
+
 @inlined
 def _plane_forward(x, starts, lengths, ext_h, ext_w, y, pos, column, column_tap, pairs,
                    triples, pair_taps, triple_taps, best, best_tap):

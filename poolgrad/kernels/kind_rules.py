@@ -389,6 +389,19 @@ def _channels_innermost(plan, operand, record):
     return operand.layout == "channels_last"
 
 
+def _fractional_channels_last(plan):
+    """Bind ``fractional_max_forward_channels_last``: 5-d channels-last arrays, run on
+    their ``(N, L, C)`` memory (views: the engine allocates ``y`` and ``pos`` so)."""
+    def run(x, starts, lengths, extent, y, pos):
+        n, c = x.shape[:2]
+        shape = np.array(x.shape[2:] + y.shape[2:], np.int64)
+        x_flat, y_flat, pos_flat = (a.transpose(0, 2, 3, 4, 1).reshape(n, -1, c)
+                                    for a in (x, y, pos))
+        fractional.fractional_max_forward_channels_last(x_flat, starts, lengths, extent,
+                                                        shape, y_flat, pos_flat)
+    return run
+
+
 def _bound(kernel):
     return lambda plan: kernel
 
@@ -500,7 +513,10 @@ RULES = {
     ("stochastic", "sample"): [
         Rule("weighted.stochastic_quads_sample", _quads, _sample_quads, records=True),
         Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],
-    ("fractional", "forward"): [Rule("fractional.fractional_max_forward", always,
+    ("fractional", "forward"): [Rule("fractional.fractional_max_forward_channels_last",
+                                     _channels_innermost, _fractional_channels_last,
+                                     records=True),
+                                Rule("fractional.fractional_max_forward", always,
                                      _bound(fractional.fractional_max_forward),
                                      records=True)],
     ("fractional", "backward"): [Rule("fractional.fractional_max_backward", always,

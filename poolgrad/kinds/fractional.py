@@ -15,7 +15,7 @@ from .. import autodiff, geometry
 from ..engines import (
     Pullback,
     fractional_backward,
-    fractional_forward,
+    fractional_forward_stored,
     fractional_indices,
     fractional_kernels,
     fractional_planes,
@@ -191,25 +191,23 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     tables = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim), sequence,
                            generator)
     view = inputs.compute_view(x, layout)
-    xk = fractional_planes(view)
-    y, winners = fractional_forward(xk, tables, out)
-    # stored as x is (channels-last in, channels-last out)
-    values = planes_in_layout(y, view).astype(x.dtype, copy=False).reshape(
-        layout.user_shape(out))
+    # y and the winners stored as x is (channels-last in, channels-last out)
+    y, winners = fractional_forward_stored(view, tables, out)
+    values = y.astype(x.dtype, copy=False).reshape(layout.user_shape(out))
     result = values
     if return_indices:
-        indices = fractional_indices(tables, winners, layout.spatial)
+        indices = fractional_indices(tables, fractional_planes(winners), layout.spatial)
         result = (values, planes_in_layout(indices, view).reshape(values.shape))
     if not want_pullback:
         return result, None
 
-    def pullback(dy):
-        dy_planes = fractional_planes(layout.to_kernel(dy)).reshape(y.shape)
-        dx = fractional_backward(dy_planes, tables, winners, layout.spatial)
+    def pullback(dy):  # the backward runs on planes
+        dx = fractional_backward(fractional_planes(layout.to_kernel(dy)), tables,
+                                 fractional_planes(winners), layout.spatial)
         return planes_in_layout(dx, view).reshape(x.shape)
     return result, Pullback("fractional_max_pool", pullback, values.shape, x.shape, x.dtype,
                             {"window_positions": winners, "starts": tables[0]},
-                            fractional_kernels(xk.dtype, layout.spatial, out))
+                            fractional_kernels(view, layout.spatial, out))
 
 
 def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
