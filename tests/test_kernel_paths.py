@@ -1007,7 +1007,7 @@ def test_fractional_channels_last_forward_has_the_planes_bits():
         dtype = (np.float32, np.float64)[trial % 2]
         x = np.round(rng.standard_normal((2, 5 + 14 * (trial % 2)) + spatial)).astype(dtype)
         x.flat[rng.integers(0, x.size, 2)] = np.nan
-        out = tuple(max(1, min(s - k + 1, s // 2)) for s, k in zip(spatial, kernel))
+        out = tuple(max(1, min(s - k + 1, s // 2)) for s, k in zip(spatial, kernel, strict=True))
         results = []
         for stored in (x, channels_last(x)):
             (y, indices), pullback = pg.vjp(pg.fractional_max_pool, stored, kernel, out,
