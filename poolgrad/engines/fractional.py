@@ -4,7 +4,10 @@ operator (:func:`poolgrad.fractional_max_pool`) and poolgrad.torch's CPU operato
 these same functions.
 
 Arrays are planes ``(P, 1, D, H, W)`` (leading unit axes for 1-d and 2-d),
-C-contiguous in the compute dtype; ``tables`` is ``(starts, lengths, extent)``."""
+C-contiguous in the compute dtype, but for :func:`fractional_forward_stored` and
+:func:`planes_in_layout`, whose 5-d ``(N, C, D, H, W)`` arrays are stored as their
+input is (channels-last for a channels-last input); ``tables`` is ``(starts, lengths,
+extent)``."""
 
 from __future__ import annotations
 

@@ -34,8 +34,9 @@ def gem_forward(xk: np.ndarray, plan, p: float, eps: float,
                 copy: np.ndarray | None = None) -> np.ndarray:
     """The power means of ``xk``'s windows, or of its whole planes when ``plan`` is
     None (``y`` then ``(N, C, 1, 1, 1)``). ``copy``, if given (shaped and stored as
-    ``xk``), gets a copy of ``xk`` for a pullback to own: the 2x2 and global kernels
-    write it in the same pass, from what they have just read."""
+    ``xk``), gets a copy of ``xk`` for a pullback to own: the global kernels, and the 2x2
+    one where its windows cover x, write it in the same pass, from what they have just
+    read (else a copy after the forward)."""
     operand = dispatch.operand(xk)
     forward = dispatch.choose(_op(plan), "forward", plan, operand)
     if plan is None:

@@ -44,8 +44,9 @@ def weighted_forward(xk: np.ndarray, plan, kind: int, *, keep_norm: bool = True,
     """``(y, norm)``: each window's weighted average and what its backward needs (the
     log of SoftPool's normaliser, stochastic pooling's window sum; None without
     ``keep_norm``, for a forward that no backward follows). ``copy``, if given (shaped
-    and stored as ``xk``), gets a copy of ``xk`` for a pullback to own: the 2x2 kernel
-    writes it in the same pass, from the rows it has just read.
+    and stored as ``xk``), gets a copy of ``xk`` for a pullback to own: the 2x2 kernel,
+    where its windows cover x, writes it in the same pass, from the rows it has just
+    read (else a copy after the forward).
 
     For ``SELF`` (stochastic pooling's evaluation), a ValueError if ``xk`` holds a
     negative number or a NaN: the 2x2 kernel checks the taps as it reads them, the

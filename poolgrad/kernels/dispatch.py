@@ -36,7 +36,7 @@ Run signatures (one per op and direction)::
                              written); copy, if given, gets x (stored as x is)
     ("weighted", "backward") run(x, y, norm, dy, kind, dx)  SoftPool's
     ("weighted", "mean_backward")  the same, stochastic pooling's mean; y and norm
-                             None where the kernel does not need_outputs
+                             None where the kernel does not needs_outputs
     ("stochastic", "sample") run(x, draws, y, pos)  pos: winners, as a max forward's
     ("blend", "forward")   run(x, kind, weights, y)  kind: blend.MIXED or GATED;
     ("blend", "backward")  run(x, dy, kind, weights, dx, dweights)  weights float64
@@ -498,7 +498,7 @@ def choose(op: str, direction: str, plan, operand: Operand, *, record: bool = Fa
             ``"blur"``, ``"weighted"``, ``"stochastic"``, ``"blend"``, ``"attention"``,
             ``"fractional"``, ``"gem"`` or ``"gem_global"``.
         direction: ``"forward"`` or ``"backward"`` (max also ``"indices"``,
-            ``"tie_count"`` and ``"split"``).
+            ``"tie_count"`` and ``"split"``; weighted also ``"mean_backward"``).
         plan: the call's :class:`~poolgrad.geometry.WindowPlan` (None for unpool).
         operand: :func:`operand` of the array the pass reads (forward) or writes
             (backward).

@@ -285,7 +285,7 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
 @inlined
 def _quad_back(top, bottom, dtop, dbottom, i, j, dy, real):
     """Write the four taps' ``dx`` of the ``SELF`` window ``top[i], top[j], bottom[i],
-    bottom[j]`` (``dy`` its float64 upstream gradient), with :func:`_share`'s bits: the
+    bottom[j]`` (``dy`` its upstream gradient), with :func:`_share`'s bits: the
     window's ``y`` and ``S`` recomputed as :func:`_quad` computed them (the same
     operations in the dtype of ``top``), ``dy / S`` once per window."""
     compute = top.dtype.type
@@ -510,8 +510,9 @@ def stochastic_quads_sample(x, inner, steps, chunks, tasks, draws, y, pos):
     """:func:`stochastic_pool_sample` for 2x2 windows with no padding (window ``(1, 2,
     2)``, ``steps`` the stride per axis), with its draws and bits: ``x`` as rows ``(P,
     D, H, W * inner)`` (NCHW planes, ``inner`` 1, or channels-last images, ``inner``
-    C), ``draws``, ``y`` and ``pos`` the general kernel's C-contiguous ``(N, C, D, H,
-    W)``; ``chunks`` parallel tasks per plane, ``tasks`` in all."""
+    C), ``draws``, ``y`` and ``pos`` indexed ``(N, C, D, H, W)`` as the general
+    kernel's (``y`` and ``pos`` stored as x is); ``chunks`` parallel tasks per plane,
+    ``tasks`` in all."""
     n_chan, out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3], y.shape[4]
     zero = np.zeros(1, x.dtype)[0]
     for task in prange(tasks):
