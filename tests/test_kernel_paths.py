@@ -991,7 +991,7 @@ def test_planes_copy_channels_last_arrays_both_ways(shape, dtype):
     np.testing.assert_array_equal(out, values)
 
 
-def test_fractional_channels_last_forward_has_the_planes_bits():
+def test_fractional_channels_last_forward_has_the_planes_bits(monkeypatch):
     """Fractional max pooling runs ``fractional.fractional_max_forward`` on planes and,
     for a channels-last input, ``fractional.fractional_max_forward_channels_last``
     (blocks of channels pooled in cache, no planes array): the same values, winners,
@@ -1010,12 +1010,19 @@ def test_fractional_channels_last_forward_has_the_planes_bits():
         out = tuple(max(1, min(s - k + 1, s // 2)) for s, k in zip(spatial, kernel, strict=True))
         results = []
         for stored in (x, channels_last(x)):
-            (y, indices), pullback = pg.vjp(pg.fractional_max_pool, stored, kernel, out,
-                                            return_indices=True, rng=trial)
+            def run(stored=stored, kernel=kernel, out=out, seed=trial):
+                (y, indices), pullback = pg.vjp(pg.fractional_max_pool, stored, kernel, out,
+                                                return_indices=True, rng=seed)
+                return pullback.kernels, (y, indices, pullback(np.ones_like(y)))
+
+            # the general kernel (the tests' reference) serves every layout too
+            (kernels, fast), (general, slow) = both_paths(run, monkeypatch)
             expected = ("fractional.fractional_max_forward_channels_last"
                         if stored is not x else "fractional.fractional_max_forward")
-            assert pullback.kernels["forward"] == expected
-            assert pullback.kernels["backward"] == "fractional.fractional_max_backward"
-            results.append((y, indices, pullback(np.ones_like(y))))
-        for a, b in zip(*results, strict=True):
-            np.testing.assert_array_equal(a, b)
+            assert kernels["forward"] == expected
+            assert general["forward"] == "fractional.fractional_max_forward"
+            assert kernels["backward"] == "fractional.fractional_max_backward"
+            results += [fast, slow]
+        for result in results[1:]:
+            for a, b in zip(results[0], result, strict=True):
+                np.testing.assert_array_equal(a, b)

@@ -491,6 +491,35 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
                                  ring[0], winners[plane, j], box)
 
 
+@jit(inline="always")
+def _blur_row_gradient(dy, i, reads_ptr, reads_row, reads_tap, inner, taps_w, stride_w,
+                       before_w, mode_w, weights, padded, g_ring, g_tags, out, plus_zero):
+    """Row ``i`` of a plain blur's ``dx`` (no pre-pool: the map is the input): the sum,
+    from +0 (``plus_zero``, loaded) in increasing ``(o, t)``, of ``weights[1, t]`` times
+    the W adjoint of ``dy`` row ``o`` over the reads of row ``i``, the first written
+    rather than added onto a zeroed row; each W adjoint taken once, into its slot of
+    ``g_ring``."""
+    first, end = reads_ptr[i], reads_ptr[i + 1]
+    if first == end:  # a row no output reads
+        out[:] = 0.0
+        return
+    slots = g_ring.shape[0]
+    for r in range(first, end):
+        o, t = reads_row[r], reads_tap[r]
+        g_slot = o % slots
+        if g_tags[g_slot] != o:
+            _w_adjoint(dy[o], inner, taps_w, stride_w, before_w, mode_w, weights[2], padded,
+                       g_ring[g_slot], plus_zero)
+            g_tags[g_slot] = o
+        w, g = weights[1, t], g_ring[g_slot]
+        if r == first:
+            for k in range(out.shape[0]):
+                out[k] = plus_zero + w * g[k]
+        else:
+            for k in range(out.shape[0]):
+                out[k] += w * g[k]
+
+
 @parallel_kernel
 def blur_rows_backward(dy, inner, pre, window, blurs, weights, box_weights, reads_ptr,
                        reads_row, reads_tap, chunks, groups, winners, dx):
@@ -528,13 +557,16 @@ def blur_rows_backward(dy, inner, pre, window, blurs, weights, box_weights, read
             d_tags[:] = -1
             for i in range(chunk * height // chunks, (chunk + 1) * height // chunks):
                 out = dx[plane, i]
+                if pre == 0:  # the blur alone: row i is map row i, its reads written
+                    _blur_row_gradient(dy[plane], i, reads_ptr, reads_row, reads_tap,
+                                       inner, taps_w, stride_w, before_w, mode_w, weights,
+                                       padded, g_ring, g_tags, out, box_weights[2])
+                    continue
                 out[:] = 0.0
                 for j in range(max(0, i - kh + 1), min(i, map_h - 1) + 1):
                     slot = j % kh
                     if d_tags[slot] != j:  # map row j's gradient (for a mean: spread)
                         target = d_ring[slot, : map_w * inner] if pre == 1 else dmap
-                        if pre == 0:
-                            target = out
                         target[:] = 0.0
                         for r in range(reads_ptr[j], reads_ptr[j + 1]):
                             o, t = reads_row[r], reads_tap[r]
@@ -548,8 +580,6 @@ def blur_rows_backward(dy, inner, pre, window, blurs, weights, box_weights, read
                             g = g_ring[g_slot]
                             for k in range(map_w * inner):
                                 target[k] += w * g[k]
-                        if pre == 0:
-                            continue
                         if pre == 2:
                             spread = d_ring[slot]
                             spread[:] = 0.0

@@ -42,7 +42,8 @@ Run signatures (one per op and direction)::
     ("blend", "backward")  run(x, dy, kind, weights, dx, dweights)  weights float64
     ("attention", "forward")   run(x, projected, heads, y, attn)  (N, C, L) views;
     ("attention", "backward")  run(x, dy, projected, attn, heads, dx, dprojected)
-    ("fractional", "forward")  run(x, starts, lengths, extent, y, pos)  planes
+    ("fractional", "forward")  run(x, starts, lengths, extent, y, pos)  5-d (N, C, D, H,
+                                               W), any layout (planes among them)
     ("fractional", "backward") run(dy, starts, extent, pos, dx)  (N*C, 1, D, H, W); the
     ("fractional", "indices")  run(starts, extent, pos, in_h, in_w, indices)  windows
                                                per plane; plan: a FractionalPlan

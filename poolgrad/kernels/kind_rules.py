@@ -402,6 +402,20 @@ def _fractional_channels_last(plan):
     return run
 
 
+def _fractional_on_planes(plan):
+    """Bind ``fractional_max_forward`` to 5-d ``(N, C, D, H, W)`` arrays of any layout,
+    as the channels-last rule's (planes ``(P, 1, D, H, W)`` among them): it runs on their
+    planes (views where they are C-contiguous, else copies, the results stored back)."""
+    def run(x, starts, lengths, extent, y, pos):
+        planes = layouts.planes_of(x)[:, None]
+        (y_planes, store_y), (pos_planes, store_pos) = _on_planes(y), _on_planes(pos)
+        fractional.fractional_max_forward(planes, starts, lengths, extent, y_planes[:, None],
+                                          pos_planes[:, None])
+        store_y()
+        store_pos()
+    return run
+
+
 def _bound(kernel):
     return lambda plan: kernel
 
@@ -517,7 +531,7 @@ RULES = {
                                      _channels_innermost, _fractional_channels_last,
                                      records=True),
                                 Rule("fractional.fractional_max_forward", always,
-                                     _bound(fractional.fractional_max_forward),
+                                     _fractional_on_planes,
                                      records=True)],
     ("fractional", "backward"): [Rule("fractional.fractional_max_backward", always,
                                       _bound(fractional.fractional_max_backward))],
