@@ -186,9 +186,8 @@ def test_channels_last_3x3_mean_adds_in_the_nchw_order(kwargs, dtype):
     assert np.ascontiguousarray(y_cl).tobytes() == y.tobytes()
 
 
-KINDS = [  # (operator, arguments, keywords): every kind that pools windows
-    (pg.blur_pool, (), {}),
-    (pg.max_blur_pool, (2,), {}),
+KINDS = [  # (operator, arguments, keywords): the kinds that pool windows (the blurs' test
+    # is test_kinds_blur's)
     (pg.soft_pool, (2,), {}),
     (pg.stochastic_pool, (2,), {"rng": 4}),
     (pg.stochastic_pool, (2,), {"training": False}),

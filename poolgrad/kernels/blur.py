@@ -348,10 +348,9 @@ def _w_adjoint(dy_row, inner, taps, stride, before, mode, weights, padded, g, pl
     length = g.shape[0] // inner
     padded[:] = 0.0
     if inner == 1 and stride == 2 and taps == 3 and count > 0:
-        # gathered: position 2u takes taps 0 (output u) and 2 (output u - 1), 2u + 1
-        # tap 1 (output u); pairs of stores vectorize, a stride-2 scatter stays scalar
-        w0, w1, w2 = weights[0], weights[1], weights[2]
-        zero = plus_zero
+        # gathered (pairs of stores vectorize, a stride-2 scatter stays scalar):
+        # position 2u takes taps 0 (output u) and 2 (u - 1), 2u + 1 tap 1 (output u)
+        w0, w1, w2, zero = weights[0], weights[1], weights[2], plus_zero
         padded[0], padded[1] = zero + w0 * dy_row[0], zero + w1 * dy_row[0]
         for u in range(1, count):
             padded[2 * u] = (zero + w0 * dy_row[u]) + w2 * dy_row[u - 1]
@@ -494,19 +493,16 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
 @jit(inline="always")
 def _blur_row_gradient(dy, i, reads_ptr, reads_row, reads_tap, inner, taps_w, stride_w,
                        before_w, mode_w, weights, padded, g_ring, g_tags, out, plus_zero):
-    """Row ``i`` of a plain blur's ``dx`` (no pre-pool: the map is the input): the sum,
-    from +0 (``plus_zero``, loaded) in increasing ``(o, t)``, of ``weights[1, t]`` times
-    the W adjoint of ``dy`` row ``o`` over the reads of row ``i``, the first written
-    rather than added onto a zeroed row; each W adjoint taken once, into its slot of
-    ``g_ring``."""
+    """Row ``i`` of a plain blur's ``dx`` (no pre-pool): the sum from +0 (loaded) in
+    increasing ``(o, t)`` of ``weights[1, t]`` times ``dy`` row ``o``'s W adjoint (each
+    taken once, into ``g_ring``), the first read written, not added to a zeroed row."""
     first, end = reads_ptr[i], reads_ptr[i + 1]
     if first == end:  # a row no output reads
         out[:] = 0.0
         return
-    slots = g_ring.shape[0]
     for r in range(first, end):
         o, t = reads_row[r], reads_tap[r]
-        g_slot = o % slots
+        g_slot = o % g_ring.shape[0]
         if g_tags[g_slot] != o:
             _w_adjoint(dy[o], inner, taps_w, stride_w, before_w, mode_w, weights[2], padded,
                        g_ring[g_slot], plus_zero)

@@ -39,13 +39,14 @@ Three families:
 
 The window kernels sum each window in tap order (row-major), unscaled, and sum it again relative to
 its largest ``z`` only where that sum left the range, as the planes do. The root
-``mean^(1/p)`` is :func:`_root`'s.
+``mean^(1/p)`` is :func:`.powers.root`'s.
 """
 
 import numpy as np
 from numba import prange, uint64
 
 from . import constant, elementary, parallel_kernel
+from .powers import clamped, raised, raised_less_one, root
 from .walk import (
     gather_tap,
     inlined,
@@ -59,73 +60,6 @@ from .walk import (
 MULTIPLIED_UP_TO = 8  # a whole power up to this is raised by multiplying
 LANES = 32  # the partial sums of a whole plane (a power of 2)
 TINY = 2.0 ** -960  # a plane's sum below this may have lost terms to underflow
-# subtracted from the bits of the estimate of mean^(-1/p) (a whole p from 3 to 8):
-# 0.06 of an octave, which roughly halves its largest error (a numerical search)
-_ESTIMATE_OFFSET = int(0.06 * 2**52)
-
-
-@inlined
-def _raised(base, p, whole):
-    """``base ** p`` for ``base >= 0`` (or NaN): by ``whole.ndim`` multiplications when
-    ``whole`` is a compile-time constant (:func:`power_form`), else (None) by
-    :mod:`.elementary`'s ``exp`` and ``log``, which give 0 for 0 and NaN for NaN."""
-    if whole is None:
-        return elementary.exp(p * elementary.log(base))
-    result = 1.0
-    for _ in range(whole.ndim):
-        result *= base
-    return result
-
-
-@inlined
-def _raised_less_one(base, p, whole):
-    """``base ** (p - 1)``, as :func:`_raised` raises."""
-    if whole is None:
-        return elementary.exp((p - 1.0) * elementary.log(base))
-    result = 1.0
-    for _ in range(whole.ndim - 1):
-        result *= base
-    return result
-
-
-@inlined
-def _clamped(v, eps):
-    return eps if v < eps else v
-
-
-@inlined
-def _root(mean, p, whole, precise):
-    """``mean ** (1/p)`` for a normal ``mean > 0`` (or NaN): exact for ``p`` 1,
-    ``sqrt`` for 2. For another whole ``p``, Newton steps towards ``mean^(-1/p)`` from
-    an estimate read off the bits (within 3.5%; each step takes the error ``e`` to about
-    ``(p + 1) e^2 / 2``), without a division: three for a float32 result and ``p`` 3 or
-    4 (an error below ``2e-9``, so the result is within 0.53 units in the last place:
-    the fourth step cost a channels-last 2x2 forward 0.3 ms of its 2.45), else four
-    (near ``1e-15``); with ``precise`` (a float64 result) one Newton step on ``y^p =
-    mean`` after them, which leaves only that step's rounding. Any other ``p`` by
-    ``exp(log(mean) / p)``."""
-    if whole is None:
-        return elementary.exp(elementary.log(mean) * (1.0 / p))
-    if whole.ndim == 1:
-        return mean
-    if whole.ndim == 2:
-        return np.sqrt(mean)
-    one = np.int64(elementary.ONE_BITS)
-    # the exponent's share of the root, from the bits (a float product: an integer
-    # division keeps the loop scalar)
-    inverse = elementary.from_bits(
-        one - np.int64(np.float64(elementary.bits(mean) - one) * (1.0 / whole.ndim))
-        - _ESTIMATE_OFFSET)
-    for _ in range(3):
-        inverse += inverse * ((1.0 - mean * _raised(inverse, p, whole)) * (1.0 / p))
-    if precise or whole.ndim > 4:  # both compile-time constants
-        inverse += inverse * ((1.0 - mean * _raised(inverse, p, whole)) * (1.0 / p))
-    root = mean * _raised_less_one(inverse, p, whole)
-    if not precise:
-        return root
-    return root - (root - mean / _raised_less_one(root, p, whole)) * (1.0 / p)
-
-
 @inlined
 def _p_term(dy, y, p, s0, s1):
     return dy * (y / p) * (s1 / s0)
@@ -162,11 +96,11 @@ def _plane_sum(row, eps, scale, p, whole, acc):
     full = length - length % LANES
     for start in range(0, full, LANES):
         for k in range(LANES):
-            z = _clamped(np.float64(row[uint64(start + k)]), eps) * scale
-            acc[uint64(k)] += _raised(z, p, whole)
+            z = clamped(np.float64(row[uint64(start + k)]), eps) * scale
+            acc[uint64(k)] += raised(z, p, whole)
     for k in range(length - full):
-        z = _clamped(np.float64(row[uint64(full + k)]), eps) * scale
-        acc[uint64(k)] += _raised(z, p, whole)
+        z = clamped(np.float64(row[uint64(full + k)]), eps) * scale
+        acc[uint64(k)] += raised(z, p, whole)
     return _halved(acc)
 
 
@@ -207,11 +141,11 @@ def gem_global_forward_planes(x, eps, p, whole, y, copy):
         if copy is not None:
             _copied(x[n, c], copy[n, c])
         if _in_range(total):
-            y[n, c] = _root(total / length, p, whole, y.itemsize == 8)
+            y[n, c] = root(total / length, p, whole, y.itemsize == 8)
         else:
             largest = _largest(x[n, c], eps)
             total = _plane_sum(x[n, c], eps, 1.0 / largest, p, whole, acc)
-            y[n, c] = largest * _root(total / length, p, whole, y.itemsize == 8)
+            y[n, c] = largest * root(total / length, p, whole, y.itemsize == 8)
 
 
 @parallel_kernel
@@ -224,8 +158,8 @@ def gem_global_forward_channels_last(x, eps, p, whole, y, copy):
         for i in range(length):
             lane, row = acc[i % LANES], x[n, i]
             for c in range(n_chan):
-                z = _clamped(np.float64(row[uint64(c)]), eps)
-                lane[uint64(c)] += _raised(z, p, whole)
+                z = clamped(np.float64(row[uint64(c)]), eps)
+                lane[uint64(c)] += raised(z, p, whole)
             if copy is not None:
                 _copied(row, copy[n, i])
         lanes = np.empty(LANES, np.float64)
@@ -233,19 +167,19 @@ def gem_global_forward_channels_last(x, eps, p, whole, y, copy):
             lanes[:] = acc[:, c]
             total = _halved(lanes)
             if _in_range(total):
-                y[n, c] = _root(total / length, p, whole, y.itemsize == 8)
+                y[n, c] = root(total / length, p, whole, y.itemsize == 8)
                 continue
             column = np.ascontiguousarray(x[n, :, c])
             largest = _largest(column, eps)
             total = _plane_sum(column, eps, 1.0 / largest, p, whole, lanes)
-            y[n, c] = largest * _root(total / length, p, whole, y.itemsize == 8)
+            y[n, c] = largest * root(total / length, p, whole, y.itemsize == 8)
 
 
 @inlined
 def _tap_backward(v, eps, inverse, scale, p, whole, zero):
     """One tap's ``dx`` and ``r^p`` (the module docstring's)."""
-    r = _clamped(v, eps) * inverse
-    share = _raised_less_one(r, p, whole)
+    r = clamped(v, eps) * inverse
+    share = raised_less_one(r, p, whole)
     return (scale * share if v >= eps else zero), share * r, r
 
 
@@ -301,8 +235,8 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
             for c in range(n_chan):
                 at = uint64(c)
                 v = np.float64(row[at])
-                r = _clamped(v, eps) * inverse[at]
-                share = _raised_less_one(r, p, whole)
+                r = clamped(v, eps) * inverse[at]
+                share = raised_less_one(r, p, whole)
                 out[at] = scale[at] * share if v >= eps else zero
                 if with_dp:
                     power = share * r
@@ -321,7 +255,7 @@ def _window_mean(total, count, p, whole, precise, x, n, c, d0, d1, h0, h1, w0, w
     """A window's power mean from its unscaled sum, or, where that sum left the range,
     summed again relative to the window's largest ``z`` (tap order, from x)."""
     if _in_range(total):
-        return _root(total / count, p, whole, precise)
+        return root(total / count, p, whole, precise)
     largest = eps
     for xd in range(d0, d1):
         for xh in range(h0, h1):
@@ -333,9 +267,9 @@ def _window_mean(total, count, p, whole, precise, x, n, c, d0, d1, h0, h1, w0, w
     for xd in range(d0, d1):
         for xh in range(h0, h1):
             for xw in range(w0, w1):
-                total += _raised(_clamped(np.float64(x[n, c, xd, xh, xw]), eps) * scale, p,
+                total += raised(clamped(np.float64(x[n, c, xd, xh, xw]), eps) * scale, p,
                                  whole)
-    return largest * _root(total / count, p, whole, precise)
+    return largest * root(total / count, p, whole, precise)
 
 
 @parallel_kernel
@@ -350,7 +284,7 @@ def gem_window_forward(x, table, eps, p, whole, y):
             for xd in range(d0, d1):
                 for xh in range(h0, h1):
                     for xw in range(w0, w1):
-                        total += _raised(_clamped(np.float64(x[n, c, xd, xh, xw]), eps), p,
+                        total += raised(clamped(np.float64(x[n, c, xd, xh, xw]), eps), p,
                                          whole)
             count = (d1 - d0) * (h1 - h0) * (w1 - w0)
             y[n, c, od, oh, ow] = _window_mean(total, count, p, whole, y.itemsize == 8, x, n,
@@ -373,8 +307,8 @@ def gem_window_p_terms(x, y, dy, table, eps, p, whole, terms):
             for xd in range(d0, d1):
                 for xh in range(h0, h1):
                     for xw in range(w0, w1):
-                        r = _clamped(np.float64(x[n, c, xd, xh, xw]), eps) * inverse
-                        power = _raised(r, p, whole)
+                        r = clamped(np.float64(x[n, c, xd, xh, xw]), eps) * inverse
+                        power = raised(r, p, whole)
                         s0 += power
                         s1 += power * elementary.log(r)
             terms[n, c, od, oh, ow] = _p_term(np.float64(dy[n, c, od, oh, ow]), mean, p, s0, s1)
@@ -403,7 +337,7 @@ def gem_window_backward(x, y, dy, table, eps, p, whole, cover_ptr, cover_out, dx
                         ow = cover_out[2, e]
                         count = count_h * (table[2, 2, ow] - table[2, 1, ow])
                         r = v * (1.0 / np.float64(y[n, c, od, oh, ow]))
-                        total += np.float64(dy[n, c, od, oh, ow]) / count * _raised_less_one(
+                        total += np.float64(dy[n, c, od, oh, ow]) / count * raised_less_one(
                             r, p, whole)
             dx[n, c, i_d, ih, iw] = total
 
@@ -416,7 +350,7 @@ def _powers(src, eps, p, whole, powered):
     """``powered[i] = max(src[i], eps)^p`` along a contiguous row."""
     for i in range(src.shape[0]):
         at = uint64(i)
-        powered[at] = _raised(_clamped(np.float64(src[at]), eps), p, whole)
+        powered[at] = raised(clamped(np.float64(src[at]), eps), p, whole)
 
 
 @inlined
@@ -447,10 +381,10 @@ def _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p,
     for a in range(window[0]):
         for b in range(window[1]):
             for t in range(window[2]):
-                z = _clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
+                z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
                                           (ow * steps[2] + t) * inner + c]), eps)
-                total += _raised(z * scale, p, whole)
-    return largest * _root(total / count, p, whole, precise)
+                total += raised(z * scale, p, whole)
+    return largest * root(total / count, p, whole, precise)
 
 
 @parallel_kernel
@@ -478,7 +412,7 @@ def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
                         _add_tap(powered, t, steps[2], inner, acc)
             out = y[plane, od, oh]
             for o in range(out_l):
-                out[uint64(o)] = _root(acc[uint64(o)] / count, p, whole, y.itemsize == 8)
+                out[uint64(o)] = root(acc[uint64(o)] / count, p, whole, y.itemsize == 8)
             for o in range(out_l):
                 if not _in_range(acc[o]):  # rare: redo the window relative to its maximum
                     ow, c = o // inner, o % inner
@@ -490,10 +424,10 @@ def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
 def _quad_sum(top, bottom, i, j, eps, p, whole):
     """``sum z^p`` of the 2x2 window ``top[i], top[j], bottom[i], bottom[j]``, from +0
     in tap order (row-major), float64: :func:`gem_rows_forward`'s sum, with its bits."""
-    total = 0.0 + _raised(_clamped(np.float64(top[i]), eps), p, whole)
-    total += _raised(_clamped(np.float64(top[j]), eps), p, whole)
-    total += _raised(_clamped(np.float64(bottom[i]), eps), p, whole)
-    return total + _raised(_clamped(np.float64(bottom[j]), eps), p, whole)
+    total = 0.0 + raised(clamped(np.float64(top[i]), eps), p, whole)
+    total += raised(clamped(np.float64(top[j]), eps), p, whole)
+    total += raised(clamped(np.float64(bottom[i]), eps), p, whole)
+    return total + raised(clamped(np.float64(bottom[j]), eps), p, whole)
 
 
 @inlined
@@ -537,7 +471,7 @@ def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, 
             out = y[plane, od, oh]
             for o in range(out_l):
                 at = uint64(o)
-                out[at] = _root(sums[at] / 4, p, whole, precise)
+                out[at] = root(sums[at] / 4, p, whole, precise)
             for o in range(out_l):
                 if not _in_range(sums[o]):  # rare: redo the window relative to its maximum
                     out[o] = _rows_rescaled(x, plane, o % inner, inner, od, oh, o // inner,
@@ -566,7 +500,7 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
         for o in range(gathered.shape[0]):
             at = uint64(o)
             v = gathered[at]
-            share = _raised_less_one(_clamped(v, eps) * inverse[at], p, whole)
+            share = raised_less_one(clamped(v, eps) * inverse[at], p, whole)
             gathered[at] = 0.0 + scale[at] * share if v >= eps else 0.0
         scatter_tap(gathered, start, step, inner, out)
         return
@@ -575,7 +509,7 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
         for c in range(inner):
             at, o = uint64(base + c), uint64(first + c)
             v = np.float64(src[at])
-            share = _raised_less_one(_clamped(v, eps) * inverse[o], p, whole)
+            share = raised_less_one(clamped(v, eps) * inverse[o], p, whole)
             out[at] = 0.0 + scale[o] * share if v >= eps else 0.0
 
 
@@ -586,8 +520,8 @@ def _tap_terms(src, start, step, inner, eps, p, whole, inverse, s0, s1, gathered
     gather_tap(src, start, step, inner, gathered)  # so the logarithms run contiguously
     for o in range(gathered.shape[0]):
         at = uint64(o)
-        r = _clamped(gathered[at], eps) * inverse[at]
-        power = _raised(r, p, whole)
+        r = clamped(gathered[at], eps) * inverse[at]
+        power = raised(r, p, whole)
         s0[at] += power
         s1[at] += power * elementary.log(r)
 
