@@ -189,8 +189,7 @@ def test_channels_last_3x3_mean_adds_in_the_nchw_order(kwargs, dtype):
 KINDS = [  # (operator, arguments, keywords): the kinds that pool windows (the blurs' test
     # is test_kinds_blur's)
     (pg.soft_pool, (2,), {}),
-    (pg.stochastic_pool, (2,), {"rng": 4}),
-    (pg.stochastic_pool, (2,), {"training": False}),
+    (pg.stochastic_pool, (2,), {"rng": 4}),  # evaluation: SoftPool's kernels
     (pg.fractional_max_pool, (2,), {"output_ratio": 0.5, "rng": 4}),
     (pg.gem_pool, (3.0, 2), {}),
     (pg.mixed_pool, (2, None, 0, 0.5), {}),
