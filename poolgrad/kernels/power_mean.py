@@ -48,6 +48,7 @@ from numba import prange, uint64
 from . import constant, elementary, parallel_kernel
 from .powers import clamped, raised, raised_less_one, root
 from .walk import (
+    copy_row,
     gather_tap,
     inlined,
     quad_rows,
@@ -120,15 +121,6 @@ def _in_range(total):
     return not (total < TINY or total == np.inf)
 
 
-@inlined
-def _copied(row, copy):
-    """``copy[:] = row``, both contiguous (a slice assignment here compiled to nothing
-    inside the weighted kernels' prange loops)."""
-    for i in range(row.shape[0]):
-        at = uint64(i)
-        copy[at] = row[at]
-
-
 @parallel_kernel
 def gem_global_forward_planes(x, eps, p, whole, y, copy):
     """``copy`` (or None) gets each plane once it is summed, still in cache (a copy of
@@ -139,7 +131,7 @@ def gem_global_forward_planes(x, eps, p, whole, y, copy):
         acc = np.empty(LANES, np.float64)
         total = _plane_sum(x[n, c], eps, 1.0, p, whole, acc)
         if copy is not None:
-            _copied(x[n, c], copy[n, c])
+            copy_row(x[n, c], copy[n, c])
         if _in_range(total):
             y[n, c] = root(total / length, p, whole, y.itemsize == 8)
         else:
@@ -161,7 +153,7 @@ def gem_global_forward_channels_last(x, eps, p, whole, y, copy):
                 z = clamped(np.float64(row[uint64(c)]), eps)
                 lane[uint64(c)] += raised(z, p, whole)
             if copy is not None:
-                _copied(row, copy[n, i])
+                copy_row(row, copy[n, i])
         lanes = np.empty(LANES, np.float64)
         for c in range(n_chan):
             lanes[:] = acc[:, c]
@@ -478,8 +470,8 @@ def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, 
                                             window, steps, 4, eps, p, whole, precise)
             if copy is not None:
                 copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
-                _copied(top, copy_top)
-                _copied(bottom, copy_bottom)
+                copy_row(top, copy_top)
+                copy_row(bottom, copy_bottom)
 
 
 @inlined

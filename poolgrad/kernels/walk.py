@@ -147,6 +147,15 @@ def quad_rows(x, plane, row, out_h, steps):
 
 
 @inlined
+def copy_row(row, copy):
+    """``copy[:] = row``, both contiguous: a loop, as that slice assignment compiled to
+    nothing inside the 2x2 kernels' prange loops (a copy of x for a pullback)."""
+    for i in range(row.shape[0]):
+        at = uint64(i)
+        copy[at] = row[at]
+
+
+@inlined
 def gather_tap(src, start, step, inner, taps):
     """``taps[ow * inner + c] = src[(start + ow * step) * inner + c]``: the tap at
     ``start`` of every window of a row of ``(W * inner)`` values, as float64, so that

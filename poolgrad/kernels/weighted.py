@@ -39,7 +39,16 @@ import numpy as np
 from numba import prange, uint64
 
 from . import elementary, parallel_kernel
-from .walk import gather_tap, inlined, quad_rows, row_index, row_windows, rows_task, scatter_tap
+from .walk import (
+    copy_row,
+    gather_tap,
+    inlined,
+    quad_rows,
+    row_index,
+    row_windows,
+    rows_task,
+    scatter_tap,
+)
 
 SOFT, SELF = 0, 1
 
@@ -275,9 +284,8 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
                                   steps, False, real, norm is not None)
             if copy is not None:
                 copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
-                for i in range(top.shape[0]):
-                    at = uint64(i)
-                    copy_top[at], copy_bottom[at] = top[at], bottom[at]
+                copy_row(top, copy_top)
+                copy_row(bottom, copy_bottom)
         if kind != SOFT:
             invalid[task] = bad
 
