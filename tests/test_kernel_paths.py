@@ -642,7 +642,7 @@ def _gem_passes(choose, xs, stored, plan, operand, eps, p):
     forward = choose("gem", "forward", plan, operand)
     y = empty(_out_shape(xs, plan), xs.dtype, stored)
     copy = np.full_like(xs, 7.0)  # the pullback's x, written as the forward reads x
-    forward(xs, eps, p, whole, y, copy)
+    forward(xs, eps, p, whole, y, copy=copy)
     np.testing.assert_array_equal(copy, xs)
     dy = np.nan_to_num(y) * 0.5 - 0.25
     backward = choose("gem", "backward", plan, operand)
@@ -865,7 +865,7 @@ def _weighted_passes(choose, xs, stored, plan, operand, kind):
     y, norm = (empty(_out_shape(xs, plan), xs.dtype, stored) for _ in range(2))
     forward = choose("weighted", "forward", plan, operand)
     copy = np.full_like(xs, 7.0)  # the pullback's x, written as the forward reads x
-    forward(xs, y, norm, kind, copy)
+    forward(xs, y, norm, kind, copy=copy)
     np.testing.assert_array_equal(copy, xs)
     dy = np.nan_to_num(y) * 0.5 - 0.25
     backward = choose("weighted", "backward" if kind == weighted.SOFT else "mean_backward",

@@ -44,13 +44,13 @@ def gem_forward(xk: np.ndarray, plan, p: float, eps: float,
         target = None if copy is None else planes(copy)
         if target is not None and not np.shares_memory(target, copy):
             target = None  # a layout whose planes are not a view: copied below
-        forward(planes(xk), *_scalars(p, eps), y, target)
+        forward(planes(xk), *_scalars(p, eps), y, copy=target)
         if copy is not None and target is None:
             np.copyto(copy, xk)
         return y.reshape(xk.shape[:2] + (1, 1, 1))
     y = empty(xk.shape[:2] + tuple(a.count for a in plan.kernel_axes), xk.dtype,
               operand.layout == "channels_last")
-    forward(xk, *_scalars(p, eps), y, copy)
+    forward(xk, *_scalars(p, eps), y, copy=copy)
     return y
 
 

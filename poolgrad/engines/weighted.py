@@ -56,7 +56,7 @@ def weighted_forward(xk: np.ndarray, plan, kind: int, *, keep_norm: bool = True,
     shape, stored = _out_shape(xk, plan), operand.layout == "channels_last"
     y = empty(shape, xk.dtype, stored)
     norm = empty(shape, xk.dtype, stored) if keep_norm else None
-    invalid = forward(xk, y, norm, kind, copy)  # None: it did not check every input
+    invalid = forward(xk, y, norm, kind, copy=copy)  # None: it did not check every input
     if kind == weighted.SELF:
         if invalid is None:
             require_probabilities(xk, plan)

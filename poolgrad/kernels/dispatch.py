@@ -33,7 +33,7 @@ Run signatures (one per op and direction)::
     ("weighted", "forward")  run(x, y, norm, kind, copy=None) -> None, or for SELF
                              whether a tap was < 0 or NaN where the kernel read all
                              of x; kind: weighted.SOFT or SELF; norm may be None (not
-                             written); copy, if given, gets x (stored as x is)
+                             written); copy (keyword), if given, gets x (stored as x is)
     ("weighted", "backward") run(x, y, norm, dy, kind, dx)  SoftPool's
     ("weighted", "mean_backward")  the same, stochastic pooling's mean; y and norm
                              None where the kernel does not needs_outputs
@@ -48,7 +48,7 @@ Run signatures (one per op and direction)::
     ("fractional", "indices")  run(starts, extent, pos, in_h, in_w, indices)  windows
                                                per plane; plan: a FractionalPlan
     ("gem", "forward")     run(x, eps, p, whole, y, copy=None)   whole: power_form(p);
-                           copy, if given, gets x (stored as x is)
+                           copy (keyword), if given, gets x (stored as x is)
     ("gem", "backward")    run(x, y, dy, eps, p, whole, dx)
     ("gem", "p_terms")     run(x, y, dy, eps, p, whole, terms)  each window's dp term
     ("gem_global", "forward")   run(x, eps, p, whole, y, copy=None)  (N, C, L) views;

@@ -144,12 +144,8 @@ def _blur_back(plan):
 
 
 def _weighted(plan):
-    def run(x, y, norm, kind, copy=None):
-        weighted.weighted_pool_forward(x, plan.table, kind, y,
-                                       np.empty_like(y) if norm is None else norm)
-        if copy is not None:
-            np.copyto(copy, x)
-    return run
+    return lambda x, y, norm, kind: weighted.weighted_pool_forward(
+        x, plan.table, kind, y, np.empty_like(y) if norm is None else norm)
 
 
 def _weighted_back(plan):
@@ -175,11 +171,24 @@ def _sample_quads(plan):
 
 
 def _gem(plan):
-    def run(x, eps, p, whole, y, copy=None):
-        power_mean.gem_window_forward(x, plan.table, eps, p, whole, y)
-        if copy is not None:
-            np.copyto(copy, x)
-    return run
+    return lambda x, eps, p, whole, y: power_mean.gem_window_forward(
+        x, plan.table, eps, p, whole, y)
+
+
+def _then_copied(bind):
+    """``bind`` for a forward that does not copy x as it reads it: its run takes the
+    ``copy`` keyword of the forwards that do (an array for a pullback's own x, or None)
+    and makes that copy after the kernel."""
+    def wrapped(plan):
+        run = bind(plan)
+
+        def with_copy(x, *args, copy=None):
+            result = run(x, *args)
+            if copy is not None:
+                np.copyto(copy, x)
+            return result
+        return with_copy
+    return wrapped
 
 
 def _gem_back(plan):
@@ -257,11 +266,9 @@ def _gem_rows(kernel, pass_name):
     def bind(plan):
         window, steps, covered = _rows_geometry(plan)
         if pass_name == "forward":
-            def run(x, eps, p, whole, y, copy=None):
+            def run(x, eps, p, whole, y):
                 inner, xr, yr = _rows_like(x, y)
                 kernel(xr, inner, window, steps, *_tasks(yr), eps, p, whole, yr)
-                if copy is not None:
-                    np.copyto(copy, x)
             return run
 
         def run(x, y, dy, eps, p, whole, out):  # out: dx, or the terms of dp
@@ -325,12 +332,10 @@ def _weighted_rows(kernel, forward: bool, takes_kind: bool = True):
     def bind(plan):
         window, steps, covered = _rows_geometry(plan)
         if forward:
-            def run(x, y, norm, kind, copy=None):
+            def run(x, y, norm, kind):
                 norm = np.empty_like(y) if norm is None else norm
                 inner, xr, yr, norm_rows = _rows_like(x, y, norm)
                 kernel(xr, inner, window, steps, *_tasks(yr), kind, yr, norm_rows)
-                if copy is not None:
-                    np.copyto(copy, x)
             return run
 
         def run(x, y, norm, dy, kind, dx):
@@ -472,8 +477,8 @@ RULES = {
     ("gem", "forward"): [
         Rule("power_mean.gem_quads_forward", _quads, _gem_quads),
         Rule("power_mean.gem_rows_forward", _full_windows,
-             _gem_rows(power_mean.gem_rows_forward, "forward")),
-        Rule("power_mean.gem_window_forward", always, _gem)],
+             _then_copied(_gem_rows(power_mean.gem_rows_forward, "forward"))),
+        Rule("power_mean.gem_window_forward", always, _then_copied(_gem))],
     ("gem", "backward"): [
         Rule("power_mean.gem_rows_backward", _apart,
              _gem_rows(power_mean.gem_rows_backward, "backward")),
@@ -494,8 +499,8 @@ RULES = {
         Rule("weighted.weighted_quads_forward", _quads,
              _weighted_quads),
         Rule("weighted.weighted_rows_forward", _full_windows,
-             _weighted_rows(weighted.weighted_rows_forward, True)),
-        Rule("weighted.weighted_pool_forward", always, _weighted)],
+             _then_copied(_weighted_rows(weighted.weighted_rows_forward, True))),
+        Rule("weighted.weighted_pool_forward", always, _then_copied(_weighted))],
     ("weighted", "backward"): [
         Rule("weighted.soft_quads_backward", _quads_apart,
              _weighted_rows(weighted.soft_quads_backward, False, takes_kind=False)),

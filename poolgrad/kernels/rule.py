@@ -23,8 +23,8 @@ class Kernel:
     channels_last: bool = False
     needs_outputs: bool = True  # a backward that reads the forward's outputs
 
-    def __call__(self, *args):
-        return self.run(*args)
+    def __call__(self, *args, **keywords):
+        return self.run(*args, **keywords)
 
 
 @dataclass(frozen=True)
