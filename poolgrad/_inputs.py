@@ -9,6 +9,7 @@ call the same ones.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -23,6 +24,57 @@ COMPUTE_DTYPE = {
     np.dtype(np.float32): np.dtype(np.float32),
     np.dtype(np.float64): np.dtype(np.float64),
 }
+
+
+# --------------------------------------------------------------------------------------
+# Arguments kept per call
+
+_KEYED_EXACTLY = (bool, int, str, type(None), np.integer, np.bool_)
+_MEMO_SIZE = 1024
+
+
+def _argument_key(value):
+    """``value`` as a key that tells apart what ``==`` does not: ``1``, ``True``, ``1.0``,
+    ``np.int64(1)``, ``(1,)`` and ``[1]`` (a float by its repr, so -0.0 is not 0.0 and NaN
+    is NaN); a TypeError for anything but these and tuples and lists of them."""
+    kind = type(value)
+    if kind is int or kind is str or value is None:
+        return value  # the commonest arguments, told apart by their own == and hash
+    if isinstance(value, (tuple, list)):
+        return kind, tuple(map(_argument_key, value))
+    if isinstance(value, _KEYED_EXACTLY):
+        return kind, value
+    if isinstance(value, (float, np.floating)):
+        return kind, repr(value)
+    raise TypeError(f"{kind.__name__} is not a plain argument")
+
+
+def memoized(function):
+    """``function``, a pure check and canonicalisation of plain arguments (ints, floats,
+    strings, None, and tuples and lists of them), with its results kept per arguments:
+    the operators' Python work per call, which on a small input costs more than the
+    pooling, is done once per geometry. The results must be immutable. A call that
+    raises is not kept (so it raises again), and one with any other argument (an array,
+    a tensor) is not looked up. ``.uncached`` is ``function`` itself, for a tracer (such
+    as ``torch.compile``'s) that must see the work."""
+    kept = {}
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        try:
+            key = _argument_key(args), _argument_key(tuple(kwargs.items()))
+        except TypeError:
+            return function(*args, **kwargs)
+        result = kept.get(key, kept)
+        if result is kept:
+            result = function(*args, **kwargs)
+            if len(kept) >= _MEMO_SIZE:
+                kept.clear()
+            kept[key] = result
+        return result
+
+    call.uncached = function
+    return call
 
 
 # --------------------------------------------------------------------------------------
@@ -108,6 +160,7 @@ def count_spatial_dims(shape, name: str, **per_dim_args) -> int:
     return _spatial_dims(shape, name, _given_by(_per_dim_count(per_dim_args)), how, "")
 
 
+@memoized
 def resolve_spatial_dims(shape, spatial_dims, where: str = "", **per_dim_args) -> int:
     """The kinds' and the global pools' rule, one for NumPy and torch: the number of
     spatial dims of an input of ``shape`` is ``spatial_dims`` (1-3) if given, else the

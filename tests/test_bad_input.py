@@ -440,3 +440,28 @@ def test_unpool_full_output_size_must_match_the_leading_dims():
     assert poolgrad.max_unpool(y, indices, 2, output_size=(1, 2, 4, 4)).shape == (1, 2, 4, 4)
     with pytest.raises(ValueError, match="^output_size"):
         poolgrad.max_unpool(y, indices, 2, output_size=(99, 2, 4, 4))
+
+
+@pytest.mark.parametrize("bad", [2.0, True, (2.0, 2), (True, 2), np.float64(2.0)])
+def test_kept_arguments_never_let_a_bad_one_through(bad):
+    """The operators keep their checked arguments per call (``_inputs.memoized``); a value
+    equal to a good one (``2.0 == True + 1 == 2``) must still be refused after it."""
+    x = np.random.default_rng(0).standard_normal((1, 2, 8, 8))
+    poolgrad.blur_pool(x, 2)  # the good arguments, kept
+    poolgrad.fractional_max_pool(x, 2, output_size=4, samples=np.full((1, 2, 2), 0.5))
+    with pytest.raises(TypeError, match="stride"):
+        poolgrad.blur_pool(x, bad)
+    with pytest.raises(TypeError, match="kernel_size"):
+        poolgrad.fractional_max_pool(x, bad, output_size=4, samples=np.full((1, 2, 2), 0.5))
+
+
+def test_kept_arguments_tell_floats_apart():
+    from poolgrad._inputs import memoized
+
+    seen = []
+    kept = memoized(lambda *args: seen.append(args) or len(seen))
+    assert kept(0.0) == kept(0.0) == 1
+    assert kept(-0.0) == 2 and kept(float("nan")) == 3 == kept(float("nan"))
+    assert kept(1) == 4 and kept(True) == 5 and kept(np.int64(1)) == 6
+    assert kept([1]) == 7 and kept((1,)) == 8 and kept([1]) == 7
+    assert kept(np.array([1])) == 9 and kept(np.array([1])) == 10  # arrays: never kept

@@ -609,6 +609,20 @@ def test_bad_input_gets_a_clear_error(call, error, words):
         call()
 
 
+@pytest.mark.parametrize("bad", [2.0, True, (2.0, 2), (True, 2)])
+def test_kept_geometry_never_lets_a_bad_argument_through(bad):
+    """The window of each call is kept per arguments; one equal to a kept good one (2.0,
+    True + 1) is still refused, as on a first call (it once was not: 2.0 passed after 2)."""
+    x = torch.randn(1, 2, 8, 8)
+    pt.max_pool2d(x, 2)
+    pt.max_pool2d(x, (2, 2))
+    pt.blur_pool(x, 2)
+    with pytest.raises(TypeError, match="kernel_size"):
+        pt.max_pool2d(x, bad)
+    with pytest.raises(TypeError, match="stride"):
+        pt.blur_pool(x, bad)
+
+
 def test_inputs_are_never_modified():
     x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
     kept = x.clone()

@@ -24,6 +24,7 @@ def _filter_sizes(filter_size, ndim):
     return sizes
 
 
+@inputs.memoized
 def blur_arguments(shape, kernel_size, stride, filter_size, padding, padding_mode,
                    spatial_dims, where=""):
     """``(ndim, kernel, stride, filter sizes, padding pairs)`` of an anti-aliased pooling

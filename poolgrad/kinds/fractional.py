@@ -145,6 +145,7 @@ def in_sample_precision(u: np.ndarray) -> np.ndarray:
         np.float64 if u.dtype == np.float64 else np.float32)
 
 
+@inputs.memoized
 def fractional_arguments(shape, kernel_size, output_size, output_ratio, sequence,
                          spatial_dims, where=""):
     """``(ndim, kernel, output sizes)`` of a fractional max pooling of an input of

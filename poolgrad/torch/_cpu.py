@@ -54,13 +54,26 @@ def _layout(shape, ndim) -> _inputs.Layout:
     return _inputs.Layout(tuple(int(s) for s in shape), ndim)
 
 
+@functools.lru_cache(maxsize=1024)
+def _window_job(window: tuple[int, ...], shape: tuple[int, ...]):
+    """``(layout, plan, out shape)`` of a pooling over ``window`` of an input of
+    ``shape``: the arithmetic of every call, done once per geometry (after a large
+    kernel, Python's work runs from cold caches and costs several times what it does
+    alone)."""
+    plan = _ops.plan_of(window, shape[2:])
+    return _layout(shape, _ops.window_ndim(window)), plan, shape[:2] + plan.out_spatial
+
+
+def _job(x: Tensor, window) -> tuple:
+    return _window_job(tuple(window), tuple(x.shape))
+
+
 @_ops.implement(_ops.max_pool, "cpu")
 def max_pool(x: Tensor, window: list[int], ties: str) -> tuple[Tensor, Tensor]:
     """Values and each window's winning tap (uint8 up to 256 taps, then uint16)."""
     _on_cpu(x)
     xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    plan = _ops.plan_of(window, xa.shape[2:])
+    layout, plan, _ = _job(x, window)
     _, yk, winners, _ = engines.max_forward(xa, layout, plan, record=True)
     out_shape = layout.user_shape(plan.out_spatial)
     fmt = _ops.memory_format(x)
@@ -73,8 +86,8 @@ def max_pool_values(x: Tensor, window: list[int]) -> Tensor:
     """The values of :func:`max_pool` alone, for inference: no winners written."""
     _on_cpu(x)
     xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    y, _ = engines.max_engine(xa, layout, _ops.plan_of(window, xa.shape[2:]),
+    layout, plan, _ = _job(x, window)
+    y, _ = engines.max_engine(xa, layout, plan,
                               return_indices=False, ties="first", want_pullback=False,
                               op="max_pool")
     return _tensor(y, _ops.memory_format(x), x.dtype)
@@ -85,9 +98,7 @@ def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
                       x_size: list[int]) -> Tensor:
     """``dy`` routed to each window's winner; overlapping windows add up."""
     _on_cpu(dy, winners)
-    ndim = _ops.window_ndim(window)
-    layout = _layout(x_size, ndim)
-    plan = _ops.plan_of(window, x_size[2:])
+    layout, plan, _ = _window_job(tuple(window), tuple(x_size))
     dya = _array(dy)
     pullback = engines.max_pullback(layout.to_kernel(winners.numpy()), plan, layout, dya.dtype)
     return _tensor(pullback(dya), _ops.memory_format(winners), dy.dtype)
@@ -97,8 +108,7 @@ def max_pool_backward(dy: Tensor, winners: Tensor, window: list[int],
 def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
     """``dx`` read at each window's winner: the adjoint of :func:`max_pool_backward`."""
     _on_cpu(dx, winners)
-    layout = _layout(dx.shape, _ops.window_ndim(window))
-    plan = _ops.plan_of(window, dx.shape[2:])
+    layout, plan, _ = _job(dx, window)
     dy = engines.max_gather(_array(dx), layout.to_kernel(winners.numpy()), plan, layout)
     return _tensor(dy, _ops.memory_format(winners), dx.dtype)
 
@@ -107,8 +117,7 @@ def max_pool_gather(dx: Tensor, winners: Tensor, window: list[int]) -> Tensor:
 def max_pool_indices(winners: Tensor, window: list[int], x_size: list[int]) -> Tensor:
     """PyTorch's int64 indices: each winner's flat position in its input plane."""
     _on_cpu(winners)
-    layout = _layout(x_size, _ops.window_ndim(window))
-    plan = _ops.plan_of(window, x_size[2:])
+    layout, plan, _ = _window_job(tuple(window), tuple(x_size))
     indices = engines.winner_indices(layout.to_kernel(winners.numpy()), plan)
     return _tensor(indices.reshape(winners.shape), _ops.memory_format(winners))
 
@@ -118,8 +127,8 @@ def max_pool_split_backward(dy: Tensor, x: Tensor, window: list[int]) -> Tensor:
     """``ties="split"``: each window's ``dy`` shared equally among its tied maxima."""
     _on_cpu(dy, x)
     xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    _, pullback = engines.max_engine(xa, layout, _ops.plan_of(window, xa.shape[2:]),
+    layout, plan, _ = _job(x, window)
+    _, pullback = engines.max_engine(xa, layout, plan,
                                      return_indices=False, ties="split", want_pullback=True,
                                      op="max_pool")
     return _tensor(pullback(_array(dy)), _ops.memory_format(x), dy.dtype)
@@ -131,8 +140,8 @@ def avg_pool(x: Tensor, window: list[int], count_include_pad: bool,
     """Window means (adaptive windows: the means of PyTorch's bins)."""
     _on_cpu(x)
     xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    y, _ = engines.avg_engine(xa, layout, _ops.plan_of(window, xa.shape[2:]),
+    layout, plan, _ = _job(x, window)
+    y, _ = engines.avg_engine(xa, layout, plan,
                               divisor_mode=_ops.divisor_mode(window, count_include_pad),
                               divisor_override=divisor_override, want_pullback=False,
                               op="avg_pool", kind=_ops.avg_kind(window))
@@ -145,10 +154,9 @@ def avg_pool_backward(dy: Tensor, window: list[int], x_size: list[int],
                       channels_last: bool) -> Tensor:
     """``dy / divisor`` spread over each window's input elements."""
     _on_cpu(dy)
-    ndim = _ops.window_ndim(window)
-    layout = _layout(x_size, ndim)
+    layout, plan, _ = _window_job(tuple(window), tuple(x_size))
     dya = _array(dy)
-    pullback = engines.avg_pullback(_ops.plan_of(window, x_size[2:]), layout, dya.dtype,
+    pullback = engines.avg_pullback(plan, layout, dya.dtype,
                                     channels_last=channels_last,
                                     divisor_mode=_ops.divisor_mode(window, count_include_pad),
                                     divisor_override=divisor_override,
@@ -161,8 +169,8 @@ def lp_pool(x: Tensor, p: float, window: list[int]) -> Tensor:
     """``(sum over the window of |x|^p)^(1/p)`` (ONNX LpPool)."""
     _on_cpu(x)
     xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    y, _ = engines.lp_engine(xa, layout, _ops.plan_of(window, xa.shape[2:]), p,
+    layout, plan, _ = _job(x, window)
+    y, _ = engines.lp_engine(xa, layout, plan, p,
                              want_pullback=False, op="lp_pool")
     return _tensor(y, _ops.memory_format(x), x.dtype)
 
@@ -172,9 +180,9 @@ def lp_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: float, window: list[in
     """``dy * sign(x) * (|x| / y)^(p-1)`` summed over the windows holding each input."""
     _on_cpu(dy, x, y)
     xa, ya = _array(x), _array(y)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
+    layout, plan, _ = _job(x, window)
     xk, yk = _inputs.compute_view(xa, layout), _inputs.compute_view(ya, layout)
-    pullback = engines.lp_pullback(xk, yk, p, _ops.plan_of(window, xa.shape[2:]), layout, xa.dtype)
+    pullback = engines.lp_pullback(xk, yk, p, plan, layout, xa.dtype)
     return _tensor(pullback(_array(dy)), _ops.memory_format(x), dy.dtype)
 
 
@@ -202,21 +210,16 @@ def max_unpool_backward(dout: Tensor, indices: Tensor, window: list[int]) -> Ten
 
 
 
-def _gem_plan(window, x_spatial):
-    """None for a global window (the whole-plane kernels), else the sliding plan."""
-    return None if _ops.is_global(window) else _ops.plan_of(window, x_spatial)
-
-
 @_ops.implement(_kind_ops.gem_pool, "cpu")
 def gem_pool(x: Tensor, p: Tensor, eps: float, window: list[int]) -> Tensor:
     """``mean(max(x, eps)^p)^(1/p)`` over each sliding window, or over each whole plane
     (a global window); ``p`` a one-element tensor (learnable)."""
     _on_cpu(x, p)
     xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    yk = engines.gem_forward(_inputs.compute_view(xa, layout), _gem_plan(window, xa.shape[2:]),
-                             float(p), eps)
-    y = yk.astype(xa.dtype, copy=False).reshape(_ops.out_shape(x, window))
+    layout, plan, shape = _job(x, window)
+    yk = engines.gem_forward(_inputs.compute_view(xa, layout),
+                             None if _ops.is_global(window) else plan, float(p), eps)
+    y = yk.astype(xa.dtype, copy=False).reshape(shape)
     return _tensor(y, _ops.memory_format(x), x.dtype)
 
 
@@ -227,11 +230,11 @@ def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
     compute dtype; their sum is ``dp``), else zeros."""
     _on_cpu(dy, x, y, p)
     xa, ya, dya = _array(x), _array(y), _array(dy)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
+    layout, plan, _ = _job(x, window)
     xk, yk = _inputs.compute_view(xa, layout), _inputs.compute_view(ya, layout)
     dyk = layout.to_kernel(dya.astype(xk.dtype, copy=False))
-    dx, terms = engines.gem_backward(xk, yk, dyk, _gem_plan(window, xa.shape[2:]), float(p),
-                                     eps, with_dp)
+    dx, terms = engines.gem_backward(xk, yk, dyk, None if _ops.is_global(window) else plan,
+                                     float(p), eps, with_dp)
     compute = _ops.compute_dtype(x)
     terms = (torch.from_numpy(terms.reshape(y.shape)).to(compute) if with_dp
              else torch.zeros(y.shape, dtype=compute))
@@ -242,11 +245,9 @@ def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
 def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tensor]:
     """Each window's weighted average (SOFT or SELF) and its ``norm``."""
     _on_cpu(x)
-    xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    y, norm = engines.weighted_forward(_inputs.compute_view(xa, layout),
-                                       _ops.plan_of(window, xa.shape[2:]), kind)
-    fmt, shape = _ops.memory_format(x), _ops.out_shape(x, window)
+    layout, plan, shape = _job(x, window)
+    y, norm = engines.weighted_forward(_inputs.compute_view(_array(x), layout), plan, kind)
+    fmt = _ops.memory_format(x)
     return (_tensor(y.reshape(shape), fmt, x.dtype),
             _tensor(norm.reshape(shape), fmt, _ops.compute_dtype(x)))
 
@@ -255,11 +256,10 @@ def weighted_pool(x: Tensor, kind: int, window: list[int]) -> tuple[Tensor, Tens
 def weighted_pool_values(x: Tensor, kind: int, window: list[int]) -> Tensor:
     """Each window's weighted average, without the ``norm`` a backward reads."""
     _on_cpu(x)
-    xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    y, _ = engines.weighted_forward(_inputs.compute_view(xa, layout),
-                                    _ops.plan_of(window, xa.shape[2:]), kind, keep_norm=False)
-    return _tensor(y.reshape(_ops.out_shape(x, window)), _ops.memory_format(x), x.dtype)
+    layout, plan, shape = _job(x, window)
+    y, _ = engines.weighted_forward(_inputs.compute_view(_array(x), layout), plan, kind,
+                                    keep_norm=False)
+    return _tensor(y.reshape(shape), _ops.memory_format(x), x.dtype)
 
 
 @_ops.implement(_kind_ops.weighted_pool_backward, "cpu")
@@ -267,12 +267,11 @@ def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind:
                            window: list[int]) -> Tensor:
     """``dx``: each input's share of the windows that read it."""
     _on_cpu(dy, x, y, norm)
-    xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    xk = _inputs.compute_view(xa, layout)
+    layout, plan, _ = _job(x, window)
+    xk = _inputs.compute_view(_array(x), layout)
     yk, normk = (layout.to_kernel(_array(t).astype(xk.dtype, copy=False)) for t in (y, norm))
     dyk = layout.to_kernel(_array(dy).astype(xk.dtype, copy=False))
-    dx = engines.weighted_backward(xk, yk, normk, dyk, _ops.plan_of(window, xa.shape[2:]), kind)
+    dx = engines.weighted_backward(xk, yk, normk, dyk, plan, kind)
     return _tensor(dx.reshape(x.shape), _ops.memory_format(x), dy.dtype)
 
 
@@ -280,12 +279,10 @@ def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind:
 def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
     """One drawn tap per window: its value and its winner."""
     _on_cpu(x, draws)
-    xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
+    layout, plan, shape = _job(x, window)
     y, winners = engines.stochastic_sample(
-        _inputs.compute_view(xa, layout), layout.to_kernel(_array(draws)),
-        _ops.plan_of(window, xa.shape[2:]))
-    fmt, shape = _ops.memory_format(x), _ops.out_shape(x, window)
+        _inputs.compute_view(_array(x), layout), layout.to_kernel(_array(draws)), plan)
+    fmt = _ops.memory_format(x)
     return _tensor(y.reshape(shape), fmt, x.dtype), _tensor(winners.reshape(shape), fmt)
 
 
@@ -297,11 +294,10 @@ def _blend_weights(weights: Tensor) -> np.ndarray:
 def blend_pool(x: Tensor, weights: Tensor, kind: int, window: list[int]) -> Tensor:
     """Each window's blend of its maximum and mean (MIXED or GATED)."""
     _on_cpu(x, weights)
-    xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    y = engines.blend_forward(_inputs.compute_view(xa, layout),
-                              _ops.plan_of(window, xa.shape[2:]), kind, _blend_weights(weights))
-    return _tensor(y.reshape(_ops.out_shape(x, window)), _ops.memory_format(x), x.dtype)
+    layout, plan, shape = _job(x, window)
+    y = engines.blend_forward(_inputs.compute_view(_array(x), layout), plan, kind,
+                              _blend_weights(weights))
+    return _tensor(y.reshape(shape), _ops.memory_format(x), x.dtype)
 
 
 @_ops.implement(_kind_ops.blend_pool_backward, "cpu")
@@ -309,40 +305,45 @@ def blend_pool_backward(dy: Tensor, x: Tensor, weights: Tensor, kind: int,
                         window: list[int]) -> tuple[Tensor, Tensor]:
     """``dx`` and the weights' gradient (float64, shaped as ``weights``)."""
     _on_cpu(dy, x, weights)
-    xa = _array(x)
-    layout = _layout(xa.shape, _ops.window_ndim(window))
-    xk = _inputs.compute_view(xa, layout)
+    layout, plan, _ = _job(x, window)
+    xk = _inputs.compute_view(_array(x), layout)
     dyk = layout.to_kernel(_array(dy).astype(xk.dtype, copy=False))
-    dx, dweights = engines.blend_backward(xk, dyk, _ops.plan_of(window, xa.shape[2:]), kind,
-                                          _blend_weights(weights))
+    dx, dweights = engines.blend_backward(xk, dyk, plan, kind, _blend_weights(weights))
     return (_tensor(dx.reshape(x.shape), _ops.memory_format(x), dy.dtype),
             torch.from_numpy(dweights.reshape(weights.shape)))
+
+
+def _blur_forward(x: Tensor, blur: list[int], record: bool):
+    """``(y, winners, plan)`` of an anti-aliased pooling of ``x``, both in NumPy, shaped
+    as the user's tensors (winners empty unless ``record`` and a max)."""
+    xa = _array(x)
+    plan = _kind_ops.blur_plan_of(tuple(blur), tuple(xa.shape[2:]))
+    y, winners = engines.blur_forward(
+        _inputs.compute_view(xa, _layout(xa.shape, len(plan.in_spatial))), plan,
+        record=record)
+    lead = tuple(xa.shape[:2])
+    if record and plan.pre == "max":
+        winners = winners.reshape(lead + plan.map_spatial)
+    return y.reshape(lead + plan.out_spatial), winners, plan
 
 
 @_ops.implement(_kind_ops.blur_pool, "cpu")
 def blur_pool(x: Tensor, blur: list[int]) -> tuple[Tensor, Tensor]:
     """Anti-aliased pooling, and a max-blur's winners, both in ``x``'s layout."""
     _on_cpu(x)
-    xa = _array(x)
-    plan = _kind_ops.blur_plan_of(tuple(blur), tuple(xa.shape[2:]))
-    y, winners = engines.blur_forward(
-        _inputs.compute_view(xa, _layout(xa.shape, len(plan.in_spatial))), plan)
+    y, winners, plan = _blur_forward(x, blur, record=True)
     fmt = _ops.memory_format(x)
-    winners = (_tensor(winners.reshape(_kind_ops.blur_winners_shape(x, blur)), fmt)
-               if plan.pre == "max" else torch.empty(0, dtype=torch.uint8))
-    return _tensor(y.reshape(_kind_ops.blur_out_shape(x, blur)), fmt, x.dtype), winners
+    winners = (_tensor(winners, fmt) if plan.pre == "max"
+               else torch.empty(0, dtype=torch.uint8))
+    return _tensor(y, fmt, x.dtype), winners
 
 
 @_ops.implement(_kind_ops.blur_pool_values, "cpu")
 def blur_pool_values(x: Tensor, blur: list[int]) -> Tensor:
     """Anti-aliased pooling's output alone, in ``x``'s layout."""
     _on_cpu(x)
-    xa = _array(x)
-    plan = _kind_ops.blur_plan_of(tuple(blur), tuple(xa.shape[2:]))
-    y, _ = engines.blur_forward(
-        _inputs.compute_view(xa, _layout(xa.shape, len(plan.in_spatial))), plan, record=False)
-    return _tensor(y.reshape(_kind_ops.blur_out_shape(x, blur)), _ops.memory_format(x),
-                   x.dtype)
+    y, _, _ = _blur_forward(x, blur, record=False)
+    return _tensor(y, _ops.memory_format(x), x.dtype)
 
 
 @_ops.implement(_kind_ops.blur_pool_backward, "cpu")

@@ -19,8 +19,6 @@ Where poolgrad differs from torch (all documented in the README's semantics tabl
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
@@ -69,29 +67,26 @@ def _keeps_winners(x: Tensor, ties: str) -> bool:
 
 
 def sliding(x: Tensor, ndim, kernel_size, stride, padding, dilation, ceil_mode) -> list[int]:
-    spatial = tuple(x.shape[2:])
-    if not torch.compiler.is_compiling():  # (Dynamo traces the uncached function)
-        try:
-            return list(_cached_window(ndim, kernel_size, stride, padding, dilation,
-                                       ceil_mode, spatial))
-        except TypeError:  # unhashable arguments (lists): plan them each time
-            pass
-    return _window(ndim, kernel_size, stride, padding, dilation, ceil_mode, spatial)
+    window = arguments(_window)(ndim, kernel_size, stride, padding, dilation, ceil_mode,
+                                tuple(x.shape[2:]))
+    return list(window)
 
 
-def _window(ndim, kernel_size, stride, padding, dilation, ceil_mode, spatial) -> list[int]:
+def arguments(function):
+    """A :func:`poolgrad._inputs.memoized` check of the arguments, or under
+    ``torch.compile`` the check itself, which Dynamo traces."""
+    return function.uncached if torch.compiler.is_compiling() else function
+
+
+@inputs.memoized
+def _window(ndim, kernel_size, stride, padding, dilation, ceil_mode, spatial) -> tuple[int, ...]:
     kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
     no_stride = stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0)
     stride = kernel if no_stride else geometry.per_dim(stride, ndim, "stride")
     dilation = geometry.per_dim(dilation, ndim, "dilation")
     pads = geometry.resolve_padding(padding, spatial, kernel, stride, dilation)
     ceil_mode = geometry.flag(ceil_mode, "ceil_mode")
-    return ops.sliding_window(kernel, stride, pads, dilation, ceil_mode)
-
-
-@functools.lru_cache(maxsize=512)
-def _cached_window(*args) -> tuple[int, ...]:
-    return tuple(_window(*args))
+    return tuple(ops.sliding_window(kernel, stride, pads, dilation, ceil_mode))
 
 
 def unbatch(t: Tensor, unbatched: bool) -> Tensor:

@@ -53,8 +53,8 @@ from . import _kind_ops as kind_ops
 from . import _ops as ops
 from ._autograd import call
 from ._blur import blur, check_blur
+from .functional import arguments, max_result, sliding, unbatch
 from .functional import batched as _check_input
-from .functional import max_result, sliding, unbatch
 from .onnx import refuse_export
 
 __all__ = ["attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool",
@@ -74,8 +74,8 @@ def _batched(x, name: str, spatial_dims, **per_dim_args) -> tuple[Tensor, int, b
     """``(x as (N, C, *spatial), its number of spatial dims, whether it came unbatched)``:
     the number by the NumPy operators' rule, ``x`` checked as poolgrad.torch checks every
     input (a float tensor on the CPU or CUDA, no empty dim)."""
-    ndim = inputs.resolve_spatial_dims(_shape(x, name), spatial_dims, f"{name}: ",
-                                       **per_dim_args)
+    ndim = arguments(inputs.resolve_spatial_dims)(_shape(x, name), spatial_dims,
+                                                  f"{name}: ", **per_dim_args)
     x, unbatched = _check_input(x, ndim, name)
     return x, ndim, unbatched
 
@@ -112,16 +112,14 @@ def _generator(generator, device) -> torch.Generator | None:
 
 def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode,
                spatial_dims, name):
-    ndim, kernel, stride, sizes, pads = numpy_blur.blur_arguments(
-        _shape(x, name), kernel_size, stride, filter_size, padding, padding_mode,
-        spatial_dims, f"{name}: ")
+    ndim, kernel, stride, sizes, pads, blur_geometry = arguments(_blur_setup)(
+        _shape(x, name), pre, kernel_size, stride, filter_size, padding, padding_mode,
+        spatial_dims, name)
     x, unbatched = _check_input(x, ndim, name)
-    check_blur(tuple(x.shape[2:]), pre, kernel, sizes, stride, pads, padding_mode)
     if x.device.type == "cpu":  # the fused plane kernels (CUDA: the composition below)
-        blur_geometry = kind_ops.blur_geometry(pre, kernel, stride, sizes, pads, padding_mode)
         if _needs_backward(x):
-            return unbatch(call(kind_ops.blur_pool, x, blur_geometry)[0], unbatched)
-        return unbatch(call(kind_ops.blur_pool_values, x, blur_geometry), unbatched)
+            return unbatch(call(kind_ops.blur_pool, x, list(blur_geometry))[0], unbatched)
+        return unbatch(call(kind_ops.blur_pool_values, x, list(blur_geometry)), unbatched)
     if pre != "none":
         window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
         if pre == "max":
@@ -129,6 +127,19 @@ def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode,
         else:
             x = call(ops.avg_pool, x, window, True, None)
     return unbatch(blur(x, ndim, stride, sizes, pads, padding_mode), unbatched)
+
+
+@inputs.memoized
+def _blur_setup(shape, pre, kernel_size, stride, filter_size, padding, padding_mode,
+                spatial_dims, name):
+    """The blur kinds' arguments checked, with the operators' geometry: ``(ndim, kernel,
+    stride, filter sizes, pads, geometry)``."""
+    ndim, kernel, stride, sizes, pads = numpy_blur.blur_arguments.uncached(
+        shape, kernel_size, stride, filter_size, padding, padding_mode, spatial_dims,
+        f"{name}: ")
+    check_blur(tuple(shape[-ndim:]), pre, kernel, sizes, stride, pads, padding_mode)
+    blur_geometry = kind_ops.blur_geometry(pre, kernel, stride, sizes, pads, padding_mode)
+    return ndim, kernel, stride, sizes, pads, tuple(blur_geometry)
 
 
 def blur_pool(x, stride=2, filter_size=3, padding_mode="reflect", padding=None, *,
@@ -246,7 +257,7 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     CPU (``generator`` a CPU generator or seed). ``x`` as :func:`blur_pool` takes it."""
     refuse_export("fractional_max_pool cannot be exported: its windows are drawn at random "
                   "on the host at every call; export a model with max_pool in its place")
-    ndim, kernel, out = numpy_fractional.fractional_arguments(
+    ndim, kernel, out = arguments(numpy_fractional.fractional_arguments)(
         _shape(x, "fractional_max_pool"), kernel_size, output_size, output_ratio, sequence,
         spatial_dims, "fractional_max_pool: ")
     x, unbatched = _check_input(x, ndim, "fractional_max_pool")
