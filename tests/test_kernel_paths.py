@@ -1,6 +1,7 @@
 """The row-pass kernels (vectorized, for contiguous arrays and common W geometries)
 against the general kernels: the same bits, winners, NaN routing and gradients."""
 
+import itertools
 import math
 
 import numpy as np
@@ -393,14 +394,15 @@ def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, st
 
 
 def test_blur_rows_kernels_match_the_general_chain():
-    """1-d and 2-d blurs stream rows (``blur.blur_rows_*``): over planes, or over
+    """1-d and 2-d blurs stream rows (``blur_rows.blur_rows_*``): over planes, or over
     channels-last images with the channels innermost; 3-d ones run the chain.
     Against the chain on random geometries, both layouts, every padding mode and
     pre-pool, ties and NaN: the same winners and NaN, values and gradients to rounding
     (the pre-pool's mean and the W adjoint sum in another order), each output in its
-    input's layout."""
+    input's layout; a max's values the same bits without its winners (NCHW's flat map
+    has a pass of its own for them)."""
     rng = np.random.default_rng(3)
-    assert dispatch.names("blur", "forward") == ["blur.blur_rows_forward"] * 2 + [
+    assert dispatch.names("blur", "forward") == ["blur_rows.blur_rows_forward"] * 2 + [
         "blur.blur_pool_forward"]
     deep = geometry.blur_plan((3, 6, 6), "max", (2, 2, 2), (3, 3, 3), (2, 2, 2),
                               ((1, 1),) * 3, "reflect")
@@ -442,13 +444,17 @@ def test_blur_rows_kernels_match_the_general_chain():
                 winners = empty(winners.shape, np.uint8, True)
                 winners[...] = 0
             forward(x, y, winners)
+            if pre == "max":  # a forward no backward follows: no winners, the same y
+                values = empty(y.shape, dtype, stored)
+                forward(x, values, None)
+                np.testing.assert_array_equal(values, y)
             dx = empty(x.shape, dtype, stored)
             dy = np.nan_to_num(y) * 0.5 + 1
             backward = choose("blur", "backward", plan, dispatch.operand(dy))
             backward(dy, winners, dx)
             outputs.append((forward.name, backward.name, y, winners, dx))
         (fast_f, fast_b, y, winners, dx), (_, _, y0, winners0, dx0) = outputs
-        assert (fast_f, fast_b) == ("blur.blur_rows_forward", "blur.blur_rows_backward")
+        assert (fast_f, fast_b) == ("blur_rows.blur_rows_forward", "blur_rows.blur_rows_backward")
         assert dispatch.operand(y).layout == dispatch.operand(dx).layout == operand.layout
         assert np.array_equal(np.isnan(y), np.isnan(y0))
         if records:
@@ -459,6 +465,33 @@ def test_blur_rows_kernels_match_the_general_chain():
         np.testing.assert_allclose(dx, dx0, rtol=tolerance, atol=tolerance)
         checked[operand.layout] += 1
     assert min(checked.values()) >= 20, checked
+
+
+@pytest.mark.parametrize("mode", ["zeros", "reflect"])
+def test_nchw_max_blur_flat_maps_match_the_general_chain(mode):
+    """NCHW max-blurs take the plane's whole max map in flat passes (the 2x2 map of a
+    forward without winners in one fused pass): the chain's bits, NaN and ties
+    included, with and without winners, across whole planes and split ones."""
+    rng = np.random.default_rng(5)
+    blurred = geometry.blur_plan((9, 11), "max", (2, 2), (3, 3), (2, 2), ((1, 1),) * 2, mode)
+    # a one-tap filter at stride 1: y is the max map itself, each NaN where it must be
+    unblurred = geometry.blur_plan((9, 11), "max", (2, 2), (1, 1), (1, 1), ((0, 0),) * 2, mode)
+    for planes, plan in itertools.product(((1, 2), (4, 8)), (blurred, unblurred)):
+        # (tasks split a plane's rows, or take whole planes)
+        x = np.round(rng.standard_normal(planes + (1, 9, 11)) * 2).astype(np.float32)
+        x.flat[rng.integers(0, x.size, 3)] = np.nan
+        results = []
+        for choose, record in ((dispatch.choose, True), (dispatch.choose, False),
+                               (dispatch.general, True)):
+            forward = choose("blur", "forward", plan, dispatch.operand(x))
+            y = np.empty(planes + (1,) + plan.out_spatial, np.float32)
+            winners = np.zeros(planes + (1,) + plan.map_spatial, np.uint8) if record else None
+            forward(x, y, winners)
+            results.append((forward.name, y, winners))
+        assert results[0][0] == "blur_rows.blur_rows_forward"
+        np.testing.assert_array_equal(results[0][1], results[2][1])
+        np.testing.assert_array_equal(results[1][1], results[2][1])
+        np.testing.assert_array_equal(results[0][2], results[2][2])
 
 
 def test_vectorizing_exp_and_log_are_numpys_to_rounding():

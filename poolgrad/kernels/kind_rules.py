@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from .. import geometry
-from . import attention, blend, blur, fractional, layouts, power_mean, weighted
+from . import attention, blend, blur, blur_rows, fractional, layouts, power_mean, weighted
 from .rule import Rule, always
 
 
@@ -80,8 +80,9 @@ def _blur_rows(channels_last: bool):
             if pre == 1 and winners is None:
                 pre = _MAX_VALUES
             taps = _as_rows(winners, channels_last) if pre == 1 else _NO_WINNERS
-            blur.blur_rows_forward(rows, x.shape[1] if channels_last else 1, pre, *tables,
-                                   *_row_tasks(rows.shape[0], out.shape[1]), out, taps)
+            blur_rows.blur_rows_forward(rows, x.shape[1] if channels_last else 1, pre,
+                                        *tables, *_row_tasks(rows.shape[0], out.shape[1]),
+                                        out, taps)
         return run
     return bind
 
@@ -94,10 +95,10 @@ def _blur_rows_back(channels_last: bool):
             pre, *tables = _rows_arguments(plan, dy.dtype)
             rows = _as_rows(dx, channels_last)
             taps = _as_rows(winners, channels_last) if pre == 1 else _NO_WINNERS
-            blur.blur_rows_backward(_as_rows(dy, channels_last),
-                                    dy.shape[1] if channels_last else 1, pre, *tables,
-                                    *reads, *_row_tasks(rows.shape[0], rows.shape[1]), taps,
-                                    rows)
+            blur_rows.blur_rows_backward(_as_rows(dy, channels_last),
+                                         dy.shape[1] if channels_last else 1, pre, *tables,
+                                         *reads, *_row_tasks(rows.shape[0], rows.shape[1]),
+                                         taps, rows)
         return run
     return bind
 
@@ -488,12 +489,13 @@ RULES = {
              _gem_rows(power_mean.gem_rows_p_terms, "p_terms")),
         Rule("power_mean.gem_window_p_terms", always, _gem_p_terms)],
     ("blur", "forward"): [
-        Rule("blur.blur_rows_forward", _rows_channels_last, _blur_rows(True), records=True),
-        Rule("blur.blur_rows_forward", streams_rows, _blur_rows(False), records=True),
+        Rule("blur_rows.blur_rows_forward", _rows_channels_last, _blur_rows(True),
+             records=True),
+        Rule("blur_rows.blur_rows_forward", streams_rows, _blur_rows(False), records=True),
         Rule("blur.blur_pool_forward", always, _blur, records=True)],
     ("blur", "backward"): [
-        Rule("blur.blur_rows_backward", _rows_channels_last, _blur_rows_back(True)),
-        Rule("blur.blur_rows_backward", streams_rows, _blur_rows_back(False)),
+        Rule("blur_rows.blur_rows_backward", _rows_channels_last, _blur_rows_back(True)),
+        Rule("blur_rows.blur_rows_backward", streams_rows, _blur_rows_back(False)),
         Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
         Rule("weighted.weighted_quads_forward", _quads,
