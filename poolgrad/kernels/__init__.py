@@ -89,9 +89,9 @@ def parallel_kernel(fn):
 
     @functools.wraps(fn)
     def call(*args):
-        work = max(a.size for a in args if isinstance(a, np.ndarray))
-        if work >= SERIAL_BELOW:
-            return compiled(*args)
+        for a in args:  # (a loop: a generator's frames cost more than small calls)
+            if type(a) is np.ndarray and a.size >= SERIAL_BELOW:
+                return compiled(*args)
         threads = numba.get_num_threads()
         numba.set_num_threads(1)
         try:

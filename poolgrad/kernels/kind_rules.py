@@ -59,10 +59,17 @@ _MAX_VALUES = 3  # blur_rows_forward's pre-pool code for a max whose winners are
 
 
 def _rows_arguments(plan, dtype):
-    kh, kw = plan.window[1], plan.window[2]
-    return (geometry.BLUR_PRE.index(plan.pre), np.array(plan.window, np.int64),
-            plan.axis_blurs, plan.weights(dtype, "axis_filters"),
-            np.array([1 / kh, 1 / kw, 0.0], dtype))  # the mean's weights, a loaded +0
+    """The rows kernels' tables of ``plan`` in ``dtype``, kept on the plan (immutable,
+    one object per geometry) as :meth:`~poolgrad.geometry.BlurPlan.weights` keeps its
+    filters."""
+    kept = plan.__dict__.setdefault("_rows_arguments", {})  # frozen: no setattr
+    key = np.dtype(dtype)
+    if key not in kept:
+        kh, kw = plan.window[1], plan.window[2]
+        kept[key] = (geometry.BLUR_PRE.index(plan.pre), np.array(plan.window, np.int64),
+                     plan.axis_blurs, plan.weights(dtype, "axis_filters"),
+                     np.array([1 / kh, 1 / kw, 0.0], dtype))  # the mean's, a loaded +0
+    return kept[key]
 
 
 def _as_rows(a: np.ndarray, channels_last: bool) -> np.ndarray:
