@@ -69,10 +69,22 @@ def test_values_and_gradients_are_the_numpy_operators(name, torch_fn, numpy_op, 
     _check_against_numpy(torch_fn, numpy_op, x, args, kwargs, PARAMS.get(name, ()))
 
 
-def test_attention_pool_values_and_three_gradients():
-    x = np.random.default_rng(9).standard_normal((2, 4, 3, 5))
-    _check_against_numpy(lambda x, q, w: pt.attention_pool(x, q, w, 2), pg.attention_pool,
-                         x, (Q, W, 2), {}, (Q, W))
+@pytest.mark.parametrize("shape, memory_format", [
+    ((2, 4, 3, 5), torch.contiguous_format), ((2, 4, 3, 5), torch.channels_last),
+    ((2, 4, 2, 3, 2), torch.channels_last_3d), ((2, 4, 7), torch.contiguous_format)])
+def test_attention_pool_values_and_three_gradients(shape, memory_format):
+    """Each layout takes its own order of the products (channels-last reads pixels), and
+    a forward that no backward follows its faster readout: the NumPy operator's values
+    and gradients in every one."""
+    x = np.random.default_rng(9).standard_normal(shape)
+
+    def attention(x, q, w):
+        return pt.attention_pool(x.contiguous(memory_format=memory_format), q, w, 2)
+    _check_against_numpy(attention, pg.attention_pool, x, (Q, W, 2), {}, (Q, W))
+    with torch.no_grad():
+        values = attention(torch.tensor(x), torch.tensor(Q), torch.tensor(W))
+    np.testing.assert_allclose(values.numpy(), pg.attention_pool(x, Q, W, 2), rtol=1e-12,
+                               atol=1e-14)
 
 
 @pytest.mark.parametrize("fn", [

@@ -392,16 +392,35 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
     n, channels = x.shape[:2]
     inputs.check_attention_shapes(queries.shape, key_weight.shape, heads, channels)
     m, d = queries.shape[0], channels // heads
-    features = x.reshape(n, channels, -1)  # a view in either layout
     # the scores as (q W_k) . x, as the NumPy operator takes them: C times fewer
     # multiplications than forming the keys W_k x
-    q = queries.to(x.dtype).reshape(m, heads, d)
-    w = key_weight.to(x.dtype).reshape(heads, d, channels)
-    projected = torch.einsum("mhd,hdc->mhc", q, w).reshape(m * heads, channels)
-    scores = (projected / math.sqrt(d)) @ features  # (N, M*H, L)
-    weights = torch.softmax(scores, dim=-1).reshape(n, m, heads, -1).transpose(1, 2)
-    values = features.reshape(n, heads, d, -1)
-    y = (weights @ values.transpose(-1, -2)).transpose(1, 2)  # (N, M, H, d)
+    q, w = queries.to(x.dtype), key_weight.to(x.dtype)
+    if heads == 1:  # (an einsum's own permutes cost more than this small product)
+        projected = (q @ w) / math.sqrt(d)
+    else:
+        projected = torch.einsum("mhd,hdc->mhc", q.reshape(m, heads, d),
+                                 w.reshape(heads, d, channels)).reshape(m * heads, channels)
+        projected = projected / math.sqrt(d)
+    # Each product is taken in the order that reads x as it is stored. A gradient must
+    # also land that way: dx is the sum of the scores' and the readout's parts, and a
+    # part computed transposed made that add and the copy into x's layout strided (22
+    # ms of a 23 ms NCHW forward+backward, against 13 this way)
+    if x.dim() > 3 and ops.is_channels_last(x):
+        pixels = x.permute(0, *range(2, x.dim()), 1).reshape(n, -1, channels)  # (N, L, C)
+        length = pixels.shape[1]
+        scores = (pixels @ projected.T).transpose(1, 2)  # (N, M*H, L)
+        weights = torch.softmax(scores, dim=-1).reshape(n, m, heads, length).transpose(1, 2)
+        y = weights @ pixels.reshape(n, length, heads, d).transpose(1, 2)  # (N, H, M, d)
+        return unbatch(y.transpose(1, 2).reshape(n, m, channels), unbatched)
+    features = x.reshape(n, channels, -1)  # (N, C, L), a view
+    length = features.shape[-1]
+    scores = projected @ features  # (N, M*H, L)
+    weights = torch.softmax(scores, dim=-1).reshape(n, m, heads, length)
+    values = features.reshape(n, heads, d, length)
+    if _needs_backward(x):  # values . weights: dx's parts both (N, C, L)
+        y = (values @ weights.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # (N, M, H, d)
+    else:  # weights . values is the faster product (0.49 ms against 0.96 here)
+        y = (weights.transpose(1, 2) @ values.transpose(-1, -2)).transpose(1, 2)
     return unbatch(y.reshape(n, -1, channels), unbatched)
 
 
