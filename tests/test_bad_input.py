@@ -446,9 +446,14 @@ def test_unpool_full_output_size_must_match_the_leading_dims():
 def test_kept_arguments_never_let_a_bad_one_through(bad):
     """The operators keep their checked arguments per call (``_inputs.memoized``); a value
     equal to a good one (``2.0 == True + 1 == 2``) must still be refused after it."""
+    from poolgrad.kinds.blur import blur_arguments
+    from poolgrad.kinds.fractional import fractional_arguments
+
     x = np.random.default_rng(0).standard_normal((1, 2, 8, 8))
-    poolgrad.blur_pool(x, 2)  # the good arguments, kept
-    poolgrad.fractional_max_pool(x, 2, output_size=4, samples=np.full((1, 2, 2), 0.5))
+    # the good arguments, kept (checked as the operators check them, with no kernel to
+    # compile); the bad ones are refused before any kernel runs
+    blur_arguments(x.shape, 1, 2, 3, None, "reflect", None)
+    fractional_arguments(x.shape, 2, 4, None, "pseudo_random", None)
     with pytest.raises(TypeError, match="stride"):
         poolgrad.blur_pool(x, bad)
     with pytest.raises(TypeError, match="kernel_size"):
