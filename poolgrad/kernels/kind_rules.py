@@ -22,9 +22,12 @@ from .rule import Rule, always
 def streams_rows(plan, operand, record) -> bool:
     """A blur of 1-d and 2-d planes (a depth of 1, so no work along D): the rows
     kernels, which read one D slice. A 3-d blur with nothing to do along D still has
-    its depth: the chain (the rows kernels took its first slice alone)."""
+    its depth: the chain (the rows kernels took its first slice alone). A read-only
+    operand takes the chain too: Numba compiles a kernel again for read-only arrays,
+    and the forward rows kernel takes 30 s to compile, for inputs that are rare."""
     return (plan.window[0] == 1 and tuple(plan.axis_blurs[0]) == (1, 1, 0, 0, 0)
-            and (len(plan.in_spatial) < 3 or plan.in_spatial[0] == 1))
+            and (len(plan.in_spatial) < 3 or plan.in_spatial[0] == 1)
+            and operand.writeable)
 
 
 def _rows_channels_last(plan, operand, record) -> bool:
