@@ -152,6 +152,8 @@ def test_dtypes_layouts_and_unbatched_inputs():
         np.testing.assert_allclose(y, y_planes, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(dx, pullback_planes(dy), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(pg.max_blur_pool(channels_last), pg.max_blur_pool(single))
+    # NCHW maps in flat passes, channels-last a row at a time: the same operations
+    np.testing.assert_array_equal(pg.avg_blur_pool(channels_last), pg.avg_blur_pool(single))
     np.testing.assert_array_equal(pg.blur_pool(x[0], stride=(2, 2)), pg.blur_pool(x)[0])
     read_only = x.copy()
     read_only.flags.writeable = False

@@ -66,20 +66,32 @@ def _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box
                     row[k] = v if wins else best
                     taps[k] = code if wins else taps[k]
         return
+    row_len = box.shape[0]
+    _mean_passes(x[plane].reshape(-1)[j * row_len:], row_len, kh, kw, inner, box_weights, box,
+                 row, length)
+
+
+@jit(inline="always")
+def _mean_passes(src, row_step, kh, kw, column_step, box_weights, box, out, count):
+    """A mean map's two passes: ``box[i]`` := the weighted sum of ``src[i + jh *
+    row_step]`` over ``kh`` rows (for every ``i`` of ``box``), then ``out[i]`` := the
+    weighted sum of ``box[i + jw * column_step]`` over ``kw`` columns (``i <
+    count``). The first term starts each sum (0 + a is a: one pass less)."""
     row_weight, column_weight = box_weights[0], box_weights[1]
-    src = x[plane, j]  # the first term is the sum's start (0 + a is a): one pass less
-    for k in range(box.shape[0]):
-        box[k] = row_weight * src[k]
+    n = box.shape[0]
+    first = src[0: n]
+    for i in range(n):
+        box[i] = row_weight * first[i]
     for jh in range(1, kh):
-        src = x[plane, j + jh]
-        for k in range(box.shape[0]):
-            box[k] += row_weight * src[k]
-    for k in range(length):
-        row[k] = column_weight * box[k]
+        below = src[jh * row_step: jh * row_step + n]
+        for i in range(n):
+            box[i] += row_weight * below[i]
+    for i in range(count):
+        out[i] = column_weight * box[i]
     for jw in range(1, kw):
-        columns = box[jw * inner: jw * inner + length]
-        for k in range(length):
-            row[k] += column_weight * columns[k]
+        columns = box[jw * column_step: jw * column_step + count]
+        for i in range(count):
+            out[i] += column_weight * columns[i]
 
 
 @jit(inline="always")
@@ -187,7 +199,7 @@ def _plane_max_map(src, width, kh, kw, pre, codes, out, taps):
     each row holds windows that wrap into the next row, never read); ``pre`` 1 also
     writes each winning tap's code into ``taps``. Each pass is one loop over the
     plane, not 55 loops of 55: per-row costs made the map of a 32x64x56x56 max-blur
-    take 3 ms, and the whole forward 4.6 ms against 1.4 in flat passes."""
+    take 3 ms, and the whole forward 4.6 ms against 2.8 in flat passes."""
     n = out.shape[0] - (kw - 1)  # the last window's last tap is the plane's last element
     if pre == 3 and kh == 2 and kw == 2:  # the four taps in one pass, in their order
         a, b = src[0: n], src[1: n + 1]
@@ -224,6 +236,22 @@ def _plane_max_map(src, width, kh, kw, pre, codes, out, taps):
                     out[i] = v if beats(v, best) else best
 
 
+@jit()
+def _map_row_call(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box):
+    """:func:`_map_row` as a call: channels-last rows are long, so a call per row costs
+    nothing measurable, and inlined at its three sites it made the forward kernel take
+    27 s to compile (15 s as a call). NCHW rows take the flat passes."""
+    _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box)
+
+
+@jit(inline="always")
+def _plane_mean_map(src, width, kh, kw, box_weights, box, out):
+    """The stride-1 mean map of a whole NCHW plane ``src`` (``H * W``, flat), as
+    :func:`_plane_max_map` lays it out, with :func:`_map_row`'s operations: each
+    column's weighted sum over ``kh`` rows into ``box``, then over ``kw`` columns."""
+    _mean_passes(src, width, kh, kw, 1, box_weights, box, out, out.shape[0] - (kw - 1))
+
+
 @jit(inline="always")
 def _cached_map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, ring, tags, done,
                     own_lo, own_hi, winners, taps_scratch, box):
@@ -232,7 +260,7 @@ def _cached_map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, ring, t
     slot = j % ring.shape[0]
     if tags[slot] != j:
         mine = pre == 1 and own_lo <= j < own_hi
-        _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, ring[slot],
+        _map_row_call(x, plane, j, inner, pre, kh, kw, box_weights, codes, ring[slot],
                  winners[plane, j] if mine else taps_scratch, box)
         tags[slot] = j
         done[j] = done[j] or mine
@@ -273,15 +301,20 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
         for tap in range(kh * kw):
             codes[tap] = tap
         acc = padded[before_w * inner: (before_w + map_w) * inner]
-        flat = inner == 1 and (pre == 1 or pre == 3)  # NCHW max: the plane's whole map
+        flat = inner == 1 and pre != 0  # NCHW: the plane's whole map, in flat passes
         plane_map = np.empty(map_h * width if flat else 0, x.dtype)
         plane_taps = np.empty(map_h * width if flat and pre == 1 else 0, winners.dtype)
+        plane_box = np.empty(map_h * width if flat and pre == 2 else 0, x.dtype)
         mapped = -1
         for task in range(group * tasks // groups, (group + 1) * tasks // groups):
             plane, chunk = task // chunks, task % chunks
             if flat and plane != mapped:
-                _plane_max_map(x[plane].reshape(-1), width, kh, kw, pre, codes, plane_map,
-                               plane_taps)
+                if pre == 2:
+                    _plane_mean_map(x[plane].reshape(-1), width, kh, kw, box_weights,
+                                    plane_box, plane_map)
+                else:
+                    _plane_max_map(x[plane].reshape(-1), width, kh, kw, pre, codes,
+                                   plane_map, plane_taps)
                 mapped = plane
             o0, o1 = chunk * out_h // chunks, (chunk + 1) * out_h // chunks
             own_lo = 0 if chunk == 0 else min(max(o0 * stride_h - before_h, 0), map_h)
@@ -351,7 +384,7 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
             elif pre == 1:
                 for j in range(own_lo, own_hi):
                     if not done[j]:
-                        _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes,
+                        _map_row_call(x, plane, j, inner, pre, kh, kw, box_weights, codes,
                                  ring[0], winners[plane, j], box)
 
 
