@@ -45,7 +45,7 @@ its largest ``z`` only where that sum left the range, as the planes do. The root
 import numpy as np
 from numba import prange, uint64
 
-from . import constant, elementary, parallel_kernel
+from . import constant, elementary, jit, parallel_kernel
 from .powers import clamped, raised, raised_less_one, root
 from .walk import (
     copy_row,
@@ -359,7 +359,7 @@ def _add_tap(powered, start, step, inner, acc):
             acc[uint64(out + c)] += powered[uint64(base + c)]
 
 
-@inlined
+@jit()  # a call: the rare path, kept out of the kernels that inline the common one
 def _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, whole,
                    precise):
     largest = eps
