@@ -291,6 +291,12 @@ def _gem_rows(kernel, pass_name):
     return bind
 
 
+def _no_copy(like: np.ndarray) -> np.ndarray:
+    """An empty array of ``like``'s dtype and dims: no copy, for the forwards that take
+    one, typed as a copy is (None would compile each kernel a second time)."""
+    return np.empty((0,) * like.ndim, like.dtype)
+
+
 def _gem_quads(plan):
     """Bind ``gem_quads_forward``, which copies the rows it reads into ``copy`` where
     the windows cover x."""
@@ -298,7 +304,8 @@ def _gem_quads(plan):
 
     def run(x, eps, p, whole, y, copy=None):
         inner, xr, yr = _rows_like(x, y)
-        copy_rows = _rows_like(x, copy)[2] if copy is not None and covered else None
+        copy_rows = (_rows_like(x, copy)[2] if copy is not None and covered
+                     else _no_copy(xr))
         power_mean.gem_quads_forward(xr, inner, window, steps, *_tasks(yr), eps, p, whole, yr,
                                      copy_rows)
         if copy is not None and not covered:
@@ -479,7 +486,8 @@ RULES = {
              _positions_outer(power_mean.gem_global_forward_channels_last, True)),
         Rule("power_mean.gem_global_forward_planes", always,
              lambda plan: lambda x, eps, p, whole, y, copy=None:
-             power_mean.gem_global_forward_planes(x, eps, p, whole, y, copy))],
+             power_mean.gem_global_forward_planes(x, eps, p, whole, y,
+                                                  _no_copy(x) if copy is None else copy))],
     ("gem_global", "backward"): [
         Rule("power_mean.gem_global_backward_channels_last", _channels_innermost,
              _positions_outer(power_mean.gem_global_backward_channels_last, False)),

@@ -123,14 +123,15 @@ def _in_range(total):
 
 @parallel_kernel
 def gem_global_forward_planes(x, eps, p, whole, y, copy):
-    """``copy`` (or None) gets each plane once it is summed, still in cache (a copy of
-    x for a pullback)."""
+    """``copy`` (or an empty array: no copy) gets each plane once it is summed, still in
+    cache (a copy of x for a pullback). Empty, not None: one compiled kernel serves
+    both calls."""
     n_batch, n_chan, length = x.shape
     for plane in prange(n_batch * n_chan):
         n, c = plane // n_chan, plane % n_chan
         acc = np.empty(LANES, np.float64)
         total = _plane_sum(x[n, c], eps, 1.0, p, whole, acc)
-        if copy is not None:
+        if copy.size != 0:
             copy_row(x[n, c], copy[n, c])
         if _in_range(total):
             y[n, c] = root(total / length, p, whole, y.itemsize == 8)
@@ -449,9 +450,9 @@ def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, 
     """GeM over 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
     :func:`gem_rows_forward`'s arguments, rows and bits: each window's four taps raised
     and summed in one loop along the row, vectorized (NCHW: pairs of neighbours;
-    channels-last: along C), then the roots. ``copy`` (or None) gets each pair of rows
-    the windows read, copied while they are in cache (a copy of x for a pullback, where
-    the windows cover x)."""
+    channels-last: along C), then the roots. ``copy`` (or an empty array) gets each pair
+    of rows the windows read, copied while they are in cache (a copy of x for a
+    pullback, where the windows cover x)."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     precise = y.itemsize == 8
     for task in prange(tasks):
@@ -468,7 +469,7 @@ def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, 
                 if not _in_range(sums[o]):  # rare: redo the window relative to its maximum
                     out[o] = _rows_rescaled(x, plane, o % inner, inner, od, oh, o // inner,
                                             window, steps, 4, eps, p, whole, precise)
-            if copy is not None:
+            if copy.size != 0:
                 copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
                 copy_row(top, copy_top)
                 copy_row(bottom, copy_bottom)
