@@ -321,11 +321,13 @@ def _weighted_quads(plan):
 
     def run(x, y, norm, kind, copy=None):
         inner, xr, yr = _rows_like(x, y)
-        norm_rows, copy_rows = (None if a is None else _rows_like(x, a)[2] for a in (norm, copy))
+        norm_rows = _no_copy(yr) if norm is None else _rows_like(x, norm)[2]
+        copy_rows = (_rows_like(x, copy)[2] if copy is not None and covered
+                     else _no_copy(xr))
         chunks, tasks = _tasks(yr)
         invalid = np.zeros(tasks, np.bool_)
         weighted.weighted_quads_forward(xr, inner, window, steps, chunks, tasks, kind, yr,
-                                        norm_rows, invalid, copy_rows if covered else None)
+                                        norm_rows, invalid, copy_rows)
         if copy is not None and not covered:
             np.copyto(copy, x)
         return bool(invalid.any()) if covered else None

@@ -260,29 +260,31 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
     loaded, weighted and summed in one loop along the row, vectorized (NCHW: pairs of
     neighbours; channels-last: along C).
 
-    ``norm`` may be None (a forward that no backward follows): it is then not written.
+    ``norm`` may be empty (a forward that no backward follows): it is then not written.
     For ``SELF``, ``invalid[task]`` says whether a tap that task read was negative or
     NaN (so that stochastic pooling checks its input in the same pass); SoftPool leaves
     ``invalid`` as it is. ``invalid`` has ``tasks`` entries.
 
-    ``copy`` (or None) gets each pair of rows the windows read, copied while they are
-    in cache (a copy of x for a pullback, where the windows cover x)."""
+    ``copy`` (or an empty array) gets each pair of rows the windows read, copied while
+    they are in cache (a copy of x for a pullback, where the windows cover x). Empty,
+    not None: one compiled kernel serves every call (None compiled one per pattern)."""
     real = y.dtype.type
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
+    keep, copies = norm.size != 0, copy.size != 0
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         largest, sums = np.empty(out_l, y.dtype), np.empty(out_l, y.dtype)
         bad = False
         for row in range(first, end):
             od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
-            norms = sums if norm is None else norm[plane, od, oh]
+            norms = norm[plane, od, oh] if keep else sums
             if kind == SOFT:
                 _quads_row(top, bottom, y[plane, od, oh], sums, largest, norms, inner, steps,
-                           True, real, norm is not None)
+                           True, real, keep)
             else:
                 bad |= _quads_row(top, bottom, y[plane, od, oh], sums, largest, norms, inner,
-                                  steps, False, real, norm is not None)
-            if copy is not None:
+                                  steps, False, real, keep)
+            if copies:
                 copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
                 copy_row(top, copy_top)
                 copy_row(bottom, copy_bottom)
