@@ -76,22 +76,22 @@ def _mean_passes(src, row_step, kh, kw, column_step, box_weights, box, out, coun
     """A mean map's two passes: ``box[i]`` := the weighted sum of ``src[i + jh *
     row_step]`` over ``kh`` rows (for every ``i`` of ``box``), then ``out[i]`` := the
     weighted sum of ``box[i + jw * column_step]`` over ``kw`` columns (``i <
-    count``). The first term starts each sum (0 + a is a: one pass less)."""
-    row_weight, column_weight = box_weights[0], box_weights[1]
-    n = box.shape[0]
-    first = src[0: n]
-    for i in range(n):
-        box[i] = row_weight * first[i]
-    for jh in range(1, kh):
-        below = src[jh * row_step: jh * row_step + n]
-        for i in range(n):
-            box[i] += row_weight * below[i]
+    count``)."""
+    _tap_sum(src, row_step, kh, box_weights[0], box, box.shape[0])
+    _tap_sum(box, column_step, kw, box_weights[1], out, count)
+
+
+@jit(inline="always")
+def _tap_sum(src, step, taps, weight, out, count):
+    """``out[i]`` := the sum over ``t < taps`` of ``weight * src[i + t * step]``, for ``i <
+    count``; the first term starts the sum (0 + a is a: one pass less)."""
+    first = src[0: count]
     for i in range(count):
-        out[i] = column_weight * box[i]
-    for jw in range(1, kw):
-        columns = box[jw * column_step: jw * column_step + count]
+        out[i] = weight * first[i]
+    for t in range(1, taps):
+        more = src[t * step: t * step + count]
         for i in range(count):
-            out[i] += column_weight * columns[i]
+            out[i] += weight * more[i]
 
 
 @jit(inline="always")
