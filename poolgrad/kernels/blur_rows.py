@@ -22,53 +22,66 @@ from . import beats, jit, parallel_kernel
 from .blur import padded_source
 
 
-@jit(inline="always")
+@jit()
 def _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box):
     """Row ``j`` of the stride-1 pre-pool of ``x[plane]`` (rows ``(H, W * inner)``)
-    into ``row`` (``MW * inner``): ``pre`` 1 the max (first maximum in row-major window
-    order, or the first NaN; the winning tap, as its entry of ``codes`` (``0 .. kh * kw
-    - 1`` in the winners' dtype, so the selects stay in that dtype), into ``taps``), 3
-    the same maxima without the taps (a forward no backward follows: the taps' selects
-    were half the map's time), 2 the mean (each column's over ``kh`` rows into ``box``,
-    then over ``kw`` columns, each sum weighted by ``box_weights``). Inlined: as a call,
-    the mean's map took 6.5 ms of a 32x64x56x56 avg-blur against 3.7 inlined."""
-    length = row.shape[0]
-    if pre == 3:
-        first = x[plane, j]
-        for k in range(length):
-            row[k] = first[k]
-        for jh in range(kh):
-            src = x[plane, j + jh]
-            for jw in range(kw):
-                if jh == 0 and jw == 0:
-                    continue
-                taps_in = src[jw * inner: jw * inner + length]
-                for k in range(length):
-                    v, best = taps_in[k], row[k]
-                    row[k] = v if beats(v, best) else best
-        return
-    if pre == 1:
-        first, code = x[plane, j], codes[0]  # scalars read before the loops: LLVM
-        for k in range(length):  # cannot tell these arrays from the rows it writes
-            row[k] = first[k]
-            taps[k] = code
-        for jh in range(kh):
-            src = x[plane, j + jh]
-            for jw in range(kw):
-                if jh == 0 and jw == 0:
-                    continue
-                code = codes[jh * kw + jw]
-                taps_in = src[jw * inner: jw * inner + length]
-                for k in range(length):
-                    v = taps_in[k]
-                    best = row[k]
-                    wins = beats(v, best)
-                    row[k] = v if wins else best
-                    taps[k] = code if wins else taps[k]
-        return
+    into ``row`` (``MW * inner``), by :func:`_max_passes` (``pre`` 1 or 3) or
+    :func:`_mean_passes` (2, each column's sum into ``box``), a tap's columns ``inner``
+    apart. Channels-last rows take it (NCHW planes take the same passes over the whole
+    plane); a call, not inlined: rows of ``W * C`` make a call's cost nothing
+    measurable, and inlined at its three sites it made the forward kernel take 27 s to
+    compile (15 s as a call)."""
     row_len = box.shape[0]
-    _mean_passes(x[plane].reshape(-1)[j * row_len:], row_len, kh, kw, inner, box_weights, box,
-                 row, length)
+    src = x[plane].reshape(-1)[j * row_len:]
+    if pre == 2:
+        _mean_passes(src, row_len, kh, kw, inner, box_weights, box, row, row.shape[0])
+    else:
+        _max_passes(src, row_len, kh, kw, inner, pre, codes, row, taps, row.shape[0])
+
+
+@jit(inline="always")
+def _max_passes(src, row_step, kh, kw, column_step, pre, codes, out, taps, count):
+    """A max map's passes: ``out[i]`` := the maximum of ``src[i + jh * row_step + jw *
+    column_step]`` over the ``kh x kw`` window (``i < count``), the first maximum in
+    row-major window order or the first NaN; ``pre`` 1 also writes each winning tap's
+    entry of ``codes`` (``0 .. kh * kw - 1`` in the winners' dtype, so the selects
+    stay in that dtype) into ``taps``, 3 the maxima alone (their selects were half the
+    map's time). A 2x2 window without winners over an NCHW plane (``column_step`` 1)
+    takes its four taps in one pass; over a channels-last row that pass was slower
+    (1.62 -> 2.10 ms) than four."""
+    if pre == 3 and kh == 2 and kw == 2 and column_step == 1:
+        a, b = src[0: count], src[1: count + 1]
+        c, d = src[row_step: row_step + count], src[row_step + 1: row_step + 1 + count]
+        for i in range(count):
+            best, v = a[i], b[i]
+            best = v if beats(v, best) else best
+            v = c[i]
+            best = v if beats(v, best) else best
+            v = d[i]
+            out[i] = v if beats(v, best) else best
+        return
+    first, code = src[0: count], codes[0]  # scalars read before the loops: LLVM cannot
+    for i in range(count):  # tell these arrays from the ones it writes
+        out[i] = first[i]
+    if pre == 1:
+        for i in range(count):
+            taps[i] = code
+    for jh in range(kh):
+        for jw in range(kw):
+            if jh == 0 and jw == 0:
+                continue
+            at = jh * row_step + jw * column_step
+            tap_in, code = src[at: at + count], codes[jh * kw + jw]
+            if pre == 1:
+                for i in range(count):
+                    v, best = tap_in[i], out[i]
+                    wins = beats(v, best)
+                    out[i] = v if wins else best
+                    taps[i] = code if wins else taps[i]
+            else:
+                for i in range(count):
+                    v, best = tap_in[i], out[i]
+                    out[i] = v if beats(v, best) else best
 
 
 @jit(inline="always")
@@ -193,66 +206,6 @@ def _w_adjoint(dy_row, inner, taps, stride, before, mode, weights, padded, g, pl
 
 
 @jit(inline="always")
-def _plane_max_map(src, width, kh, kw, pre, codes, out, taps):
-    """The stride-1 max map of a whole NCHW plane ``src`` (``H * W``, flat) in flat
-    passes: ``out[j * W + i]`` is map position ``(j, i)`` for ``i < MW`` (the rest of
-    each row holds windows that wrap into the next row, never read); ``pre`` 1 also
-    writes each winning tap's code into ``taps``. Each pass is one loop over the
-    plane, not 55 loops of 55: per-row costs made the map of a 32x64x56x56 max-blur
-    take 3 ms, and the whole forward 4.6 ms against 2.8 in flat passes."""
-    n = out.shape[0] - (kw - 1)  # the last window's last tap is the plane's last element
-    if pre == 3 and kh == 2 and kw == 2:  # the four taps in one pass, in their order
-        a, b = src[0: n], src[1: n + 1]
-        c, d = src[width: width + n], src[width + 1: width + 1 + n]
-        for i in range(n):
-            best, v = a[i], b[i]
-            best = v if beats(v, best) else best
-            v = c[i]
-            best = v if beats(v, best) else best
-            v = d[i]
-            out[i] = v if beats(v, best) else best
-        return
-    first, code = src[0: n], codes[0]
-    for i in range(n):
-        out[i] = first[i]
-    if pre == 1:
-        for i in range(n):
-            taps[i] = code
-    for jh in range(kh):
-        for jw in range(kw):
-            if jh == 0 and jw == 0:
-                continue
-            at = jh * width + jw
-            tap_in, code = src[at: at + n], codes[jh * kw + jw]
-            if pre == 1:
-                for i in range(n):
-                    v, best = tap_in[i], out[i]
-                    wins = beats(v, best)
-                    out[i] = v if wins else best
-                    taps[i] = code if wins else taps[i]
-            else:
-                for i in range(n):
-                    v, best = tap_in[i], out[i]
-                    out[i] = v if beats(v, best) else best
-
-
-@jit()
-def _map_row_call(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box):
-    """:func:`_map_row` as a call: channels-last rows are long, so a call per row costs
-    nothing measurable, and inlined at its three sites it made the forward kernel take
-    27 s to compile (15 s as a call). NCHW rows take the flat passes."""
-    _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, row, taps, box)
-
-
-@jit(inline="always")
-def _plane_mean_map(src, width, kh, kw, box_weights, box, out):
-    """The stride-1 mean map of a whole NCHW plane ``src`` (``H * W``, flat), as
-    :func:`_plane_max_map` lays it out, with :func:`_map_row`'s operations: each
-    column's weighted sum over ``kh`` rows into ``box``, then over ``kw`` columns."""
-    _mean_passes(src, width, kh, kw, 1, box_weights, box, out, out.shape[0] - (kw - 1))
-
-
-@jit(inline="always")
 def _cached_map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, ring, tags, done,
                     own_lo, own_hi, winners, taps_scratch, box):
     """Map row ``j`` into its slot of the ring (``j % len(ring)``) unless it is there;
@@ -260,7 +213,7 @@ def _cached_map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, ring, t
     slot = j % ring.shape[0]
     if tags[slot] != j:
         mine = pre == 1 and own_lo <= j < own_hi
-        _map_row_call(x, plane, j, inner, pre, kh, kw, box_weights, codes, ring[slot],
+        _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes, ring[slot],
                  winners[plane, j] if mine else taps_scratch, box)
         tags[slot] = j
         done[j] = done[j] or mine
@@ -309,12 +262,16 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
         for task in range(group * tasks // groups, (group + 1) * tasks // groups):
             plane, chunk = task // chunks, task % chunks
             if flat and plane != mapped:
+                # the whole plane's map in flat passes, not 55 loops of 55 (per-row
+                # costs: a 32x64x56x56 max-blur's forward 4.6 ms, 2.8 this way); a
+                # row's last windows wrap into the next row and are never read
+                src, count = x[plane].reshape(-1), map_h * width - (kw - 1)
                 if pre == 2:
-                    _plane_mean_map(x[plane].reshape(-1), width, kh, kw, box_weights,
-                                    plane_box, plane_map)
+                    _mean_passes(src, width, kh, kw, 1, box_weights, plane_box, plane_map,
+                                 count)
                 else:
-                    _plane_max_map(x[plane].reshape(-1), width, kh, kw, pre, codes,
-                                   plane_map, plane_taps)
+                    _max_passes(src, width, kh, kw, 1, pre, codes, plane_map, plane_taps,
+                                count)
                 mapped = plane
             o0, o1 = chunk * out_h // chunks, (chunk + 1) * out_h // chunks
             own_lo = 0 if chunk == 0 else min(max(o0 * stride_h - before_h, 0), map_h)
@@ -384,7 +341,7 @@ def blur_rows_forward(x, inner, pre, window, blurs, weights, box_weights, chunks
             elif pre == 1:
                 for j in range(own_lo, own_hi):
                     if not done[j]:
-                        _map_row_call(x, plane, j, inner, pre, kh, kw, box_weights, codes,
+                        _map_row(x, plane, j, inner, pre, kh, kw, box_weights, codes,
                                  ring[0], winners[plane, j], box)
 
 

@@ -292,8 +292,8 @@ def _gem_rows(kernel, pass_name):
 
 
 def _no_copy(like: np.ndarray) -> np.ndarray:
-    """An empty array of ``like``'s dtype and dims: no copy, for the forwards that take
-    one, typed as a copy is (None would compile each kernel a second time)."""
+    """An empty array of ``like``'s dtype and dims: no copy (or no ``norm``), for the
+    forwards that take one, typed as one is (None would compile each kernel again)."""
     return np.empty((0,) * like.ndim, like.dtype)
 
 
