@@ -821,8 +821,8 @@ def test_gem_quads_forward_matches_the_window_kernel():
 
 
 def test_weighted_quads_forward_checks_the_taps_it_reads():
-    """Stochastic pooling's mean checks its input in the 2x2 kernel's own pass: the
-    forward returns whether a tap it read was negative or NaN (``-0.0`` is a valid
+    """Stochastic pooling's mean and its draw check their input in the 2x2 kernels' own
+    pass: each returns whether a tap it read was negative or NaN (``-0.0`` is a valid
     weight), and None where the windows leave inputs unread (the engine then checks
     those apart). Without a ``norm`` the kernel writes the same means (SoftPool's
     too)."""
@@ -845,6 +845,11 @@ def test_weighted_quads_forward_checks_the_taps_it_reads():
                          for _ in range(3))
         found = forward(xk, y, norm, weighted.SELF)
         assert forward(xk, bare, None, weighted.SELF) is found
+        sample = dispatch.choose("stochastic", "sample", plan, dispatch.operand(xk))
+        assert sample.name == "stochastic.stochastic_quads_sample"
+        drawn, pos = empty(y.shape, xk.dtype, channels_last), empty(y.shape, np.uint8,
+                                                                   channels_last)
+        assert sample(xk, np.empty((0,) * 5), np.uint64(trial), drawn, pos) is found
         np.testing.assert_array_equal(bare, y)
         expected = bad is not None and not (bad == 0)  # -0.0 is no negative weight
         assert found is (expected if height % 2 == 0 else None)
@@ -858,7 +863,7 @@ def test_weighted_quads_forward_checks_the_taps_it_reads():
 
 def test_stochastic_quads_sample_draws_the_window_kernels_taps():
     """Stochastic pooling's training draw on 2x2 windows with no padding runs
-    ``weighted.stochastic_quads_sample`` (selects in place of the window kernel's
+    ``stochastic.stochastic_quads_sample`` (selects in place of the window kernel's
     branches, one loop per row): the general kernel's taps and values, bit for bit, in
     both layouts, float16/32/64, strides 1-3 along W, with zeros, windows of zeros,
     ties, and draws of 0 and of the largest float64 below 1 (where rounding can leave no
@@ -872,23 +877,25 @@ def test_stochastic_quads_sample_draws_the_window_kernels_taps():
         plan = pg._inputs.sliding_plan(x, (2, 2), stride, 0, 1, False, 2)
         draws = rng.random(_out_shape(x[:, :, None], plan))
         draws.flat[::5], draws.flat[2::5] = 0.0, np.nextafter(1.0, 0.0)
-        layout, _, (name, y, pos), (general_name, *slow) = _rows_and_window_kernels(
-            x, 2, (2, 2), stride, _sample_pass, draws=draws)
-        assert (name, general_name) == ("weighted.stochastic_quads_sample",
-                                        "weighted.stochastic_pool_sample")
-        np.testing.assert_array_equal(y, slow[0])
-        np.testing.assert_array_equal(pos, slow[1])
-        assert set(np.unique(pos)) == {0, 1, 2, 3}
+        # given draws, then draws counted from a seed (an empty array)
+        for given, seed in ((draws, 0), (np.empty((0,) * 5), 2**64 - 1 - trial)):
+            layout, _, (name, y, pos), (general_name, *slow) = _rows_and_window_kernels(
+                x, 2, (2, 2), stride, _sample_pass, draws=given, seed=np.uint64(seed))
+            assert (name, general_name) == ("stochastic.stochastic_quads_sample",
+                                            "stochastic.stochastic_pool_sample")
+            np.testing.assert_array_equal(y, slow[0])
+            np.testing.assert_array_equal(pos, slow[1])
+            assert set(np.unique(pos)) == {0, 1, 2, 3}
         seen.add((layout, stride[1] == 2))
     assert seen == {(layout, two) for layout in ("nchw", "channels_last")
                     for two in (True, False)}
 
 
-def _sample_pass(choose, xs, stored, plan, operand, draws):
-    y = np.empty(_out_shape(xs, plan), xs.dtype)
-    pos = np.empty(y.shape, geometry.position_dtype(plan.window_size))
+def _sample_pass(choose, xs, stored, plan, operand, draws, seed):
+    y = empty(_out_shape(xs, plan), xs.dtype, stored)
+    pos = empty(y.shape, geometry.position_dtype(plan.window_size), stored)
     sample = choose("stochastic", "sample", plan, operand)
-    sample(xs, draws, y, pos)
+    sample(xs, draws, seed, y, pos)
     return sample.name, y, pos
 
 

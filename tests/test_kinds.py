@@ -3,6 +3,7 @@ written window by window, finite differences (inputs and learnable parameters), 
 determinism and bad input."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -115,6 +116,52 @@ def test_stochastic_pool_draws_by_value_and_routes_to_the_draw():
     np.testing.assert_array_equal(dx[np.arange(4000), 0, drawn], dy[:, 0, 0])
     np.testing.assert_array_equal(dx[np.arange(4000), 0, 1 - drawn], 0)
     np.testing.assert_array_equal(dx[:, 0, 2], dy[:, 0, 1])
+
+
+def counted_draws(seed, shape):
+    """The documented draws, written apart from the kernels: SplitMix64 of ``seed + (i +
+    1) * 0x9E3779B97F4A7C15`` for window ``i`` (C order), top 53 bits over 2**53."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + np.arange(1, math.prod(shape) + 1, dtype=np.uint64) * (
+            np.uint64(0x9E3779B97F4A7C15))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return ((z >> np.uint64(11)).astype(np.float64) / 2.0**53).reshape(shape)
+
+
+def stochastic_reference(x, kernel, stride, draws):
+    """Zeiler and Fergus's draw by the definition: the first tap (row-major) whose
+    running sum exceeds ``u * S``, else the last positive one, else the first."""
+    y = np.empty(draws.shape)
+    for index in np.ndindex(*draws.shape):
+        n, c, i, j = index
+        taps = x[n, c, i * stride[0]:i * stride[0] + kernel[0],
+                 j * stride[1]:j * stride[1] + kernel[1]].ravel()
+        running, threshold, chosen = 0.0, draws[index] * taps.sum(), 0
+        for t, v in enumerate(taps):
+            running += v
+            if v > 0:
+                chosen = t
+                if running > threshold:
+                    break
+        y[index] = taps[chosen]
+    return y
+
+
+@pytest.mark.parametrize("kernel, stride", [((2, 2), (2, 2)), ((3, 2), (2, 1))])
+def test_stochastic_pool_draws_the_counted_stream(kernel, stride):
+    """Each window's draw is the documented counted draw of the one seed the call takes
+    from rng, in either layout (the 2x2 kernel and the general one)."""
+    x = np.random.default_rng(3).random((2, 3, 7, 9))
+    x[0, 0, :2, :2] = 0.0  # a window of zeros gives 0
+    seed = np.random.default_rng(9).integers(2**63, dtype=np.uint64)
+    shape = (2, 3, (7 - kernel[0]) // stride[0] + 1, (9 - kernel[1]) // stride[1] + 1)
+    expected = stochastic_reference(x, kernel, stride, counted_draws(seed, shape))
+    assert len(np.unique(expected)) > 20
+    for stored in (x, np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)):
+        y = pg.stochastic_pool(stored, kernel, stride, rng=np.random.default_rng(9))
+        np.testing.assert_array_equal(y, expected)
 
 
 def test_stochastic_pool_same_seed_same_bits():

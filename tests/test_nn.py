@@ -209,9 +209,9 @@ def test_fixed_parameters_and_stochastic_layers():
 
 
 def _advanced(seed):
-    """A generator seeded ``seed`` after one draw of a (2, 3, 3, 3) output."""
+    """A generator seeded ``seed`` after one call of stochastic pooling (one seed)."""
     generator = np.random.default_rng(seed)
-    generator.random((2, 3, 3, 3))
+    generator.integers(2**63, dtype=np.uint64)
     return generator
 
 

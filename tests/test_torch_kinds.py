@@ -158,11 +158,13 @@ def test_fractional_regions_equal_numpy_and_seeds_repeat():
 def test_stochastic_draws_follow_the_numpy_rule_and_route_there():
     x = np.random.default_rng(10).random((2, 3, 7, 8))
     x[0, 0, :3, :3] = 0  # a window of zeros draws its first real tap
-    draws = np.random.default_rng(11).random((2, 3, 4, 4))
+    # the NumPy operator's one seed from its generator, given to the operator
+    seed = np.random.default_rng(11).integers(2**63, dtype=np.uint64)
     _, pullback = pg.vjp(pg.stochastic_pool, x, 3, 2, 1, rng=np.random.default_rng(11))
     xt = torch.tensor(x)
     window = _ops.sliding_window((3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), False)
-    _, winners = torch.ops.poolgrad.stochastic_pool_sample(xt, torch.tensor(draws), window)
+    _, winners = torch.ops.poolgrad.stochastic_pool_sample(xt, torch.tensor([int(seed)]),
+                                                           window)
     np.testing.assert_array_equal(winners.numpy(),
                                   pullback.saved["window_positions"].reshape(2, 3, 4, 4))
     xt.requires_grad_()
@@ -269,8 +271,8 @@ def test_soft_and_stochastic_pooling_are_operators():
         with_norm = torch.ops.poolgrad.weighted_pool(xf, kind, window)[0]
         torch.testing.assert_close(torch.autograd.grad(values, xf, dy),
                                    torch.autograd.grad(with_norm, xf, dy), rtol=0, atol=0)
-    draws = torch.rand(y.shape, dtype=torch.float64, generator=g)
-    torch.library.opcheck(torch.ops.poolgrad.stochastic_pool_sample, (xf, draws, window))
+    torch.library.opcheck(torch.ops.poolgrad.stochastic_pool_sample,
+                          (xf, torch.tensor([2**63 - 1]), window))
 
 
 @pytest.mark.parametrize("kernel, stride, padding", [(2, 2, 0), (3, 2, 1)])

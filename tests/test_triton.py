@@ -277,12 +277,14 @@ def test_weighted_averages_and_the_stochastic_draw_match_the_cpu(name, ndim, win
                                                         tnorm, kind, window)
             torch.testing.assert_close(on_cpu(tdx), dx, **tolerance)
             assert on_cpu(tdx).stride() == dx.stride()
-        draws = torch.rand(y.shape, generator=g, dtype=torch.float64)
-        values, winners = cpu("stochastic_pool_sample")(xs, draws, window)
-        tvalues, twinners = triton_impl("stochastic_pool_sample")(on_device(xs),
-                                                                  on_device(draws), window)
-        same_bits(tvalues, values)
-        same_bits(twinners, winners)
+        # a seed above 2**32 and one whose uint64 sums wrap: the counted draws agree
+        for seed in (2**62 + 12345, 2**63 - 1):
+            seed = torch.tensor([seed])
+            values, winners = cpu("stochastic_pool_sample")(xs, seed, window)
+            tvalues, twinners = triton_impl("stochastic_pool_sample")(
+                on_device(xs), on_device(seed), window)
+            same_bits(tvalues, values)
+            same_bits(twinners, winners)
 
 
 BLEND_WINDOWS = [("2x2 float32", 2, sliding(2, 2, 2, 0, 0, 1, False), torch.float32),
@@ -493,7 +495,7 @@ cases = {
     "weighted_backward soft f64": (WK.weighted_backward, {"x": "*fp64", "y": "*fp64",
         "norm": "*fp64", "dy": "*fp64", "dx": "*fp64"}, dict(ADAPTIVE=False,
         CHANNELS_LAST=True, KIND=0, ACC=tl.float64, BLOCK=256), "i64"),
-    "stochastic_sample": (WK.stochastic_sample, {"x": f32, "draws": "*fp64", "y": f32,
+    "stochastic_sample": (WK.stochastic_sample, {"x": f32, "seed": "*i64", "y": f32,
         "pos": "*u8"}, dict(ADAPTIVE=False, CHANNELS_LAST=False, ACC=tl.float32, BLOCK=256),
         "i32"),
     "blend_forward gated bf16": (B.blend_forward, {"x": bf16, "weights": f32, "y": bf16},

@@ -46,6 +46,7 @@ import numpy as np
 
 from .. import kinds as numpy_kinds
 from .. import ops
+from ..kinds.weighted import counted_draws
 from . import suite, timing, torch_api
 
 try:
@@ -106,12 +107,17 @@ def _uniform(shape, seed, like, dtype):
 
 
 def _stochastic_draws(x, seed=None, like=None):
-    """One draw per 2x2 window, float64, as both APIs draw them. poolgrad.torch rounds
-    them to x's dtype before it takes ``u * S``, NumPy's kernel does not; the reference
-    takes it in the draws' dtype, so poolgrad.torch's are given rounded."""
-    u = _uniform((*x.shape[:2], x.shape[2] // 2, x.shape[3] // 2), seed, like,
-                 torch.float64)
-    return u.to(x.dtype) if like == "torch" else u
+    """One draw per 2x2 window, float64: fresh, or those both APIs count from the one
+    seed they take from a generator seeded ``seed``."""
+    shape = (*x.shape[:2], x.shape[2] // 2, x.shape[3] // 2)
+    if like is None:
+        return _uniform(shape, seed, like, torch.float64)
+    if like == "numpy":
+        counted = np.random.default_rng(seed).integers(2**63, dtype=np.uint64)
+    else:
+        counted = torch.randint(2**63 - 1, (1,), generator=torch.Generator().manual_seed(
+            seed), dtype=torch.int64).item()
+    return torch.from_numpy(counted_draws(int(counted), shape))
 
 
 def _fractional_draws(x, seed=None, like=None):

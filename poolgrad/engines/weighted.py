@@ -16,6 +16,8 @@ from .. import geometry
 from ..kernels import dispatch, weighted
 from .pullback import empty
 
+_NO_DRAWS = np.empty((0,) * 5)  # the draws are counted from the seed (float64, C order)
+
 
 def _out_shape(xk: np.ndarray, plan) -> tuple[int, ...]:
     return xk.shape[:2] + tuple(a.count for a in plan.kernel_axes)
@@ -99,15 +101,25 @@ def sample_kernel(xk: np.ndarray, plan) -> str:
     return dispatch.choose("stochastic", "sample", plan, dispatch.operand(xk)).name
 
 
-def stochastic_sample(xk: np.ndarray, draws: np.ndarray, plan) -> tuple[np.ndarray, np.ndarray]:
-    """``(y, winners)``: one tap per window drawn with probability ``x / sum(x)`` by
-    the float64 ``draws`` (``y``'s shape), numbered as max pooling's winners, so that
-    max pooling's backward routes its gradient. Both are stored as ``xk`` is
-    (channels-last in, channels-last out)."""
+def stochastic_sample(xk: np.ndarray, plan, *, seed: int = 0,
+                      draws: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, winners)``: one tap per window drawn with probability ``x / sum(x)``,
+    numbered as max pooling's winners, so that max pooling's backward routes its
+    gradient. Both are stored as ``xk`` is (channels-last in, channels-last out).
+
+    The draws are ``draws`` (float64, ``y``'s shape) if given, else counted from the
+    64-bit ``seed``: window ``i``, row-major over ``y``, draws
+    :func:`poolgrad.kernels.stochastic.counted_uniform` ``(seed, i)``. A ValueError if
+    ``xk`` holds a negative number or a NaN: the 2x2 kernel checks the taps as it reads
+    them, where they are all of x; otherwise :func:`require_probabilities` does."""
     operand = dispatch.operand(xk)
     sample = dispatch.choose("stochastic", "sample", plan, operand)
     shape, stored = _out_shape(xk, plan), operand.layout == "channels_last"
     y = empty(shape, xk.dtype, stored)
     winners = empty(shape, geometry.position_dtype(plan.window_size), stored)
-    sample(xk, draws, y, winners)
+    invalid = sample(xk, _NO_DRAWS if draws is None else draws, np.uint64(seed), y, winners)
+    if invalid is None:
+        require_probabilities(xk, plan)
+    elif invalid:
+        _refuse(xk)
     return y, winners

@@ -15,7 +15,17 @@ import numba
 import numpy as np
 
 from .. import geometry
-from . import attention, blend, blur, blur_rows, fractional, layouts, power_mean, weighted
+from . import (
+    attention,
+    blend,
+    blur,
+    blur_rows,
+    fractional,
+    layouts,
+    power_mean,
+    stochastic,
+    weighted,
+)
 from .rule import Rule, always
 
 
@@ -166,18 +176,23 @@ def _weighted_back(plan):
 
 
 def _sample(plan):
-    return lambda x, draws, y, pos: weighted.stochastic_pool_sample(
-        x, plan.table, plan.extent, draws, y, pos)
+    """Bind ``stochastic_pool_sample``, which checks nothing (the run returns None)."""
+    return lambda x, draws, seed, y, pos: stochastic.stochastic_pool_sample(
+        x, plan.table, plan.extent, draws, seed, y, pos)
 
 
 def _sample_quads(plan):
-    steps = _rows_geometry(plan)[1]
+    """Bind ``stochastic_quads_sample``, which checks the taps it reads: the run returns
+    what it found where the windows cover x, else None."""
+    window, steps, covered = _rows_geometry(plan)
 
-    def run(x, draws, y, pos):
-        inner, x_rows = _rows_like(x)
-        chunks = _row_tasks(x_rows.shape[0], y.shape[2] * y.shape[3])[0]
-        weighted.stochastic_quads_sample(x_rows, inner, steps, chunks,
-                                         x_rows.shape[0] * chunks, draws, y, pos)
+    def run(x, draws, seed, y, pos):
+        inner, x_rows, y_rows, pos_rows = _rows_like(x, y, pos)
+        chunks, tasks = _tasks(y_rows)
+        invalid = np.zeros(tasks, np.bool_)
+        stochastic.stochastic_quads_sample(x_rows, inner, steps, chunks, tasks, draws, seed,
+                                         y_rows, pos_rows, invalid)
+        return bool(invalid.any()) if covered else None
     return run
 
 
@@ -550,10 +565,10 @@ RULES = {
         Rule("attention.attention_planes_backward", always,
              _attention(attention.attention_planes_backward, False, False))],
     ("stochastic", "check"): [
-        Rule("weighted.negative_or_nan", always, lambda plan: weighted.negative_or_nan)],
+        Rule("stochastic.negative_or_nan", always, lambda plan: stochastic.negative_or_nan)],
     ("stochastic", "sample"): [
-        Rule("weighted.stochastic_quads_sample", _quads, _sample_quads, records=True),
-        Rule("weighted.stochastic_pool_sample", always, _sample, records=True)],
+        Rule("stochastic.stochastic_quads_sample", _quads, _sample_quads, records=True),
+        Rule("stochastic.stochastic_pool_sample", always, _sample, records=True)],
     ("fractional", "forward"): [Rule("fractional.fractional_max_forward_channels_last",
                                      _channels_innermost, _fractional_channels_last,
                                      records=True),

@@ -1,5 +1,4 @@
-"""Weighted window averages: SoftPool and stochastic pooling's evaluation mode, and
-stochastic pooling's sampling.
+"""Weighted window averages: SoftPool and stochastic pooling's evaluation mode.
 
 Each window's output is ``y = sum_j w_j x_j`` over its real taps (padding is never
 read), with weights that depend on the window's own values:
@@ -26,13 +25,7 @@ as rows (the backward only windows that do not overlap), and
 all four taps in one loop: the same bits. The mean's recomputes ``y`` and ``S`` from
 ``x``, so its caller keeps neither.
 
-:func:`stochastic_pool_sample` picks one real tap per window with probability ``x_j /
-S``: the first tap whose running sum exceeds ``u * S``, for a uniform draw ``u`` in
-``[0, 1)`` given per window (the first real tap where ``S = 0``; a tap of weight 0 is
-never drawn otherwise), and writes its tap number like a max pooling's winner, so the
-max pooling's backward routes it; :func:`stochastic_quads_sample` does so for 2x2
-windows with no padding, with the same draws and bits. :func:`negative_or_nan` checks
-its inputs.
+Stochastic pooling's draw is :mod:`.stochastic`'s.
 """
 
 import numpy as np
@@ -424,122 +417,3 @@ def weighted_rows_backward(x, y, norm, dy, inner, window, steps, chunks, tasks, 
                                                     np.float64(grads[at]), kind, real)
                         scatter_tap(taps, t, steps[2], inner,
                                     dx[plane, od * steps[0] + a, oh * steps[1] + b])
-
-
-@parallel_kernel
-def negative_or_nan(values, flags):
-    """``flags[k]``: whether part ``k`` of ``flags.size`` equal parts of the 1-d
-    ``values`` holds a negative number or a NaN (stochastic pooling's inputs must be
-    probabilities' weights); one pass, vectorized, without stopping early."""
-    parts = flags.size
-    for part in prange(parts):
-        bad = False
-        for i in range(part * values.size // parts, (part + 1) * values.size // parts):
-            v = values[uint64(i)]
-            bad |= (v < 0) | (v != v)
-        flags[part] = bad
-
-
-@parallel_kernel
-def stochastic_pool_sample(x, table, extent, draws, y, pos):
-    """One tap per window, drawn with probability ``x_j / S`` by ``draws`` (the module
-    docstring): its value into ``y``, its tap number (row-major over ``extent``) into
-    ``pos``."""
-    n_batch, n_chan = x.shape[0], x.shape[1]
-    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
-    ext_h, ext_w = extent[1], extent[2]
-    zero = np.zeros(1, x.dtype)[0]
-    for row in prange(n_batch * n_chan * out_d * out_h):
-        n, c, od, oh = row_index(row, n_chan, out_d, out_h)
-        start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
-        for ow in range(out_w):
-            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
-            total = zero
-            for xd in range(start_d + first_d, start_d + end_d):
-                for xh in range(start_h + first_h, start_h + end_h):
-                    for xw in range(start_w + first_w, start_w + end_w):
-                        total += x[n, c, xd, xh, xw]
-            threshold = draws[n, c, od, oh, ow] * total
-            # the fallbacks: the first tap where S = 0, the last positive one where
-            # rounding leaves the running sum at or below u * S
-            chosen_d, chosen_h, chosen_w = first_d, first_h, first_w
-            running = zero
-            found = False
-            for jd in range(first_d, end_d):
-                for jh in range(first_h, end_h):
-                    for jw in range(first_w, end_w):
-                        if not found:
-                            v = x[n, c, start_d + jd, start_h + jh, start_w + jw]
-                            running += v
-                            if v > 0:
-                                chosen_d, chosen_h, chosen_w = jd, jh, jw
-                                found = running > threshold
-            y[n, c, od, oh, ow] = x[n, c, start_d + chosen_d, start_h + chosen_h,
-                                    start_w + chosen_w]
-            pos[n, c, od, oh, ow] = (chosen_d * ext_h + chosen_h) * ext_w + chosen_w
-
-
-@inlined
-def _drawn(v0, v1, v2, v3, draw, zero):
-    """``(value, tap)`` drawn from the 2x2 window ``v0 .. v3`` (row-major) by ``draw``,
-    as :func:`stochastic_pool_sample` draws it (running sums in x's dtype from +0,
-    ``u * S`` in float64), with selects where it branches, so that a loop vectorizes."""
-    r0 = zero + v0
-    r1 = r0 + v1
-    r2 = r1 + v2
-    threshold = draw * (r2 + v3)
-    done = (v0 > zero) & (r0 > threshold)
-    take = (v1 > zero) & (not done)
-    value, tap = (v1, 1) if take else (v0, 0)
-    done |= take & (r1 > threshold)
-    take = (v2 > zero) & (not done)
-    value, tap = (v2, 2) if take else (value, tap)
-    done |= take & (r2 > threshold)
-    take = (v3 > zero) & (not done)
-    return (v3, 3) if take else (value, tap)
-
-
-@inlined
-def _sample_row(top, bottom, draws, values, taps, step, zero):
-    """One NCHW output row of :func:`stochastic_quads_sample` (W stride ``step``)."""
-    if step == 2:  # a constant stride: interleaved loads
-        for ow in range(values.shape[0]):
-            at, i = uint64(ow), uint64(2 * ow)
-            values[at], taps[at] = _drawn(top[i], top[i + 1], bottom[i], bottom[i + 1],
-                                          draws[at], zero)
-        return
-    for ow in range(values.shape[0]):
-        at = uint64(ow)
-        i = at * uint64(step)
-        values[at], taps[at] = _drawn(top[i], top[i + 1], bottom[i], bottom[i + 1],
-                                      draws[at], zero)
-
-
-@parallel_kernel
-def stochastic_quads_sample(x, inner, steps, chunks, tasks, draws, y, pos):
-    """:func:`stochastic_pool_sample` for 2x2 windows with no padding (window ``(1, 2,
-    2)``, ``steps`` the stride per axis), with its draws and bits: ``x`` as rows ``(P,
-    D, H, W * inner)`` (NCHW planes, ``inner`` 1, or channels-last images, ``inner``
-    C), ``draws``, ``y`` and ``pos`` indexed ``(N, C, D, H, W)`` as the general
-    kernel's (``y`` and ``pos`` stored as x is); ``chunks`` parallel tasks per plane,
-    ``tasks`` in all."""
-    n_chan, out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3], y.shape[4]
-    zero = np.zeros(1, x.dtype)[0]
-    for task in prange(tasks):
-        plane, first, end = rows_task(task, chunks, out_d * out_h)
-        for row in range(first, end):
-            od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
-            if inner == 1:
-                n, c = plane // n_chan, plane % n_chan
-                _sample_row(top, bottom, draws[n, c, od, oh], y[n, c, od, oh],
-                            pos[n, c, od, oh], steps[2], zero)
-                continue
-            across = uint64(inner)
-            for ow in range(out_w):  # along C: the taps' loads are contiguous
-                base = uint64(ow) * uint64(steps[2]) * across
-                for c in range(inner):
-                    i = base + uint64(c)
-                    y[plane, c, od, oh, ow], pos[plane, c, od, oh, ow] = _drawn(
-                        top[i], top[i + across], bottom[i], bottom[i + across],
-                        draws[plane, c, od, oh, ow], zero)
-

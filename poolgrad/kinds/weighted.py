@@ -4,13 +4,16 @@ formulas: :mod:`poolgrad.kernels.weighted`."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from .. import _inputs as inputs
 from .. import autodiff
 from ..engines import (
     Pullback,
     backward_needs_outputs,
     max_pullback,
-    require_probabilities,
     sample_kernel,
     stochastic_sample,
     weighted_backward,
@@ -18,7 +21,7 @@ from ..engines import (
     weighted_kernels,
 )
 from ..engines.pullback import copy_target, owned
-from ..kernels import weighted
+from ..kernels import stochastic, weighted
 
 
 def _plan(x, kernel_size, stride, padding, spatial_dims):
@@ -91,14 +94,26 @@ def _stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, r
     if not training:  # the forward checks x >= 0
         return _weighted(x, layout, plan, weighted.SELF, want_pullback, "stochastic_pool")
     xk = inputs.compute_view(x, layout)
-    require_probabilities(xk, plan)
-    draws = inputs.generator(rng).random(x.shape[:len(layout.lead)] + plan.out_spatial)
-    yk, pos = stochastic_sample(xk, layout.to_kernel(draws), plan)
+    seed = inputs.generator(rng).integers(2**63, dtype=np.uint64)
+    yk, pos = stochastic_sample(xk, plan, seed=seed)
     y = yk.astype(x.dtype, copy=False).reshape(layout.user_shape(plan.out_spatial))
     if not want_pullback:
         return y, None
     return y, max_pullback(pos, plan, layout, x.dtype, "stochastic_pool",
                            sample_kernel(xk, plan))
+
+
+def counted_draws(seed: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The float64 draws, shaped ``shape`` (y's), that :func:`stochastic_pool` counts
+    from ``seed`` (the one it takes from its ``rng``): for checking a call against the
+    definition, or giving another implementation the same draws."""
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as the kernels' does
+        z = np.uint64(seed) + np.arange(1, math.prod(shape) + 1, dtype=np.uint64) * (
+            np.uint64(stochastic.GOLDEN_GAMMA))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(stochastic.MIX_1)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(stochastic.MIX_2)
+        z ^= z >> np.uint64(31)
+    return ((z >> np.uint64(11)).astype(np.float64) / 2.0**53).reshape(shape)
 
 
 def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rng=None,
@@ -112,9 +127,13 @@ def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rn
     ``sum(x_j^2) / sum(x_j)`` (0 for a window of zeros), whose gradient is
     ``(2 x_j - y) / sum(x)``.
 
-    Draws are ``rng.random(y.shape)`` (float64, C order), one per window: element
-    ``j`` is drawn when the running sum of the window's values (row-major) first
-    exceeds ``u * sum(x)``. The same ``rng`` seed gives the same bits.
+    Each call takes one seed from ``rng`` (``rng.integers(2**63, dtype=np.uint64)``),
+    and window ``i`` of ``y`` (C order) draws ``u_i`` from it: the SplitMix64 output of
+    ``seed + (i + 1) * 0x9E3779B97F4A7C15``, its top 53 bits over ``2**53``
+    (:func:`counted_draws`; a counter-based stream, each draw computed where it is
+    used, not stored). Element ``j`` is drawn when the running sum of the window's
+    values (row-major) first exceeds ``u_i * sum(x)``. The same ``rng`` seed gives the
+    same bits, in any layout and at any thread count.
 
     Args:
         x: ``(N, C, *spatial)``, or ``(C, *spatial)`` where ``spatial_dims`` or a per-dim

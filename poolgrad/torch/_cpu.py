@@ -276,14 +276,22 @@ def weighted_pool_backward(dy: Tensor, x: Tensor, y: Tensor, norm: Tensor, kind:
 
 
 @_ops.implement(_kind_ops.stochastic_pool_sample, "cpu")
-def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
+def stochastic_pool_sample(x: Tensor, seed: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
     """One drawn tap per window: its value and its winner."""
-    _on_cpu(x, draws)
+    _on_cpu(x, seed)
     layout, plan, shape = _job(x, window)
-    y, winners = engines.stochastic_sample(
-        _inputs.compute_view(_array(x), layout), layout.to_kernel(_array(draws)), plan)
+    y, winners = engines.stochastic_sample(_inputs.compute_view(_array(x), layout), plan,
+                                           seed=_seed(seed))
     fmt = _ops.memory_format(x)
     return _tensor(y.reshape(shape), fmt, x.dtype), _tensor(winners.reshape(shape), fmt)
+
+
+def _seed(seed: Tensor) -> int:
+    """The one int64 of ``seed``, which must be that (a ValueError otherwise)."""
+    if seed.dtype != torch.int64 or seed.numel() != 1:
+        raise ValueError(f"stochastic_pool_sample: seed must be one int64, got "
+                         f"{seed.dtype} of shape {tuple(seed.shape)}")
+    return int(seed.reshape(()))
 
 
 def _blend_weights(weights: Tensor) -> np.ndarray:

@@ -196,12 +196,12 @@ def blend_pool_backward(dy: Tensor, x: Tensor, weights: Tensor, kind: int,
     return dx, dweights
 
 
-def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
+def stochastic_pool_sample(x: Tensor, seed: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
     plan = _ops.plan_of(window, x.shape[2:])
     fmt = _ops.memory_format(x)
     y = empty(_out_shape(x, plan), x, fmt)
     winners = empty(y.shape, x, fmt, _ops.winner_dtype(x, window))
-    dispatch.choose("stochastic", "sample", plan)(_five(x), _five(draws), _five(y),
+    dispatch.choose("stochastic", "sample", plan)(_five(x), seed.reshape(1), _five(y),
                                                 _five(winners))
     return y, winners
 

@@ -116,15 +116,17 @@ def _(dy, x, y, norm, kind, window):
 
 
 @define
-def stochastic_pool_sample(x: Tensor, draws: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
-    """One real tap per window, drawn with probability ``x / sum(x)`` by the float64
-    ``draws`` (``y``'s shape): its value and its tap number (max pooling's winners, so
-    :func:`max_pool_backward` routes the gradient)."""
-    refuse_device(x, draws)
+def stochastic_pool_sample(x: Tensor, seed: Tensor, window: list[int]) -> tuple[Tensor, Tensor]:
+    """One real tap per window, drawn with probability ``x / sum(x)`` by the draws
+    counted from ``seed`` (int64, one element, on x's device), as
+    :func:`poolgrad.stochastic_pool` counts them: its value and its tap number (max
+    pooling's winners, so :func:`max_pool_backward` routes the gradient). A ValueError
+    on the CPU if x holds a negative number or a NaN."""
+    refuse_device(x, seed)
 
 
 @stochastic_pool_sample.register_fake
-def _(x, draws, window):
+def _(x, seed, window):
     shape, fmt = out_shape(x, window), memory_format(x)
     return empty(shape, x, fmt), empty(shape, x, fmt, winner_dtype(x, window))
 

@@ -196,11 +196,12 @@ def _weighted(x: Tensor, kind: int, window) -> Tensor:
 
 def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
                     generator=None, spatial_dims=None):
-    """:func:`poolgrad.stochastic_pool` on a tensor. Draws are ``torch.rand(y.shape,
-    generator=generator)`` (float64, on x's device), and the ``stochastic_pool_sample``
-    operator picks each window's tap in one pass (its gradient is max pooling's
-    routing); evaluation is the ``weighted_pool`` operator. ``x`` as :func:`blur_pool`
-    takes it."""
+    """:func:`poolgrad.stochastic_pool` on a tensor. Each call takes one seed from
+    ``generator`` (``torch.randint(2**63 - 1, (1,))`` on x's device), from which the
+    ``stochastic_pool_sample`` operator counts each window's draw as the NumPy operator
+    does (so the same seed gives the same draws on the CPU and on CUDA) and picks its
+    tap in one pass (its gradient is max pooling's routing); evaluation is the
+    ``weighted_pool`` operator. ``x`` as :func:`blur_pool` takes it."""
     x, _, unbatched = _batched(x, "stochastic_pool", spatial_dims, kernel_size=kernel_size,
                                stride=stride, padding=padding)
     refuse_export("stochastic_pool cannot be exported: it draws at random in training, and "
@@ -220,18 +221,17 @@ def _in_memory_order(t: Tensor) -> Tensor:
 def _stochastic(x, window, training, generator):
     """Stochastic pooling of a batched x."""
     # NaN, the min's too, fails as a negative does. A compiled graph cannot branch on the
-    # data, so it is not checked there, but the CPU operator for evaluation checks the
-    # taps as it reads them, compiled or not
-    if ((training or x.device.type != "cpu")
-            and not torch.compiler.is_compiling() and x.numel()
+    # data, so it is not checked there, but the CPU operators check the taps as they
+    # read them, compiled or not
+    if (x.device.type != "cpu" and not torch.compiler.is_compiling() and x.numel()
             and not bool(_in_memory_order(x.detach()).min() >= 0)):
         raise ValueError("stochastic_pool samples with probabilities x / sum(x), so x must "
                          "be >= 0 (as after a ReLU) and not NaN")
     if not training:
         return _weighted(x, kind_ops.SELF, window)
-    draws = torch.rand(ops.out_shape(x, window), generator=_generator(generator, x.device),
-                       dtype=torch.float64, device=x.device)
-    return call(kind_ops.stochastic_pool_sample, x, draws, window)[0]
+    seed = torch.randint(2**63 - 1, (1,), generator=_generator(generator, x.device),
+                         dtype=torch.int64, device=x.device)
+    return call(kind_ops.stochastic_pool_sample, x, seed, window)[0]
 
 
 # ------------------------------------------------------------------------- fractional

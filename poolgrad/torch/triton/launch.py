@@ -197,9 +197,9 @@ def weighted_backward_run(plan):
 
 
 def stochastic_sample_run(plan):
-    """``run(x, draws, y, pos)``: ``pos`` stored as ``y``, ``draws`` float64."""
-    return lambda x, draws, y, pos: _launch(weighted.stochastic_sample, plan, y,
-                                            (x, draws, y, pos), (x, draws, y))
+    """``run(x, seed, y, pos)``: ``pos`` stored as ``y``, ``seed`` one int64."""
+    return lambda x, seed, y, pos: _launch(weighted.stochastic_sample, plan, y,
+                                           (x, seed, y, pos), (x, y))
 
 
 def blend_forward_run(plan):

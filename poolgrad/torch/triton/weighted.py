@@ -85,13 +85,27 @@ def weighted_backward(x, y, norm, dy, dx, total, C, axes, xs, ys, gs, rs,
 
 
 @triton.jit
-def stochastic_sample(x, draws, y, pos, total, C, axes, xs, ds, ys,
+def counted_uniform(seed, index):
+    """Draw ``index`` (int64) of the stream ``seed`` (int64), as
+    :func:`poolgrad.kernels.stochastic.counted_uniform` counts it: SplitMix64 in uint64
+    arithmetic, its top 53 bits over ``2**53``."""
+    z = seed.to(tl.uint64, bitcast=True) + (index.to(tl.uint64, bitcast=True) + 1) * (
+        0x9E3779B97F4A7C15)
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+    z = z ^ (z >> 31)
+    return (z >> 11).to(tl.float64) * (1.0 / 9007199254740992.0)
+
+
+@triton.jit
+def stochastic_sample(x, seed, y, pos, total, C, axes, xs, ys,
                       ADAPTIVE: tl.constexpr, CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
                       BLOCK: tl.constexpr):
     """One tap per window, drawn with probability ``x / S``: the first real tap
     (row-major) whose running sum exceeds ``u * S`` for the window's float64 draw ``u``
-    (``draws``, strides ``ds``); else the last positive tap; else the first real one.
-    Its value (as loaded) into ``y``, its tap number into ``pos``."""
+    (counted from ``seed``, one int64, by the window's row-major number over ``y``'s
+    ``(N, C, D, H, W)``); else the last positive tap; else the first real one. Its value
+    (as loaded) into ``y``, its tap number into ``pos``."""
     offs, live = walk.lanes(total, BLOCK)
     n, c, od, oh, ow = walk.outputs(offs, C, axes, CHANNELS_LAST)
     windows = walk.windows(od, oh, ow, axes, ADAPTIVE)
@@ -101,9 +115,10 @@ def stochastic_sample(x, draws, y, pos, total, C, axes, xs, ds, ys,
         offset, real = walk.tap(t, axes, windows, xs, live)
         whole = tl.where(real, whole + tl.load(x + base + offset, mask=real,
                                                 other=0.0).to(ACC), whole)
-    u = tl.load(draws + walk.at(ds, n, c, od, oh, ow), mask=live, other=0.0).to(tl.float64)
-    threshold = u * whole.to(tl.float64)
     d, h, w = axes
+    number = (((n.to(tl.int64) * C + c) * d[1] + od) * h[1] + oh) * w[1] + ow
+    u = counted_uniform(tl.load(seed), number)
+    threshold = u * whole.to(tl.float64)
     (_, first_d, _, _), (_, first_h, _, _), (_, first_w, _, _) = windows
     chosen = ((first_d * h[2] + first_h) * w[2] + first_w).to(tl.int32)
     running = tl.zeros([BLOCK], dtype=ACC)
