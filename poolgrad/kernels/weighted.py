@@ -270,13 +270,22 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
         bad = False
         for row in range(first, end):
             od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
-            norms = norm[plane, od, oh] if keep else sums
-            if kind == SOFT:
-                _quads_row(top, bottom, y[plane, od, oh], sums, largest, norms, inner, steps,
-                           True, real, keep)
+            means = y[plane, od, oh]
+            # four call sites, each with literal flags: a runtime `keep` in the row's
+            # loops kept the stochastic mean's check loop scalar (0.90 ms against 0.66
+            # for a channels-last 32x64x56x56 forward at 2 threads)
+            if kind == SOFT and keep:
+                _quads_row(top, bottom, means, sums, largest, norm[plane, od, oh], inner,
+                           steps, True, real, True)
+            elif kind == SOFT:
+                _quads_row(top, bottom, means, sums, largest, sums, inner, steps, True, real,
+                           False)
+            elif keep:
+                bad |= _quads_row(top, bottom, means, sums, largest, norm[plane, od, oh],
+                                  inner, steps, False, real, True)
             else:
-                bad |= _quads_row(top, bottom, y[plane, od, oh], sums, largest, norms, inner,
-                                  steps, False, real, keep)
+                bad |= _quads_row(top, bottom, means, sums, largest, sums, inner, steps,
+                                  False, real, False)
             if copies:
                 copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
                 copy_row(top, copy_top)
