@@ -22,6 +22,7 @@ from . import (
     blur_rows,
     fractional,
     layouts,
+    polyphase,
     power_mean,
     stochastic,
     weighted,
@@ -579,4 +580,10 @@ RULES = {
                                       _bound(fractional.fractional_max_backward))],
     ("fractional", "indices"): [Rule("fractional.fractional_max_indices", always,
                                      _bound(fractional.fractional_max_indices))],
+    ("polyphase", "norms"): [Rule("polyphase.phase_norms", always,
+                                  _bound(polyphase.phase_norms))],
+    ("polyphase", "gather"): [Rule("polyphase.phase_gather", always,
+                                   _bound(polyphase.phase_gather))],
+    ("polyphase", "scatter"): [Rule("polyphase.phase_scatter", always,
+                                    _bound(polyphase.phase_scatter))],
 }

@@ -1,0 +1,168 @@
+"""Adaptive polyphase sampling (APS): exact invariance to circular shifts, against the
+paper's definition written apart from the kernels, the given phase, the gradient's
+routing, and bad input."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import poolgrad as pg
+from tests.test_gradcheck import numerical_vjp
+
+
+def channels_last(x):
+    """A copy of ``x`` (N, C, *spatial) stored channels-last."""
+    ndim = x.ndim - 2
+    return np.ascontiguousarray(np.moveaxis(x, 1, -1)).transpose(0, ndim + 1,
+                                                                 *range(1, ndim + 1))
+
+
+def aps_reference(x, stride, norm="l2"):
+    """The definition: pad circularly to a multiple of the stride, split into the
+    polyphase components (row-major phases), take each example's component of largest
+    norm (the first on a tie)."""
+    ndim = x.ndim - 2
+    stride = (stride,) * ndim if isinstance(stride, int) else stride
+    padded = x
+    for axis, (length, step) in enumerate(zip(x.shape[2:], stride, strict=True)):
+        padded = np.take(padded, np.arange(-(-length // step) * step) % length, axis=2 + axis)
+    components = [padded[(slice(None), slice(None)) + tuple(
+        slice(a, None, s) for a, s in zip(offsets, stride, strict=True))]
+        for offsets in itertools.product(*(range(s) for s in stride))]
+    measure = {"l2": lambda c: np.sum(c.astype(np.float64) ** 2),
+               "l1": lambda c: np.sum(np.abs(c.astype(np.float64))),
+               "max": lambda c: np.max(np.abs(c.astype(np.float64)))}[norm]
+    phases = np.array([int(np.argmax([measure(c[n]) for c in components]))
+                       for n in range(x.shape[0])])
+    y = np.stack([components[p][n] for n, p in enumerate(phases)])
+    return y, phases
+
+
+CASES = [((2, 3, 8, 10), 2), ((3, 2, 9), 3), ((2, 2, 4, 6, 4), (2, 3, 2)),
+         ((2, 3, 7, 5), 2), ((1, 4, 5, 6), (1, 3)), ((2, 1, 3, 2), 4)]
+
+
+@pytest.mark.parametrize("norm", ["l2", "l1", "max"])
+@pytest.mark.parametrize("shape, stride", CASES)
+def test_aps_pool_is_the_definition(shape, stride, norm):
+    """Odd sizes (padded circularly), per-dim strides, a stride above the size, 1-3
+    dims; both layouts give the same bits."""
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    expected, phases = aps_reference(x, stride, norm)
+    y, chosen = pg.aps_pool(x, stride, norm=norm, return_indices=True)
+    np.testing.assert_array_equal(chosen, phases)
+    assert chosen.dtype == np.int64 and y.dtype == np.float32
+    np.testing.assert_array_equal(y, expected)
+    stored = channels_last(x)
+    y_cl = pg.aps_pool(stored, stride, norm=norm)
+    np.testing.assert_array_equal(y_cl, expected)
+    assert np.moveaxis(y_cl, 1, -1).flags.c_contiguous  # channels-last in and out
+
+
+@pytest.mark.parametrize("shape, stride", [((3, 4, 8, 6), 2), ((4, 3, 12), 3),
+                                           ((2, 2, 4, 6, 2), (2, 3, 2))])
+def test_every_circular_shift_shifts_the_output_and_changes_no_value(shape, stride):
+    """The paper's promise, bit for bit: for sizes that are multiples of the stride,
+    each example's output under any circular shift of x is a circular shift of its
+    unshifted output (by the shift over the stride, rounded down or up by the phase)."""
+    x = np.random.default_rng(2).standard_normal(shape)
+    ndim = len(shape) - 2
+    y = pg.aps_pool(x, stride)
+    rolls = list(itertools.product(*(range(m) for m in y.shape[2:])))
+    for shift in itertools.product(*(range(length) for length in shape[2:])):
+        shifted = pg.aps_pool(np.roll(x, shift, axis=tuple(range(2, 2 + ndim))), stride)
+        for n in range(shape[0]):
+            assert any(np.array_equal(shifted[n], np.roll(y[n], r, tuple(range(1, 1 + ndim))))
+                       for r in rolls), (shift, n)
+
+
+def test_plain_subsampling_is_not_invariant_but_aps_is():
+    """The contrast that motivates APS: x[::2] of a one-pixel shift is another signal."""
+    x = np.array([[[0.0, 3.0, 0.0, 2.0, 0.0, 1.0]]])
+    shifted = np.roll(x, 1, axis=2)
+    assert not np.array_equal(np.sort(shifted[..., ::2]), np.sort(x[..., ::2]))
+    np.testing.assert_array_equal(pg.aps_pool(x, 2), [[[3.0, 2.0, 1.0]]])
+    np.testing.assert_array_equal(pg.aps_pool(shifted, 2), [[[1.0, 3.0, 2.0]]])
+
+
+def test_ties_go_to_the_lowest_phase_and_nan_wins():
+    x = np.array([[[1.0, -1.0, 2.0, 2.0]], [[0.0, 0.0, 0.0, 0.0]], [[1.0, np.nan, 5.0, 0.0]]])
+    y, phases = pg.aps_pool(x, 2, return_indices=True)
+    np.testing.assert_array_equal(phases, [0, 0, 1])  # equal norms: phase 0
+    assert np.isnan(y[2, 0, 0])
+    for norm in ("l1", "max"):
+        np.testing.assert_array_equal(pg.aps_pool(x, 2, norm=norm, return_indices=True)[1],
+                                      [0, 0, 1])
+
+
+def test_a_given_phase_is_taken_and_a_shortcut_follows_the_main_path():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 2, 6, 6))
+    np.testing.assert_array_equal(pg.aps_pool(x, 2, phase=1), x[:, :, 0::2, 1::2])
+    main, phases = pg.aps_pool(x, 2, return_indices=True)
+    shortcut = pg.aps_pool(2 * x[:, :1] + 1, 2, phase=phases)  # another tensor, same phases
+    for n, phase in enumerate(phases):
+        a, b = divmod(int(phase), 2)
+        np.testing.assert_array_equal(shortcut[n], 2 * x[n, :1, a::2, b::2] + 1)
+        np.testing.assert_array_equal(main[n], x[n, :, a::2, b::2])
+
+
+def test_unbatched_input_gives_one_phase():
+    x = np.random.default_rng(4).standard_normal((3, 8))
+    y, phase = pg.aps_pool(x, 2, spatial_dims=1, return_indices=True)
+    assert y.shape == (3, 4) and phase.shape == ()
+    np.testing.assert_array_equal(y, pg.aps_pool(x[None], 2)[0])
+    np.testing.assert_array_equal(pg.aps_pool(x, 2, spatial_dims=1, phase=phase), y)
+
+
+@pytest.mark.parametrize("shape, stride", [((2, 2, 5, 4), 2), ((2, 3, 7), 3)])
+def test_the_gradient_goes_to_the_chosen_component(shape, stride):
+    """Finite differences, the routing itself, and one small integer saved per
+    example."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape)
+    (y, phases), pullback = pg.vjp(pg.aps_pool, x, stride, return_indices=True)
+    dy = rng.standard_normal(y.shape)
+    dx = pullback(dy)
+    np.testing.assert_allclose(dx, numerical_vjp(lambda v: pg.aps_pool(v, stride), x.copy(), dy),
+                               rtol=1e-7, atol=1e-9)
+    # the adjoint of the gather: <dy, y(x')> = <dx, x'> for any x' with the same phases
+    other = rng.standard_normal(shape)
+    np.testing.assert_allclose(np.sum(dy * pg.aps_pool(other, stride, phase=phases)),
+                               np.sum(dx * other), rtol=1e-12)
+    assert pullback.saved["phases"].dtype == np.uint8 and pullback.saved["phases"].size == 2
+    assert np.count_nonzero(dx) == dy.size  # no position is written twice
+
+
+def test_the_gradient_keeps_channels_last():
+    x = channels_last(np.random.default_rng(6).standard_normal((2, 3, 6, 4)))
+    y, pullback = pg.vjp(pg.aps_pool, x, 2)
+    dx = pullback(channels_last(np.ones_like(y)))
+    assert np.moveaxis(dx, 1, -1).flags.c_contiguous and dx.sum() == y.size
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda x: pg.aps_pool(x, 0), ValueError, "stride"),
+    (lambda x: pg.aps_pool(x, 2, norm="l3"), ValueError, "norm must be one of l2, l1, max"),
+    (lambda x: pg.aps_pool(x, 2, phase=4), ValueError, r"phase must be in \[0, 4\)"),
+    (lambda x: pg.aps_pool(x, 2, phase=-1), ValueError, r"phase must be in \[0, 4\)"),
+    (lambda x: pg.aps_pool(x, 2, phase=[0, 1, 2]), ValueError, r"one per example, shape \(2,\)"),
+    (lambda x: pg.aps_pool(x, 2, phase=1.0), TypeError, "phase must be None, an int"),
+    (lambda x: pg.aps_pool(x, 2, phase=True), TypeError, "phase must be None, an int"),
+    (lambda x: pg.aps_pool(x, 2, return_indices=1), TypeError, "return_indices must be"),
+    (lambda x: pg.aps_pool(x.astype(int), 2), TypeError, "float"),
+])
+def test_bad_input(call, error, message):
+    x = np.zeros((2, 3, 4, 4))
+    with pytest.raises(error, match=message):
+        call(x)
+    assert not x.any()
+
+
+def test_component_count_and_shapes():
+    x = np.zeros((1, 1, 5, 7, 3))
+    assert pg.aps_pool(x, (2, 3, 1)).shape == (1, 1, 3, 3, 3)
+    assert math.prod((2, 3, 1)) == 6
+    assert pg.aps_pool(x, (2, 3, 1), phase=5).shape == (1, 1, 3, 3, 3)
