@@ -166,3 +166,75 @@ def test_component_count_and_shapes():
     assert pg.aps_pool(x, (2, 3, 1)).shape == (1, 1, 3, 3, 3)
     assert math.prod((2, 3, 1)) == 6
     assert pg.aps_pool(x, (2, 3, 1), phase=5).shape == (1, 1, 3, 3, 3)
+
+
+# ----------------------------------------------------------------------- max_aps_pool
+
+
+def circular_max_map(x, kernel):
+    """The stride-1 max over ``kernel`` windows of x padded circularly (``k - 1`` in
+    all, ``(k - 1) // 2`` before), by rolls."""
+    ndim = x.ndim - 2
+    result = np.full(x.shape, -np.inf)
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        shift = tuple((k - 1) // 2 - o for k, o in zip(kernel, offsets, strict=True))
+        result = np.maximum(result, np.roll(x, shift, axis=tuple(range(2, 2 + ndim))))
+    return result
+
+
+def circular_blur(x):
+    """The 3-tap binomial blur [1, 2, 1] / 4 along each spatial axis, circular."""
+    for axis in range(2, x.ndim):
+        x = (np.roll(x, 1, axis) + 2 * x + np.roll(x, -1, axis)) / 4
+    return x
+
+
+@pytest.mark.parametrize("shape, kernel, stride, blur", [
+    ((2, 3, 8, 6), (2, 2), 2, False), ((2, 2, 7, 5), (3, 2), (2, 3), True),
+    ((3, 2, 9), (3,), 3, True), ((1, 2, 4, 4, 6), (2, 2, 2), 2, False)])
+def test_max_aps_pool_is_the_circular_max_then_aps(shape, kernel, stride, blur):
+    x = np.random.default_rng(7).standard_normal(shape)
+    mapped = circular_max_map(x, kernel)
+    if blur:
+        mapped = circular_blur(mapped)
+    expected, phases = aps_reference(mapped, stride)
+    y, chosen = pg.max_aps_pool(x, kernel, stride, 3 if blur else None, return_indices=True)
+    np.testing.assert_array_equal(chosen, phases)
+    np.testing.assert_allclose(y, expected, rtol=1e-15 if not blur else 1e-12)
+
+
+@pytest.mark.parametrize("blur", [None, 3])
+def test_max_aps_pool_is_invariant_to_every_circular_shift(blur):
+    x = np.random.default_rng(8).standard_normal((2, 3, 6, 8))
+    y = pg.max_aps_pool(x, 2, 2, blur)
+    rolls = list(itertools.product(range(3), range(4)))
+    for shift in itertools.product(range(6), range(8)):
+        shifted = pg.max_aps_pool(np.roll(x, shift, axis=(2, 3)), 2, 2, blur)
+        for n in range(2):
+            assert any(np.array_equal(shifted[n], np.roll(y[n], r, (1, 2))) for r in rolls)
+
+
+@pytest.mark.parametrize("blur", [None, 3])
+def test_max_aps_pool_gradient(blur):
+    """Finite differences (tie-free x), unbatched too, and the same phases given back."""
+    rng = np.random.default_rng(9)
+    x = rng.permutation(2 * 2 * 5 * 6).reshape(2, 2, 5, 6) / 7.0
+    (y, phases), pullback = pg.vjp(pg.max_aps_pool, x, 2, 2, blur, return_indices=True)
+    dy = rng.standard_normal(y.shape)
+    np.testing.assert_allclose(
+        pullback(dy), numerical_vjp(lambda v: pg.max_aps_pool(v, 2, 2, blur, phase=phases),
+                                    x.copy(), dy), rtol=1e-6, atol=1e-7)
+    single, one = pg.vjp(pg.max_aps_pool, x[0], 2, 2, blur, spatial_dims=2)
+    np.testing.assert_array_equal(single, y[0])
+    np.testing.assert_array_equal(one(dy[0]), pg.vjp(pg.max_aps_pool, x[:1], 2, 2, blur)[1](
+        dy[:1])[0])
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda x: pg.max_aps_pool(x, 0), ValueError, "kernel_size"),
+    (lambda x: pg.max_aps_pool(x, 2, 2, 9), ValueError, "filter_size"),
+    (lambda x: pg.max_aps_pool(x, 2, norm="l0"), ValueError, "norm must be one of"),
+])
+def test_max_aps_pool_bad_input(call, error, message):
+    with pytest.raises(error, match=message):
+        call(np.zeros((2, 3, 4, 4)))

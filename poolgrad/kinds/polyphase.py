@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _inputs as inputs
-from .. import autodiff, geometry
+from .. import autodiff, geometry, ops
 from ..engines import Pullback
 from ..engines import polyphase as engine
+from . import blur
 
 NORMS = tuple(engine.NORMS)
 
@@ -119,3 +120,90 @@ def aps_pool(x, stride=2, *, norm="l2", phase=None, return_indices=False,
 
 
 autodiff.register({aps_pool: _aps_pool})
+
+
+def _circular_pad(x: np.ndarray, ndim: int, before, after) -> np.ndarray:
+    """``x`` padded circularly along its last ``ndim`` axes."""
+    return np.pad(x, [(0, 0)] * (x.ndim - ndim) + list(zip(before, after, strict=True)),
+                  mode="wrap")
+
+
+def _fold(dpad: np.ndarray, ndim: int, before, sizes) -> np.ndarray:
+    """The transpose of :func:`_circular_pad`: each padded position's gradient added onto
+    the element it copied."""
+    dx = dpad
+    for axis, (start, length) in enumerate(zip(before, sizes, strict=True)):
+        axis += dx.ndim - ndim
+        positions = (np.arange(dx.shape[axis]) - start) % length
+        folded = np.zeros(dx.shape[:axis] + (length,) + dx.shape[axis + 1:], dx.dtype)
+        np.add.at(folded, (slice(None),) * axis + (positions,), dx)
+        dx = folded
+    return dx
+
+
+def _max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", phase=None,
+                  return_indices=False, spatial_dims=None, want_pullback=False):
+    x = inputs.check_array(x, "x", floating=True)
+    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, "max_aps_pool",
+                                       kernel_size=kernel_size, stride=stride,
+                                       filter_size=filter_size)
+    kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
+    before = tuple((k - 1) // 2 for k in kernel)  # as padding="same" splits it
+    after = tuple(k - 1 - b for k, b in zip(kernel, before, strict=True))
+    batched = x.ndim == ndim + 2
+    padded = _circular_pad(x if batched else x[None], ndim, before, after)
+    first = ((ops.max_pool, (kernel, 1), {}) if filter_size is None else
+             (blur.max_blur_pool, (kernel, 1, filter_size, "circular"), {}))
+    stages = [first, (aps_pool, (stride,), {"norm": norm, "phase": phase,
+                                            "return_indices": return_indices})]
+    value, pullbacks = padded, []
+    for op, args, kwargs in stages:
+        if want_pullback:
+            value, pullback = autodiff.vjp(op, value, *args, **kwargs)
+            pullbacks.append(pullback)
+        else:
+            value = op(value, *args, **kwargs)
+    if not batched:
+        value = tuple(v[0] for v in value) if return_indices else value[0]
+    if not want_pullback:
+        return value, None
+    y = value[0] if return_indices else value
+
+    def backward(dy):
+        grad = dy if batched else dy[None]
+        for pullback in reversed(pullbacks):
+            grad = pullback(grad)
+        dx = _fold(grad, ndim, before, x.shape[x.ndim - ndim:])
+        return dx if batched else dx[0]
+    saved = {f"{pullback.op}.{name}": array for pullback in pullbacks
+             for name, array in pullback.saved.items()}
+    return value, Pullback("max_aps_pool", backward, y.shape, x.shape, x.dtype, saved,
+                           tuple(pullbacks[0].kernels.values()))
+
+
+def max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", phase=None,
+                 return_indices=False, spatial_dims=None):
+    """Max pooling made shift-invariant (APS's replacement for ``MaxPool``): the max over
+    every ``kernel_size`` window at stride 1 with circular padding (``kernel_size - 1``
+    in all, split as ``padding="same"`` splits it), an optional binomial blur of
+    ``filter_size`` taps at stride 1 (circular), then :func:`aps_pool` at ``stride``.
+
+    Each stage commutes with circular shifts, so the whole does what :func:`aps_pool`
+    does: a circular shift of x (sizes multiples of the stride) shifts each example's
+    output circularly. The gradient goes back through APS's choice, the blur and the
+    max's winners (first maximum, NaN wins), and padding folds onto what it copied.
+
+    Args:
+        x: as :func:`aps_pool` takes it.
+        kernel_size: the max's window, an int or one per spatial dim.
+        stride, norm, phase, return_indices, spatial_dims: as :func:`aps_pool`'s.
+        filter_size: None (no blur) or the blur's taps per dim, 1-7.
+
+    Returns:
+        ``(N, C, *ceil(spatial / stride))``, or ``(y, phases)``.
+    """
+    return _max_aps_pool(x, kernel_size, stride, filter_size, norm=norm, phase=phase,
+                         return_indices=return_indices, spatial_dims=spatial_dims)[0]
+
+
+autodiff.register({max_aps_pool: _max_aps_pool})
