@@ -136,6 +136,9 @@ POOL_LAYERS = [
     (nn.MaxBlurPool(3, 2), pg.max_blur_pool, {"kernel_size": 3, "stride": 2}),
     (nn.AvgBlurPool(), pg.avg_blur_pool, {}),
     (nn.SoftPool(3, 2, 1), pg.soft_pool, {"kernel_size": 3, "stride": 2, "padding": 1}),
+    (nn.APSPool((2, 3), norm="l1"), pg.aps_pool, {"stride": (2, 3), "norm": "l1"}),
+    (nn.MaxAPSPool(3, 2, 3), pg.max_aps_pool, {"kernel_size": 3, "stride": 2,
+                                               "filter_size": 3}),
 ]
 
 
@@ -429,3 +432,17 @@ def test_attention_pool_layer_starts_as_global_average_and_learns():
     assert not np.allclose(layer.forward(x), y)
     with pytest.raises(ValueError, match="must divide channels"):
         nn.AttentionPool(6, heads=4)
+
+
+def test_aps_layers_keep_their_phases_for_a_shortcut():
+    """The phases of the last forward, training or not, are the operator's, so that a
+    residual shortcut can downsample with the main path's."""
+    x = np.random.default_rng(12).standard_normal((3, 2, 6, 6))
+    for layer, op in ((nn.APSPool(2), pg.aps_pool), (nn.MaxAPSPool(2, 2), pg.max_aps_pool)):
+        for training in (True, False):
+            layer.training = training
+            y = layer.forward(x)
+            expected, phases = op(x, 2, return_indices=True) if op is pg.aps_pool else op(
+                x, 2, 2, return_indices=True)
+            np.testing.assert_array_equal(y, expected)
+            np.testing.assert_array_equal(layer.phases, phases)

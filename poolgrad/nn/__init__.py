@@ -40,20 +40,22 @@ from .layers import (
 )
 from .pools import (
     POOLING,
+    APSPool,
     AttentionPool,
     AvgBlurPool,
     BlurPool,
     FractionalMaxPool,
     GatedPool,
     GeMPool,
+    MaxAPSPool,
     MaxBlurPool,
     MixedPool,
     SoftPool,
     StochasticPool,
 )
 
-__all__ = ["AdaptiveAvgPool", "AdaptiveMaxPool", "AttentionPool", "AvgBlurPool", "AvgPool",
-           "BlurPool", "Conv", "Conv1d", "Conv2d", "Dropout", "Flatten", "FractionalMaxPool",
-           "GatedPool", "GeMPool", "GlobalAvgPool", "GlobalMaxPool", "Layer", "Linear",
-           "LpPool", "MaxBlurPool", "MaxPool", "MixedPool", "POOLING", "Pool", "ReLU",
-           "Sequential", "SoftPool", "SoftmaxCrossEntropy", "StochasticPool"]
+__all__ = ["APSPool", "AdaptiveAvgPool", "AdaptiveMaxPool", "AttentionPool", "AvgBlurPool",
+           "AvgPool", "BlurPool", "Conv", "Conv1d", "Conv2d", "Dropout", "Flatten",
+           "FractionalMaxPool", "GatedPool", "GeMPool", "GlobalAvgPool", "GlobalMaxPool", "Layer",
+           "Linear", "LpPool", "MaxAPSPool", "MaxBlurPool", "MaxPool", "MixedPool", "POOLING",
+           "Pool", "ReLU", "Sequential", "SoftPool", "SoftmaxCrossEntropy", "StochasticPool"]

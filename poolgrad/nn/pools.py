@@ -87,6 +87,37 @@ class FractionalMaxPool(Pool):
         return y
 
 
+class APSPool(Pool):
+    """:func:`poolgrad.aps_pool` as a layer: each example's polyphase component of
+    largest norm. ``phases`` holds the phases of the last forward, for a residual
+    shortcut to follow (``aps_pool(shortcut, stride, phase=layer.phases)``)."""
+    op = staticmethod(kinds.aps_pool)
+
+    def __init__(self, stride=2, *, norm="l2", spatial_dims=None):
+        super().__init__(stride=stride, norm=norm, spatial_dims=spatial_dims)
+        self.phases = None
+
+    def forward(self, x):
+        options = dict(self.options, return_indices=True)
+        if not self.training:
+            y, self.phases = type(self).op(x, **options)
+            return y
+        (y, self.phases), self._pullback = ops.vjp(type(self).op, x, **options)
+        return y
+
+
+class MaxAPSPool(APSPool):
+    """:func:`poolgrad.max_aps_pool` as a layer (APS's replacement for ``MaxPool``);
+    ``phases`` as :class:`APSPool`'s."""
+    op = staticmethod(kinds.max_aps_pool)
+
+    def __init__(self, kernel_size=2, stride=2, filter_size=None, *, norm="l2",
+                 spatial_dims=None):
+        Pool.__init__(self, kernel_size=kernel_size, stride=stride, filter_size=filter_size,
+                      norm=norm, spatial_dims=spatial_dims)
+        self.phases = None
+
+
 class AttentionPool(Layer):
     """:func:`poolgrad.attention_pool` as a readout head in place of global average
     pooling: ``(N, channels, *spatial)`` to ``(N, queries * channels)`` (unbatched with
