@@ -8,6 +8,7 @@ pooling (``pow`` as ``exp2(b * log2(a))``) must agree within a few ulps.
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -287,6 +288,35 @@ def test_weighted_averages_and_the_stochastic_draw_match_the_cpu(name, ndim, win
             same_bits(twinners, winners)
 
 
+APS_CASES = [("2-d stride 2", (2, 3, 6, 8), [2, 2]), ("2-d odd sizes (2, 3)", (3, 2, 7, 5), [2, 3]),
+             ("1-d stride 3", (2, 3, 10), [3]), ("3-d", (2, 2, 4, 5, 6), [2, 1, 3])]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("name,shape,steps", APS_CASES, ids=[c[0] for c in APS_CASES])
+def test_polyphase_sampling_matches_the_cpu(name, shape, steps, dtype):
+    """APS's choice, gather and scatter bit for bit against the CPU's, for every norm
+    and layout; ties (whole zero examples: phase 0) and a NaN (its phase wins)."""
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(shape, generator=g).to(dtype)
+    x[0] = 0.0  # every norm ties: phase 0
+    x.view(-1)[-1] = float("nan")  # the last example's component holding it wins
+    for layout, xs in layouts(x):
+        for norm in (0, 1, 2):
+            y, phases = cpu("aps_pool")(xs, steps, norm)
+            ty, tphases = triton_impl("aps_pool")(on_device(xs), steps, norm)
+            same_bits(tphases, phases)
+            same_bits(ty, y)
+            assert phases[0] == 0, (layout, norm)
+        given = torch.randint(0, math.prod(steps), (shape[0],), generator=g)
+        same_bits(triton_impl("aps_gather")(on_device(xs), on_device(given), steps),
+                  cpu("aps_gather")(xs, given, steps))
+        dy = torch.randn(y.shape, generator=g).to(dtype)
+        same_bits(triton_impl("aps_scatter")(on_device(dy), on_device(given), steps,
+                                             list(shape)),
+                  cpu("aps_scatter")(dy, given, steps, list(shape)))
+
+
 BLEND_WINDOWS = [("2x2 float32", 2, sliding(2, 2, 2, 0, 0, 1, False), torch.float32),
                  ("3x3 stride 2 padded", 2, sliding(2, 3, 2, 1, 1, 1, False), torch.float64),
                  ("1-d 3 stride 1", 1, sliding(1, 3, 1, 1, 0, 1, False), torch.float64)]
@@ -429,6 +459,7 @@ import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from poolgrad.torch.triton import blend as B, kernels as K, power_mean as G, weighted as WK
+from poolgrad.torch.triton import polyphase as PP
 
 # the tuples: each axis's (L, O, K, S, P, A, DIL, N), each tensor's 5 strides
 STRIDES = {"xs", "ys", "gs", "ps", "rs", "ss", "outs", "ts", "ds"}
@@ -442,6 +473,8 @@ def signature(fn, pointers, constants, integers):
             sig[name] = ((integers,) * 8,) * 3
         elif name in STRIDES:
             sig[name] = (integers,) * 5
+        elif name in ("sizes", "steps", "comps"):  # polyphase's per-axis triples
+            sig[name] = (integers,) * 3
         else:
             sig[name] = pointers.get(name, integers)
     return sig
@@ -506,6 +539,14 @@ cases = {
     "blend_weight_terms gated f64": (B.blend_weight_terms, {"x": "*fp64", "dy": "*fp64",
         "weights": "*fp64", "terms": "*fp64"}, dict(ADAPTIVE=False, CHANNELS_LAST=True,
         KIND=1, ACC=tl.float64, BLOCK=256), "i64"),
+    "phase_norm_partials l2 bf16": (PP.phase_norm_partials, {"x": bf16, "partials": "*fp64"},
+        dict(NORM=0, BLOCK=256), "i32"),
+    "phase_norm_partials max f32 i64": (PP.phase_norm_partials, {"x": f32,
+        "partials": "*fp64"}, dict(NORM=2, BLOCK=256), "i64"),
+    "phase_move gather": (PP.phase_move, {"src": f32, "phases": "*i64", "dst": f32},
+        dict(SCATTER=False, BLOCK=256), "i32"),
+    "phase_move scatter f64 i64": (PP.phase_move, {"src": "*fp64", "phases": "*i64",
+        "dst": "*fp64"}, dict(SCATTER=True, BLOCK=256), "i64"),
     "unpool_claim": (K.unpool_claim, {"indices": "*i64", "owner": "*i32"}, dict(BLOCK=256), "i64"),
     "unpool_place": (K.unpool_place, {"values": bf16, "indices": "*i64", "owner": "*i32",
         "out": bf16, "written": "*u8"}, dict(WRITE_VALUES=True, BLOCK=256), "i32"),
@@ -541,7 +582,8 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
     for name in ("max_backward bf16 u16", "avg_backward bf16", "lp_backward 2",
                  "max_split_backward", "unpool_gather", "max_gather values", "gem_backward",
                  "gem_p_terms f64", "weighted_backward self", "weighted_backward soft f64",
-                 "blend_backward mixed", "blend_weight_terms gated f64"):
+                 "blend_backward mixed", "blend_weight_terms gated f64",
+                 "phase_move scatter f64 i64", "phase_norm_partials l2 bf16"):
         assert not report[name]["atomics"], name
     assert report["unpool_claim"]["atomics"]  # the claim is the one atomic (a maximum)
     for name in ("avg_forward f32", "avg_backward bf16", "max_split_backward"):
@@ -584,6 +626,9 @@ cases = {
     "gated_pool": (lambda t: pgt.gated_pool(t, torch.tensor([[0.5, -1.0], [2.0, 0.3]],
                                                              dtype=torch.float64), 2, 1),
                    False),
+    "aps_pool": (lambda t: pgt.aps_pool(t, 2), True),
+    "aps_pool given phases": (lambda t: pgt.aps_pool(t, (1, 2), phase=torch.tensor([1])),
+                              False),
 }
 checks = {}
 for name, (fn, second) in cases.items():
@@ -599,7 +644,7 @@ print(json.dumps({"checks": checks, "calls": calls}))
 
 
 def test_gradients_through_the_public_functions_on_the_triton_kernels():
-    """gradcheck (and gradgradcheck for max, Lp and SoftPool; GeM's p and mixed
+    """gradcheck (and gradgradcheck for max, Lp, SoftPool and APS; GeM's p and mixed
     pooling's alpha too), in fast mode, through poolgrad.torch's functions and autograd
     formulas with every op running its CUDA implementation, on CPU tensors under the
     interpreter: float64, 1x1x4x5."""

@@ -43,7 +43,7 @@ def _aps_pool(x, stride=2, *, norm="l2", phase=None, return_indices=False,
     if not isinstance(return_indices, (bool, np.bool_)):
         raise TypeError(f"aps_pool: return_indices must be True or False, got "
                         f"{return_indices!r}")
-    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, "aps_pool", stride=stride)
+    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, "aps_pool: ", stride=stride)
     steps = geometry.per_dim(stride, ndim, "stride")
     layout = inputs.Layout(x.shape, ndim)
     xk = inputs.compute_view(x, layout)
@@ -144,7 +144,7 @@ def _fold(dpad: np.ndarray, ndim: int, before, sizes) -> np.ndarray:
 def _max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", phase=None,
                   return_indices=False, spatial_dims=None, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
-    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, "max_aps_pool",
+    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, "max_aps_pool: ",
                                        kernel_size=kernel_size, stride=stride,
                                        filter_size=filter_size)
     kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")

@@ -8,9 +8,10 @@ for average, Lp, adaptive pooling and unpooling, in 1-3 dims), and
 autograd, gradients of gradients, ``torch.compile`` and deterministic mode work, on
 CPU tensors (poolgrad's Numba kernels) and CUDA tensors (its Triton kernels). The
 other pooling kinds (``blur_pool``, ``soft_pool``, ``GeMPool``, ``AttentionPool`` and
-the rest, :mod:`poolgrad.torch.kinds`) are compositions of these operators and torch's
-own. :mod:`poolgrad.torch.onnx` exports them as standard ONNX nodes. Needs PyTorch:
-``pip install -e ".[torch]"``.
+the rest, :mod:`poolgrad.torch.kinds`; adaptive polyphase sampling,
+:mod:`poolgrad.torch.polyphase`) are operators of their own or compositions of these
+operators and torch's own. :mod:`poolgrad.torch.onnx` exports them as standard ONNX
+nodes. Needs PyTorch: ``pip install -e ".[torch]"``.
 """
 
 try:
@@ -29,5 +30,7 @@ from .kinds import *  # noqa: F401,F403
 from .kinds import __all__ as _kinds_all
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
+from .polyphase import *  # noqa: F401,F403
+from .polyphase import __all__ as _polyphase_all
 
-__all__ = [*_functional_all, *_modules_all, *_kinds_all]
+__all__ = [*_functional_all, *_modules_all, *_kinds_all, *_polyphase_all]

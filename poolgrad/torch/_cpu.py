@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import _inputs, engines, geometry, ops
+from ..engines import polyphase
 from ..kinds import fractional as numpy_fractional
 from . import _kind_ops, _ops
 
@@ -444,3 +445,56 @@ def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor
     indices = engines.fractional_indices(tables, _fractional_planes(winners.numpy(), ndim),
                                          tuple(x_size[2:]))
     return _tensor(indices.reshape(winners.shape), _ops.memory_format(winners))
+
+
+# ------------------------------------------------------- adaptive polyphase sampling
+
+
+def _aps_job(shape, steps):
+    """``(layout, the kernels' steps)`` of a polyphase sampling of an input of
+    ``shape``."""
+    ndim = len(shape) - 2
+    return (_layout(shape, ndim),
+            np.array((1,) * (geometry.KERNEL_AXES - ndim) + tuple(steps), np.int64))
+
+
+def _aps_result(yk: np.ndarray, x: Tensor, steps) -> Tensor:
+    shape = _kind_ops.aps_shape(x.shape, steps)
+    return _tensor(yk.reshape(shape), _ops.memory_format(x), x.dtype)
+
+
+@_ops.implement(_kind_ops.aps_pool, "cpu")
+def aps_pool(x: Tensor, steps: list[int], norm: int) -> tuple[Tensor, Tensor]:
+    """The component of largest norm, and each example's phase."""
+    _on_cpu(x)
+    layout, kernel_steps = _aps_job(tuple(x.shape), steps)
+    xk = _inputs.compute_view(_array(x), layout)
+    norm_name = {code: name for name, code in polyphase.NORMS.items()}[norm]
+    phases = polyphase.choose_phases(polyphase.phase_norms(xk, kernel_steps, norm_name))
+    return (_aps_result(polyphase.phase_gather(xk, kernel_steps, phases), x, steps),
+            torch.from_numpy(phases))
+
+
+def _phases(phases: Tensor, n: int) -> np.ndarray:
+    return np.ascontiguousarray(phases.detach().numpy(), np.int64).reshape(n)
+
+
+@_ops.implement(_kind_ops.aps_gather, "cpu")
+def aps_gather(x: Tensor, phases: Tensor, steps: list[int]) -> Tensor:
+    """The components of the given phases."""
+    _on_cpu(x, phases)
+    layout, kernel_steps = _aps_job(tuple(x.shape), steps)
+    xk = _inputs.compute_view(_array(x), layout)
+    return _aps_result(polyphase.phase_gather(xk, kernel_steps, _phases(phases, x.shape[0])),
+                       x, steps)
+
+
+@_ops.implement(_kind_ops.aps_scatter, "cpu")
+def aps_scatter(dy: Tensor, phases: Tensor, steps: list[int], x_size: list[int]) -> Tensor:
+    """``dy`` at the chosen positions, stored as ``dy`` is."""
+    _on_cpu(dy, phases)
+    layout, kernel_steps = _aps_job(tuple(int(s) for s in x_size), steps)
+    dyk = _inputs.compute_view(_array(dy), _layout(tuple(dy.shape), len(steps)))
+    dx = polyphase.phase_scatter(dyk, kernel_steps, _phases(phases, dy.shape[0]),
+                                 layout.kernel_shape(x_size[2:])[2:])
+    return _tensor(dx.reshape(x_size), _ops.memory_format(dy), dy.dtype)

@@ -267,6 +267,38 @@ def _on_their_device(implementation):
 
 
 # operator name -> its CUDA implementation
+# ------------------------------------------------------- adaptive polyphase sampling
+
+
+def _kernel_steps(steps) -> tuple[int, ...]:
+    return (1,) * (3 - len(steps)) + tuple(int(s) for s in steps)
+
+
+def aps_gather(x: Tensor, phases: Tensor, steps: list[int]) -> Tensor:
+    y = empty(_kind_ops.aps_shape(x.shape, steps), x, _ops.memory_format(x))
+    dispatch.choose("polyphase", "gather", None)(_five(x), _kernel_steps(steps),
+                                                 phases.contiguous(), _five(y))
+    return y
+
+
+def aps_pool(x: Tensor, steps: list[int], norm: int) -> tuple[Tensor, Tensor]:
+    n, c = x.shape[:2]
+    partials = torch.empty((n, c, math.prod(steps)), dtype=torch.float64, device=x.device)
+    dispatch.choose("polyphase", "norms", None)(_five(x), _kernel_steps(steps), norm,
+                                                partials)
+    # the first largest, a NaN as largest (torch's argmax, as NumPy's)
+    norms = partials.amax(1) if norm == _kind_ops.APS_MAX else partials.sum(1)
+    phases = norms.argmax(1)
+    return aps_gather(x, phases, steps), phases
+
+
+def aps_scatter(dy: Tensor, phases: Tensor, steps: list[int], x_size: list[int]) -> Tensor:
+    dx = empty(x_size, dy, _ops.memory_format(dy))
+    dispatch.choose("polyphase", "scatter", None)(_five(dy), _kernel_steps(steps),
+                                                  phases.contiguous(), _five(dx))
+    return dx
+
+
 IMPLEMENTATIONS = {
     "max_pool": max_pool,
     "max_pool_values": max_pool_values,
@@ -288,6 +320,9 @@ IMPLEMENTATIONS = {
     "stochastic_pool_sample": stochastic_pool_sample,
     "blend_pool": blend_pool,
     "blend_pool_backward": blend_pool_backward,
+    "aps_pool": aps_pool,
+    "aps_gather": aps_gather,
+    "aps_scatter": aps_scatter,
 }
 IMPLEMENTATIONS = {name: _on_their_device(implementation)
                    for name, implementation in IMPLEMENTATIONS.items()}

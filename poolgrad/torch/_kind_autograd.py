@@ -20,6 +20,9 @@ from ._autograd import call, register_autograd, windows
 from ._kind_ops import (
     MIXED,
     SOFT,
+    aps_gather,
+    aps_pool,
+    aps_scatter,
     blend_pool,
     blend_pool_backward,
     blur_args,
@@ -346,3 +349,48 @@ def _fractional_backward_grad(ctx, g):
 
 register_autograd(fractional_max_pool_backward, _fractional_backward_grad,
                   _fractional_backward_setup)
+
+
+# ------------------------------------------------------- adaptive polyphase sampling
+
+
+def _aps_setup(ctx, inputs, output):
+    x, ctx.steps, _ = inputs
+    ctx.x_size = list(x.shape)
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(output[1])
+
+
+def _aps_grad(ctx, dy, _):
+    (phases,) = ctx.saved_tensors
+    return call(aps_scatter, dy, phases, ctx.steps, ctx.x_size), None, None
+
+
+register_autograd(aps_pool, _aps_grad, _aps_setup)
+
+
+def _gather_setup(ctx, inputs, output):
+    x, phases, ctx.steps = inputs
+    ctx.x_size = list(x.shape)
+    ctx.save_for_backward(phases)
+
+
+def _gather_grad(ctx, dy):
+    (phases,) = ctx.saved_tensors
+    return call(aps_scatter, dy, phases, ctx.steps, ctx.x_size), None, None
+
+
+register_autograd(aps_gather, _gather_grad, _gather_setup)
+
+
+def _scatter_setup(ctx, inputs, output):
+    _, phases, ctx.steps, _ = inputs
+    ctx.save_for_backward(phases)
+
+
+def _scatter_grad(ctx, dx):
+    (phases,) = ctx.saved_tensors
+    return call(aps_gather, dx, phases, ctx.steps), None, None, None
+
+
+register_autograd(aps_scatter, _scatter_grad, _scatter_setup)

@@ -21,6 +21,10 @@ operator                          what it computes                       its gra
 ``fractional_max_pool``       maxima over each plane's windows (CPU) ``..._backward``
 ``fractional_max_pool_backward`` ``dy`` at the winners                 a gather at indices
 ``fractional_max_pool_indices`` PyTorch's int64 indices from winners (integer output)
+``aps_pool``                  each example's polyphase component of  ``aps_scatter``
+                              largest norm, and its phase
+``aps_gather``                the components of given phases         ``aps_scatter``
+``aps_scatter``               ``dy`` at the chosen positions         ``aps_gather``
 ================================  =====================================  ==================
 """
 
@@ -320,3 +324,53 @@ def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor
 @fractional_max_pool_indices.register_fake
 def _(winners, samples, orders, fractional, x_size):
     return empty(winners.shape, winners, memory_format(winners), torch.int64)
+
+
+# ------------------------------------------------------- adaptive polyphase sampling
+
+
+APS_L2, APS_L1, APS_MAX = 0, 1, 2  # :mod:`poolgrad.kernels.polyphase`'s norms
+
+
+def aps_shape(x_size, steps) -> list[int]:
+    """``(N, C, *ceil(spatial / steps))``: one polyphase component's shape."""
+    return [*x_size[:2], *(-(-int(n) // int(s)) for n, s in zip(x_size[2:], steps,
+                                                                  strict=True))]
+
+
+@define
+def aps_pool(x: Tensor, steps: list[int], norm: int) -> tuple[Tensor, Tensor]:
+    """Each example's polyphase component of largest norm (``norm`` one of
+    :mod:`poolgrad.kernels.polyphase`'s ``L2``, ``L1``, ``MAX``; the first largest, a
+    NaN as largest), and its phase (int64, ``(N,)``)."""
+    refuse_device(x)
+
+
+@aps_pool.register_fake
+def _(x, steps, norm):
+    return (empty(aps_shape(x.shape, steps), x, memory_format(x)),
+            x.new_empty((x.shape[0],), dtype=torch.int64))
+
+
+@define
+def aps_gather(x: Tensor, phases: Tensor, steps: list[int]) -> Tensor:
+    """Component ``phases[n]`` of each example (int64 ``(N,)``, each in ``[0,
+    prod(steps))``)."""
+    refuse_device(x, phases)
+
+
+@aps_gather.register_fake
+def _(x, phases, steps):
+    return empty(aps_shape(x.shape, steps), x, memory_format(x))
+
+
+@define
+def aps_scatter(dy: Tensor, phases: Tensor, steps: list[int], x_size: list[int]) -> Tensor:
+    """The transpose of :func:`aps_gather`: ``dy`` at each example's chosen positions of
+    an ``x_size`` tensor, 0 elsewhere."""
+    refuse_device(dy, phases)
+
+
+@aps_scatter.register_fake
+def _(dy, phases, steps, x_size):
+    return empty(x_size, dy, memory_format(dy))

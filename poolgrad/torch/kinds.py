@@ -70,7 +70,7 @@ def _shape(x, name: str) -> tuple[int, ...]:
     return tuple(x.shape)
 
 
-def _batched(x, name: str, spatial_dims, **per_dim_args) -> tuple[Tensor, int, bool]:
+def kind_input(x, name: str, spatial_dims, **per_dim_args) -> tuple[Tensor, int, bool]:
     """``(x as (N, C, *spatial), its number of spatial dims, whether it came unbatched)``:
     the number by the NumPy operators' rule, ``x`` checked as poolgrad.torch checks every
     input (a float tensor on the CPU or CUDA, no empty dim)."""
@@ -173,7 +173,7 @@ def avg_blur_pool(x, kernel_size=2, stride=2, filter_size=3, padding_mode="refle
 def soft_pool(x, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     """:func:`poolgrad.soft_pool` on a tensor: the ``weighted_pool`` operator (one fused
     pass, forward and backward). ``x`` as :func:`blur_pool` takes it."""
-    x, _, unbatched = _batched(x, "soft_pool", spatial_dims, kernel_size=kernel_size,
+    x, _, unbatched = kind_input(x, "soft_pool", spatial_dims, kernel_size=kernel_size,
                                stride=stride, padding=padding)
     window = _window(x, kernel_size, stride, padding)
     return unbatch(_weighted(x, kind_ops.SOFT, window), unbatched)
@@ -202,7 +202,7 @@ def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
     does (so the same seed gives the same draws on the CPU and on CUDA) and picks its
     tap in one pass (its gradient is max pooling's routing); evaluation is the
     ``weighted_pool`` operator. ``x`` as :func:`blur_pool` takes it."""
-    x, _, unbatched = _batched(x, "stochastic_pool", spatial_dims, kernel_size=kernel_size,
+    x, _, unbatched = kind_input(x, "stochastic_pool", spatial_dims, kernel_size=kernel_size,
                                stride=stride, padding=padding)
     refuse_export("stochastic_pool cannot be exported: it draws at random in training, and "
                   "checks x >= 0 on the data in evaluation, which a graph cannot; export "
@@ -351,7 +351,7 @@ def gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims=
     if kernel_size is None and stride is not None:
         raise ValueError("gem_pool: stride needs a kernel_size (kernel_size=None pools "
                          "globally)")
-    x, ndim, unbatched = _batched(x, "gem_pool", spatial_dims, kernel_size=kernel_size,
+    x, ndim, unbatched = kind_input(x, "gem_pool", spatial_dims, kernel_size=kernel_size,
                                   stride=stride)
     window = (ops.adaptive_window((1,) * ndim) if kernel_size is None
               else _window(x, kernel_size, stride, 0))
@@ -366,7 +366,7 @@ def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, spatial_dim
     if isinstance(alpha, Tensor) and alpha.numel() != 1:
         raise ValueError(f"mixed_pool: alpha must be a number or a one-element tensor, got "
                          f"a tensor of shape {tuple(alpha.shape)}")
-    x, _, unbatched = _batched(x, "mixed_pool", spatial_dims, kernel_size=kernel_size,
+    x, _, unbatched = kind_input(x, "mixed_pool", spatial_dims, kernel_size=kernel_size,
                                stride=stride, padding=padding)
     window = _window(x, kernel_size, stride, padding)
     weights = alpha.reshape(1) if isinstance(alpha, Tensor) else ops.constant(
@@ -377,7 +377,7 @@ def mixed_pool(x, kernel_size, stride=None, padding=0, alpha=0.5, *, spatial_dim
 def gated_pool(x, gate, kernel_size, stride=None, padding=0, *, spatial_dims=None):
     """:func:`poolgrad.gated_pool` on a tensor: ``gate`` shaped as the window and finite
     (checked at every eager call). ``x`` as :func:`blur_pool` takes it."""
-    x, _, unbatched = _batched(x, "gated_pool", spatial_dims, kernel_size=kernel_size,
+    x, _, unbatched = kind_input(x, "gated_pool", spatial_dims, kernel_size=kernel_size,
                                stride=stride, padding=padding)
     window = _window(x, kernel_size, stride, padding)
     inputs.check_gate_shape(gate.shape, ops.sliding_args(window)[0])
@@ -388,7 +388,7 @@ def gated_pool(x, gate, kernel_size, stride=None, padding=0, *, spatial_dims=Non
 def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
     """:func:`poolgrad.attention_pool` on a tensor: ``(N, C, *spatial)`` to ``(N, M, C)``,
     or with ``spatial_dims`` ``(C, *spatial)`` to ``(M, C)``."""
-    x, _, unbatched = _batched(x, "attention_pool", spatial_dims)
+    x, _, unbatched = kind_input(x, "attention_pool", spatial_dims)
     n, channels = x.shape[:2]
     inputs.check_attention_shapes(queries.shape, key_weight.shape, heads, channels)
     m, d = queries.shape[0], channels // heads

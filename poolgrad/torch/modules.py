@@ -17,7 +17,7 @@ from torch import nn
 
 from .. import geometry
 from . import functional as F
-from . import kinds
+from . import kinds, polyphase
 
 __all__ = [f"{kind}{n}d" for kind in ("MaxPool", "AvgPool", "LPPool", "AdaptiveMaxPool",
                                       "AdaptiveAvgPool", "MaxUnpool") for n in (1, 2, 3)]
@@ -231,6 +231,25 @@ def _gem(module: nn.Module) -> nn.Module:
     return kinds.GeMPool(kernel_size=kernel, stride=stride, spatial_dims=ndim)
 
 
+def _aps(module: nn.Module, blur) -> nn.Module:
+    """A max pooling as APS's: its max at stride 1 (circular), then adaptive polyphase
+    sampling at its stride. The output is ``ceil(L / stride)`` long, as the module's is
+    where its padding is ``(kernel_size - 1) // 2`` or the window equals the stride on a
+    multiple of it (a ValueError otherwise names the padding)."""
+    name = "aps" if blur is None else "aps_blur"
+    kernel, stride, padding = _settings(module, name)
+    ndim = _spatial_dims(module)
+    kernel, padding = geometry.per_dim(kernel, ndim, "kernel_size"), geometry.per_dim(
+        padding, ndim, "padding", minimum=0)
+    stride = geometry.per_dim(stride if stride is not None else kernel, ndim, "stride")
+    same = all(p == (k - 1) // 2 or (p == 0 and k == s)
+               for k, s, p in zip(kernel, stride, padding, strict=True))
+    if not same:
+        raise ValueError(f"{module!r} cannot become {name}: APS pads circularly to "
+                         f"ceil(L / stride), which its padding {padding} does not match")
+    return polyphase.MaxAPSPool(kernel, stride, blur, spatial_dims=ndim)
+
+
 def _windowed(cls, kind: str):
     """The factory of a kind that takes a pooling's window: ``cls(kernel_size, stride,
     padding)`` from the module's, as many spatial dims as it has."""
@@ -248,10 +267,13 @@ _TARGETS = {
     "stochastic": ((nn.modules.pooling._MaxPoolNd,),
                    _windowed(kinds.StochasticPool, "stochastic")),
     "gem": ((nn.modules.pooling._AdaptiveAvgPoolNd,), _gem),
+    "aps": ((nn.modules.pooling._MaxPoolNd,), lambda m: _aps(m, None)),
+    "aps_blur": ((nn.modules.pooling._MaxPoolNd,), lambda m: _aps(m, 3)),
 }
 _TARGET_OF_CLASS = {kinds.MaxBlurPool: "max_blur", kinds.AvgBlurPool: "avg_blur",
                     kinds.SoftPool: "soft", kinds.MixedPool: "mixed", kinds.GatedPool: "gated",
-                    kinds.StochasticPool: "stochastic", kinds.GeMPool: "gem"}
+                    kinds.StochasticPool: "stochastic", kinds.GeMPool: "gem",
+                    polyphase.MaxAPSPool: "aps"}
 
 
 def _subsamples(module: nn.Module) -> bool:
@@ -263,7 +285,8 @@ def _subsamples(module: nn.Module) -> bool:
 
 
 def _applies(name: str):
-    return _subsamples if name in ("max_blur", "avg_blur") else lambda module: True
+    return (_subsamples if name in ("max_blur", "avg_blur", "aps", "aps_blur")
+            else lambda module: True)
 
 
 def _rules(to) -> list:
@@ -316,13 +339,17 @@ def replace_pooling(model: nn.Module, to=None) -> int:
     - a name: ``"max_blur"`` (every max pooling becomes anti-aliased: MaxBlurPool, or
       for a padded one its max at stride 1 and a BlurPool, so the sizes stay),
       ``"avg_blur"``, ``"soft"``, ``"mixed"``, ``"gated"`` (max and average pooling),
-      ``"stochastic"`` (max pooling), ``"gem"`` (global average pooling);
+      ``"stochastic"`` (max pooling), ``"gem"`` (global average pooling), ``"aps"``
+      and ``"aps_blur"`` (max pooling with a stride becomes :class:`MaxAPSPool`: the
+      max at stride 1 with circular padding, without or with a 3-tap blur, then
+      adaptive polyphase sampling; with circular convolutions and a global average
+      head, the model is then invariant to circular shifts of its input);
     - a mapping from ``torch.nn`` module types to a name, a poolgrad kind's class
       (``pt.SoftPool``: built from the module's settings) or a factory called with the
       module, e.g. ``{nn.MaxPool2d: "max_blur", nn.AdaptiveAvgPool2d: lambda m: MyPool()}``.
 
-    Other modules stay, and so do stride-1 pools for the blur kinds (nothing to
-    anti-alias). A setting the kind has no equivalent for (``ceil_mode``, ``dilation``,
+    Other modules stay, and so do stride-1 pools for the blur and APS kinds (nothing to
+    anti-alias or sample). A setting the kind has no equivalent for (``ceil_mode``, ``dilation``,
     ``return_indices``...) is a ValueError naming the module. Replaced modules keep the
     train or eval mode, and print as poolgrad's; a module used in two places becomes one
     new module used in both. The count is of modules replaced. A ``model`` that is

@@ -81,6 +81,12 @@ RULES = {
     ("stochastic", "sample"): [
         Rule("triton.stochastic_sample", always, _launched("stochastic_sample_run"),
              records=True)],
+    ("polyphase", "norms"): [
+        Rule("triton.phase_norm_partials", always, _launched("polyphase_norms_run"))],
+    ("polyphase", "gather"): [
+        Rule("triton.phase_gather", always, _launched("polyphase_gather_run"))],
+    ("polyphase", "scatter"): [
+        Rule("triton.phase_scatter", always, _launched("polyphase_scatter_run"))],
     ("unpool", "forward"): [
         Rule("triton.unpool_place", always, _launched("unpool_forward_run"))],
     ("unpool", "backward"): [

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .. import _ops
-from . import blend, kernels, power_mean, weighted
+from . import blend, kernels, polyphase, power_mean, weighted
 
 BLOCK = 256
 _DIVISOR_MODES = {"padded": 0, "real": 1}
@@ -218,4 +218,41 @@ def blend_backward_run(plan):
         _launch(blend.blend_weight_terms, plan, dy, (x, dy, weights, terms), (x, dy),
                 KIND=kind)
         dweights.copy_(terms.sum(dim=1).reshape(dweights.shape))
+    return run
+
+
+def _components(sizes, steps) -> tuple[int, ...]:
+    return tuple(-(-int(n) // int(s)) for n, s in zip(sizes, steps, strict=True))
+
+
+def polyphase_norms_run(plan):
+    """``run(x, steps, norm, partials)``: one program per plane and phase, ``partials``
+    ``(N, C, P)`` float64, contiguous."""
+    def run(x, steps, norm, partials):
+        steps = tuple(int(s) for s in steps)
+        polyphase.phase_norm_partials[(partials.numel(),)](
+            x, partials, x.shape[1], tuple(x.shape[2:]), steps,
+            _components(x.shape[2:], steps), tuple(x.stride()), NORM=int(norm), BLOCK=BLOCK)
+    return run
+
+
+def _move(src, phases, dst, steps, component, scatter: bool):
+    steps = tuple(int(s) for s in steps)
+    sizes = tuple((dst if scatter else src).shape[2:])
+    polyphase.phase_move[(triton.cdiv(component.numel(), BLOCK),)](
+        src, phases, dst, component.numel(), component.shape[1], sizes, steps,
+        _components(sizes, steps), tuple(src.stride()), tuple(dst.stride()),
+        SCATTER=scatter, BLOCK=BLOCK)
+
+
+def polyphase_gather_run(plan):
+    """``run(x, steps, phases, y)``."""
+    return lambda x, steps, phases, y: _move(x, phases, y, steps, y, False)
+
+
+def polyphase_scatter_run(plan):
+    """``run(dy, steps, phases, dx)``: ``dx`` zeroed, then ``dy`` at the positions."""
+    def run(dy, steps, phases, dx):
+        dx.zero_()
+        _move(dy, phases, dx, steps, dy, True)
     return run
