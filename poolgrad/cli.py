@@ -132,8 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="digits (default), mnist1d, or idx:PATH (a folder of MNIST IDX files)")
     t.add_argument("--pool", default="max",
                    help="downsampling layer: max (default), avg, lp (p = 2), blur, max-blur, "
-                        "avg-blur, soft, stochastic, fractional, gem, mixed, gated, or "
-                        "strided-conv")
+                        "avg-blur, soft, stochastic, fractional, gem, mixed, gated, aps, "
+                        "max-aps (adaptive polyphase sampling), or strided-conv")
     t.add_argument("--head", default=None,
                    help="what the linear classifier reads: flatten (default, all features), "
                         "gap (their global average) or attention (an attention pooling)")

@@ -81,6 +81,12 @@ DOWNSAMPLING = {
                           lambda s, pooling, _: [pooling.MixedPool(2)]),
     "gated": Downsampling(lambda s: [nn.GatedPool(2, ndim=s.ndim)],
                           lambda s, pooling, _: [pooling.GatedPool(2, ndim=s.ndim)]),
+    # adaptive polyphase sampling: each example's 2x subsampling of largest norm, alone
+    # or after the max at stride 1 (circular padding), APS's replacement for max pooling
+    "aps": Downsampling(lambda s: [nn.APSPool(2)],
+                        lambda s, pooling, _: [pooling.APSPool(2)]),
+    "max-aps": Downsampling(lambda s: [nn.MaxAPSPool(2, 2)],
+                            lambda s, pooling, _: [pooling.MaxAPSPool(2, 2)]),
     # a learned 2x downsampling in place of pooling
     "strided-conv": Downsampling(_strided_conv, _torch_strided_conv),
 }
