@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--pool", default="max",
                    help="downsampling layer: max (default), avg, lp (p = 2), blur, max-blur, "
                         "avg-blur, soft, stochastic, fractional, gem, mixed, gated, aps, "
-                        "max-aps (adaptive polyphase sampling), or strided-conv")
+                        "max-aps, lps (polyphase sampling), or strided-conv")
     t.add_argument("--head", default=None,
                    help="what the linear classifier reads: flatten (default, all features), "
                         "gap (their global average) or attention (an attention pooling)")

@@ -446,3 +446,26 @@ def test_aps_layers_keep_their_phases_for_a_shortcut():
                 x, 2, 2, return_indices=True)
             np.testing.assert_array_equal(y, expected)
             np.testing.assert_array_equal(layer.phases, phases)
+
+
+def test_lps_layer_is_its_operator_with_learned_weights():
+    """Training: the Gumbel-softmax mixture with the layer's generator, the scoring
+    network's gradients in grads; evaluation: the hard choice, nothing kept."""
+    x = np.random.default_rng(13).standard_normal((3, 4, 6, 6))
+    layer = nn.LPSPool(4, 2, hidden=3, temperature=0.5, rng=2)
+    weights = (layer.params["W1"], layer.params["b1"], layer.params["w2"])
+    generator = np.random.default_rng(2)
+    generator.standard_normal((3, 4)), generator.standard_normal(3)  # the weights' draws
+    (y, phases), pullback = pg.vjp(pg.lps_pool, x, weights, 2, training=True,
+                                   temperature=0.5, rng=generator, return_indices=True)
+    np.testing.assert_array_equal(layer.forward(x), y)
+    np.testing.assert_array_equal(layer.phases, phases)
+    dy = np.random.default_rng(14).standard_normal(y.shape)
+    dx, dW1, db1, dw2 = pullback(dy)
+    np.testing.assert_array_equal(layer.backward(dy), dx)
+    for name, grad in (("W1", dW1), ("b1", db1), ("w2", dw2)):
+        np.testing.assert_array_equal(layer.grads[name], grad)
+    layer.training = False
+    np.testing.assert_array_equal(layer.forward(x), pg.lps_pool(x, weights, 2))
+    assert "_pullback" not in layer.__dict__
+    assert repr(layer).startswith("LPSPool(4, hidden=3")

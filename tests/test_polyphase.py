@@ -238,3 +238,116 @@ def test_max_aps_pool_gradient(blur):
 def test_max_aps_pool_bad_input(call, error, message):
     with pytest.raises(error, match=message):
         call(np.zeros((2, 3, 4, 4)))
+
+
+# -------------------------------------------------------------------------- lps_pool
+
+
+def scorer(channels, hidden=5, seed=10):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((hidden, channels)), rng.standard_normal(hidden),
+            rng.standard_normal(hidden))
+
+
+def lps_reference(x, weights, stride, noise, temperature):
+    """The paper's sampling written apart: each component's score, the mean over its
+    positions of w2 . relu(W1 c + b1); softmax((s + g) / T) weights the components
+    (``noise`` None: the hard choice)."""
+    W1, b1, w2 = weights
+    ndim = x.ndim - 2
+    stride = (stride,) * ndim if isinstance(stride, int) else stride
+    padded = x
+    for axis, (length, step) in enumerate(zip(x.shape[2:], stride, strict=True)):
+        padded = np.take(padded, np.arange(-(-length // step) * step) % length, axis=2 + axis)
+    comps = np.stack([padded[(slice(None), slice(None)) + tuple(
+        slice(a, None, s) for a, s in zip(offsets, stride, strict=True))]
+        for offsets in itertools.product(*(range(s) for s in stride))], 1)
+    flat = comps.reshape(*comps.shape[:3], -1)
+    scores = np.array([[np.mean(w2 @ np.maximum(W1 @ flat[n, p] + b1[:, None], 0))
+                        for p in range(comps.shape[1])] for n in range(x.shape[0])])
+    if noise is None:
+        return comps[np.arange(x.shape[0]), np.argmax(scores, 1)]
+    logits = (scores + noise) / temperature
+    weights = np.exp(logits - logits.max(1, keepdims=True))
+    weights /= weights.sum(1, keepdims=True)
+    return np.einsum("np,np...->n...", weights, comps)
+
+
+@pytest.mark.parametrize("shape, stride", [((3, 4, 6, 5), 2), ((2, 3, 9), 3),
+                                           ((2, 2, 4, 3, 4), (2, 1, 2))])
+def test_lps_pool_is_the_definition(shape, stride):
+    x = np.random.default_rng(11).standard_normal(shape)
+    weights = scorer(shape[1])
+    np.testing.assert_allclose(pg.lps_pool(x, weights, stride),
+                               lps_reference(x, weights, stride, None, 1.0), rtol=1e-15)
+    count = math.prod((stride,) * (len(shape) - 2) if isinstance(stride, int) else stride)
+    noise = -np.log(-np.log(np.random.default_rng(4).random((shape[0], count))))
+    np.testing.assert_allclose(
+        pg.lps_pool(x, weights, stride, training=True, temperature=0.5, rng=4),
+        lps_reference(x, weights, stride, noise, 0.5), rtol=1e-12)
+
+
+def test_lps_pool_in_evaluation_is_invariant_to_every_circular_shift():
+    x = np.random.default_rng(12).standard_normal((2, 3, 6, 4))
+    weights = scorer(3)
+    y = pg.lps_pool(x, weights, 2)
+    rolls = list(itertools.product(range(3), range(2)))
+    for shift in itertools.product(range(6), range(4)):
+        shifted = pg.lps_pool(np.roll(x, shift, axis=(2, 3)), weights, 2)
+        for n in range(2):
+            assert any(np.array_equal(shifted[n], np.roll(y[n], r, (1, 2))) for r in rolls)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_lps_pool_gradients(training):
+    """dx and the scoring network's gradients against finite differences; in evaluation
+    the weights get none and dx goes to the chosen component; seeded draws repeat."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((3, 2, 4, 6))
+    weights = scorer(2, hidden=4)
+    options = {"training": training, "temperature": 0.7, "rng": 5}
+    y, pullback = pg.vjp(pg.lps_pool, x, weights, 2, **options)
+    np.testing.assert_array_equal(pg.lps_pool(x, weights, 2, **options), y)
+    dy = rng.standard_normal(y.shape)
+    dx, *grads = pullback(dy)
+    np.testing.assert_allclose(dx, numerical_vjp(lambda v: pg.lps_pool(v, weights, 2, **options),
+                                                 x.copy(), dy), rtol=1e-6, atol=1e-8)
+    for index, grad in enumerate(grads):
+        def vary(value, index=index):
+            changed = list(weights)
+            changed[index] = value
+            return pg.lps_pool(x, tuple(changed), 2, **options)
+        expected = numerical_vjp(vary, weights[index].copy(), dy)
+        np.testing.assert_allclose(grad, expected, rtol=1e-6, atol=1e-8)
+        assert training or not grad.any()
+    np.testing.assert_array_equal(pullback(dy, params=False), dx)
+
+
+def test_a_cold_softmax_is_the_hard_choice():
+    x = np.random.default_rng(14).standard_normal((4, 3, 6, 6))
+    weights = scorer(3)
+    # at a temperature near 0 the mixture is the component of highest score + noise
+    soft, noisy_phases = pg.lps_pool(x, weights, 2, training=True, temperature=1e-9, rng=0,
+                                     return_indices=True)
+    for n, phase in enumerate(noisy_phases):
+        a, b = divmod(int(phase), 2)
+        np.testing.assert_allclose(soft[n], x[n, :, a::2, b::2], rtol=1e-12)
+    # and with the noise outweighed (scores scaled up), that of the evaluation's choice
+    loud = (weights[0], weights[1], weights[2] * 1e9)
+    _, phases = pg.lps_pool(x, loud, 2, return_indices=True)
+    _, trained = pg.lps_pool(x, loud, 2, training=True, temperature=1e-9, rng=0,
+                             return_indices=True)
+    np.testing.assert_array_equal(trained, phases)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda x: pg.lps_pool(x, scorer(2)), ValueError, r"W1 \(hidden, 3\)"),
+    (lambda x: pg.lps_pool(x, scorer(3)[:2]), TypeError, r"weights must be \(W1, b1, w2\)"),
+    (lambda x: pg.lps_pool(x, (np.full((2, 3), np.nan), np.ones(2), np.ones(2))), ValueError,
+     "finite"),
+    (lambda x: pg.lps_pool(x, scorer(3), temperature=0), ValueError, "temperature"),
+    (lambda x: pg.lps_pool(x, scorer(3), training=1), TypeError, "training and return"),
+])
+def test_lps_pool_bad_input(call, error, message):
+    with pytest.raises(error, match=message):
+        call(np.zeros((2, 3, 4, 4)))

@@ -169,3 +169,51 @@ def test_replace_pooling_makes_a_circular_cnn_invariant():
         "filter_size"] == 3
     with pytest.raises(ValueError, match=r"cannot become aps: .* padding \(0, 0\)"):
         pt.replace_pooling(torch.nn.Sequential(torch.nn.MaxPool2d(3, 2)), to="aps")
+
+
+def test_lps_pool_is_the_numpy_operator_and_its_mixture(monkeypatch):
+    """Evaluation: the NumPy operator's values and phases (float64); training: the
+    mixture by the softmax of (scores + Gumbel noise of the generator's draws) / T,
+    written with the NumPy operator's formula."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((3, 4, 6, 5))
+    weights = (rng.standard_normal((5, 4)), rng.standard_normal(5), rng.standard_normal(5))
+    tensors = tuple(torch.tensor(w) for w in weights)
+    xt = torch.tensor(x)
+    y, phases = pt.lps_pool(xt, tensors, 2, return_indices=True)
+    expected, expected_phases = pg.lps_pool(x, weights, 2, return_indices=True)
+    np.testing.assert_array_equal(y.numpy(), expected)
+    np.testing.assert_array_equal(phases.numpy(), expected_phases)
+    soft = pt.lps_pool(xt, tensors, 2, training=True, temperature=0.5, generator=7)
+    uniform = torch.rand((3, 4), generator=torch.Generator().manual_seed(7),
+                         dtype=torch.float64).numpy()
+
+    class Draws:  # the torch generator's uniforms, handed to the NumPy operator
+        @staticmethod
+        def random(shape):
+            assert shape == uniform.shape
+            return uniform
+
+    from poolgrad import _inputs
+    monkeypatch.setattr(_inputs, "generator", lambda rng: Draws)
+    mixed = pg.lps_pool(x, weights, 2, training=True, temperature=0.5)
+    np.testing.assert_allclose(soft.numpy(), mixed, rtol=1e-12)
+
+
+def test_lps_gradients_and_module():
+    x = torch.randn(2, 3, 4, 4, dtype=torch.float64, requires_grad=True)
+    weights = tuple(torch.randn(shape, dtype=torch.float64, requires_grad=True)
+                    for shape in ((4, 3), (4,), (4,)))
+    for training in (True, False):
+        def fn(t, W1, b1, w2, training=training):
+            return pt.lps_pool(t, (W1, b1, w2), 2, training=training, temperature=0.8,
+                               generator=3)
+        assert torch.autograd.gradcheck(fn, (x, *weights))
+        assert torch.autograd.gradgradcheck(fn, (x, *weights))
+    module = pt.LPSPool(3, hidden=4, seed=1).double()
+    module(x).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters())
+    assert module.phases.shape == (2,) and "poolgrad.LPSPool(3, hidden=4" in repr(module)
+    module.eval()
+    compiled = torch.compile(module, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), module(x))

@@ -80,7 +80,7 @@ def test_pool_and_dataset_names_have_one_check_each():
     from poolgrad import explain, nn
     assert train.POOLS == tuple(menu.DOWNSAMPLING) == (
         "max", "avg", "lp", "blur", "max-blur", "avg-blur", "soft", "stochastic", "fractional",
-        "gem", "mixed", "gated", "aps", "max-aps", "strided-conv")
+        "gem", "mixed", "gated", "aps", "max-aps", "lps", "strided-conv")
     assert explain.KINDS == tuple(nn.POOLING) == ("max", "avg", "lp")
     for call in (lambda: numpy_engine.build_model(1, (8, 8), 2, pool="median"),
                  lambda: TrainConfig("digits", "unused", pool="median", data=toy_data())):

@@ -9,6 +9,7 @@ odd count, so the last batch carries the sampler's padding)."""
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 
@@ -147,7 +148,7 @@ def test_the_torch_models_have_the_numpy_models_layers(pool, spatial):
         options = {"pool": pool, "widths": (4, 8), "conv_kernel": 3, "head": head}
         numpy_model = numpy_engine.build_model(1, spatial, 3, **options)
         torch_model = torch_engine.build_model(1, spatial, 3, **options)
-        assert ({key.replace(".W", ".weight").replace(".b", ".bias"): value.shape
+        assert ({re.sub(r"\.W$", ".weight", re.sub(r"\.b$", ".bias", key)): value.shape
                  for key, value in numpy_model.state_dict().items()}
                 == {key: tuple(value.shape) for key, value in torch_model.state_dict().items()})
         x = torch.rand((5, 1, *spatial))

@@ -14,7 +14,8 @@ Each module holds one family and registers it with :func:`poolgrad.vjp`
 * :mod:`.fractional`: ``fractional_max_pool`` (Graham 2014).
 * :mod:`.polyphase`: ``aps_pool``, adaptive polyphase sampling (Chaman & Dokmanic
   2021), downsampling that is exactly invariant to circular shifts, and
-  ``max_aps_pool``, max pooling made so.
+  ``max_aps_pool``, max pooling made so, and ``lps_pool``, the choice learned
+  (Rojas-Gomez et al. 2022).
 * :mod:`.learned`: kinds with learnable parameters, built from the core's operators:
   ``gem_pool`` (Radenovic et al. 2019), ``mixed_pool`` and ``gated_pool`` (Lee et al.
   2016).
@@ -24,9 +25,9 @@ from .attention import attention_pool
 from .blur import avg_blur_pool, blur_pool, max_blur_pool
 from .fractional import fractional_max_pool
 from .learned import gated_pool, gem_pool, mixed_pool
-from .polyphase import aps_pool, max_aps_pool
+from .polyphase import aps_pool, lps_pool, max_aps_pool
 from .weighted import soft_pool, stochastic_pool
 
 __all__ = ["aps_pool", "attention_pool", "avg_blur_pool", "blur_pool", "fractional_max_pool",
-           "gated_pool", "gem_pool", "max_aps_pool", "max_blur_pool", "mixed_pool", "soft_pool",
-           "stochastic_pool"]
+           "gated_pool", "gem_pool", "lps_pool", "max_aps_pool", "max_blur_pool",
+           "mixed_pool", "soft_pool", "stochastic_pool"]

@@ -5,6 +5,8 @@ kernels and their order of operations: :mod:`poolgrad.kernels.polyphase`.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from .. import _inputs as inputs
@@ -207,3 +209,132 @@ def max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", pha
 
 
 autodiff.register({max_aps_pool: _max_aps_pool})
+
+
+# ------------------------------------------------------ learnable polyphase sampling
+
+
+def _check_scorer(weights, channels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The scoring network's ``(W1, b1, w2)`` as float64 arrays, checked: ``W1``
+    ``(hidden, C)``, ``b1`` and ``w2`` ``(hidden,)``, all finite."""
+    if not isinstance(weights, (tuple, list)) or len(weights) != 3:
+        raise TypeError("lps_pool: weights must be (W1, b1, w2), the scoring network's "
+                        "(hidden, C), (hidden,) and (hidden,) arrays")
+    arrays = tuple(np.asarray(w, dtype=np.float64) for w in weights)
+    hidden = arrays[0].shape[0] if arrays[0].ndim == 2 else -1
+    expected = ((hidden, channels), (hidden,), (hidden,))
+    if hidden < 1 or tuple(a.shape for a in arrays) != expected:
+        raise ValueError(f"lps_pool: weights must be W1 (hidden, {channels}), b1 (hidden,) "
+                         f"and w2 (hidden,), got shapes {[a.shape for a in arrays]}")
+    if not all(np.isfinite(a).all() for a in arrays):
+        raise ValueError("lps_pool: the weights must be finite")
+    return arrays
+
+
+def _components(x: np.ndarray, ndim: int, steps) -> tuple[np.ndarray, tuple]:
+    """``(components (N, P, C, *M), padded shape)``: x padded circularly to a multiple of
+    the stride, split into its phases (row-major)."""
+    counts = engine.components(x.shape[2:], steps)
+    padded = _circular_pad(x, ndim, (0,) * ndim,
+                           tuple(m * s - n for m, s, n in zip(counts, steps, x.shape[2:],
+                                                              strict=True)))
+    parts = [padded[(slice(None), slice(None)) + tuple(
+        slice(a, None, s) for a, s in zip(offsets, steps, strict=True))]
+        for offsets in itertools.product(*(range(s) for s in steps))]
+    return np.stack(parts, axis=1), padded.shape
+
+
+def _lps_pool(x, weights, stride=2, *, training=False, temperature=1.0, rng=None,
+              return_indices=False, spatial_dims=None, want_pullback=False):
+    x = inputs.check_array(x, "x", floating=True)
+    temperature = inputs.check_real(temperature, "temperature", positive=True)
+    if not isinstance(training, (bool, np.bool_)) or not isinstance(return_indices,
+                                                                     (bool, np.bool_)):
+        raise TypeError("lps_pool: training and return_indices must be True or False")
+    ndim = inputs.resolve_spatial_dims(x.shape, spatial_dims, "lps_pool: ", stride=stride)
+    steps = geometry.per_dim(stride, ndim, "stride")
+    batched = x.ndim == ndim + 2
+    xb = (x if batched else x[None]).astype(np.float64)
+    W1, b1, w2 = _check_scorer(weights, xb.shape[1])
+    comps, padded_shape = _components(xb, ndim, steps)  # (N, P, C, *M)
+    n, count = comps.shape[:2]
+    flat = comps.reshape(n, count, comps.shape[2], -1)  # (N, P, C, L)
+    hidden = np.einsum("hc,npcl->nphl", W1, flat) + b1[:, None]
+    active = np.maximum(hidden, 0.0)
+    scores = np.einsum("h,nphl->np", w2, active) / flat.shape[3]
+    noise = (-np.log(-np.log(inputs.generator(rng).random((n, count))))
+             if training else np.zeros((n, count)))
+    logits = (scores + noise) / temperature
+    phases = np.argmax(logits, axis=1)
+    if training:
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probabilities = shifted / shifted.sum(axis=1, keepdims=True)
+    else:  # the hard choice
+        probabilities = np.eye(count)[phases]
+    mixed = np.einsum("np,np...->n...", probabilities, comps)
+    y = mixed.astype(x.dtype) if batched else mixed[0].astype(x.dtype)
+    chosen = phases if batched else phases[0]
+    result = (y, chosen) if return_indices else y
+    if not want_pullback:
+        return result, None
+
+    def backward(dy, with_params):
+        dyb = (dy if batched else dy[None]).astype(np.float64)
+        dcomps = probabilities.reshape(n, count, *(1,) * (comps.ndim - 2)) * dyb[:, None]
+        grads = (np.zeros_like(W1), np.zeros_like(b1), np.zeros_like(w2))
+        if training:  # through the softmax to the scores, the scorer and the components
+            dp = np.einsum("ncl,npcl->np", dyb.reshape(n, flat.shape[2], -1), flat)
+            dscores = probabilities * (dp - (probabilities * dp).sum(axis=1, keepdims=True))
+            dscores /= temperature
+            dactive = np.einsum("np,h->nph", dscores, w2)[..., None] / flat.shape[3]
+            dhidden = dactive * (hidden > 0)
+            grads = (np.einsum("nphl,npcl->hc", dhidden, flat), dhidden.sum(axis=(0, 1, 3)),
+                     np.einsum("np,nphl->h", dscores, active) / flat.shape[3])
+            dcomps = dcomps + np.einsum("hc,nphl->npcl", W1, dhidden).reshape(comps.shape)
+        dpad = np.zeros(padded_shape)
+        for phase, offsets in enumerate(itertools.product(*(range(s) for s in steps))):
+            dpad[(slice(None), slice(None)) + tuple(
+                slice(a, None, s) for a, s in zip(offsets, steps, strict=True))] = dcomps[:, phase]
+        dx = _fold(dpad, ndim, (0,) * ndim, xb.shape[2:])
+        dx = dx if batched else dx[0]
+        return (dx, *grads) if with_params else (dx, None, None, None)
+    saved = {"x": xb, "probabilities": probabilities}
+    return result, Pullback("lps_pool", backward, y.shape, x.shape, x.dtype, saved,
+                            ("numpy.einsum", "numpy.einsum"), params=("W1", "b1", "w2"))
+
+
+def lps_pool(x, weights, stride=2, *, training=False, temperature=1.0, rng=None,
+             return_indices=False, spatial_dims=None):
+    r"""Learnable polyphase sampling (LPS; Rojas-Gomez, Lim, Schwing, Do & Yeh, NeurIPS
+    2022): :func:`aps_pool` with the choice learned.
+
+    A small scoring network gives each polyphase component ``c`` (as :func:`aps_pool`
+    splits x) a score, the mean over its positions of ``w2 . relu(W1 c + b1)`` (a
+    per-position network, so a circular shift of the component leaves its score as it
+    is). In evaluation (``training=False``) the output is each example's component of
+    highest score (the first on a tie). In training it is the mixture ``sum_p
+    softmax((s + g) / temperature)_p c_p``, ``g`` Gumbel noise drawn from ``rng``, whose
+    gradient reaches x and the scoring network (Gumbel-softmax; Jang, Gu & Poole 2017).
+    As the temperature falls the mixture tends to the hard choice.
+
+    The pullback returns ``(dx, dW1, db1, dw2)`` (float64, summed over the batch), or
+    ``dx`` alone with ``params=False``; in evaluation the choice passes no gradient, so
+    the weights' gradients are 0 and ``dx`` goes to the chosen component alone.
+
+    Args:
+        x: as :func:`aps_pool` takes it.
+        weights: ``(W1, b1, w2)``: ``(hidden, C)``, ``(hidden,)`` and ``(hidden,)``,
+            finite.
+        stride: as :func:`aps_pool`'s.
+        training: the soft mixture (True) or the hard choice (False).
+        temperature: the softmax's, a number > 0.
+        rng: an int seed or a ``numpy.random.Generator`` for the Gumbel noise (training
+            only); None draws fresh entropy.
+        return_indices: also return each example's phase (of highest ``s + g``).
+        spatial_dims: as :func:`aps_pool`'s.
+    """
+    return _lps_pool(x, weights, stride, training=training, temperature=temperature, rng=rng,
+                     return_indices=return_indices, spatial_dims=spatial_dims)[0]
+
+
+autodiff.register({lps_pool: _lps_pool})

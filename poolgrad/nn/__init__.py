@@ -47,6 +47,7 @@ from .pools import (
     FractionalMaxPool,
     GatedPool,
     GeMPool,
+    LPSPool,
     MaxAPSPool,
     MaxBlurPool,
     MixedPool,
@@ -57,5 +58,6 @@ from .pools import (
 __all__ = ["APSPool", "AdaptiveAvgPool", "AdaptiveMaxPool", "AttentionPool", "AvgBlurPool",
            "AvgPool", "BlurPool", "Conv", "Conv1d", "Conv2d", "Dropout", "Flatten",
            "FractionalMaxPool", "GatedPool", "GeMPool", "GlobalAvgPool", "GlobalMaxPool", "Layer",
-           "Linear", "LpPool", "MaxAPSPool", "MaxBlurPool", "MaxPool", "MixedPool", "POOLING",
-           "Pool", "ReLU", "Sequential", "SoftPool", "SoftmaxCrossEntropy", "StochasticPool"]
+           "Linear", "LPSPool", "LpPool", "MaxAPSPool", "MaxBlurPool", "MaxPool", "MixedPool",
+           "POOLING", "Pool", "ReLU", "Sequential", "SoftPool", "SoftmaxCrossEntropy",
+           "StochasticPool"]

@@ -118,6 +118,50 @@ class MaxAPSPool(APSPool):
         self.phases = None
 
 
+class LPSPool(Layer):
+    """:func:`poolgrad.lps_pool` as a layer: learnable polyphase sampling, its scoring
+    network's weights ``params["W1"]`` ``(hidden, channels)`` (``N(0, 1 / channels)``
+    from ``rng``), ``params["b1"]`` (0) and ``params["w2"]`` (``N(0, 1 / hidden)``),
+    float64. In training the soft Gumbel-softmax mixture, its noise from the layer's own
+    generator (seeded by ``rng``); in evaluation the hard choice. ``phases`` holds the
+    phases of the last forward."""
+
+    def __init__(self, channels: int, stride=2, *, hidden: int = 8, temperature=1.0,
+                 rng=None, spatial_dims=None):
+        super().__init__()
+        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+            raise ValueError(f"LPSPool: hidden must be an int >= 1, got {hidden!r}")
+        self.options = {"stride": stride, "temperature": temperature,
+                        "spatial_dims": spatial_dims}
+        self.rng = np.random.default_rng(rng)
+        self.params = {"W1": self.rng.standard_normal((hidden, channels)) / np.sqrt(channels),
+                       "b1": np.zeros(hidden),
+                       "w2": self.rng.standard_normal(hidden) / np.sqrt(hidden)}
+        self.phases = None
+
+    def _weights(self):
+        return self.params["W1"], self.params["b1"], self.params["w2"]
+
+    def forward(self, x):
+        options = dict(self.options, training=self.training, return_indices=True)
+        if not self.training:
+            y, self.phases = kinds.lps_pool(x, self._weights(), **options)
+            return y
+        (y, self.phases), self._pullback = ops.vjp(kinds.lps_pool, x, self._weights(),
+                                                   rng=self.rng, **options)
+        return y
+
+    def backward(self, dy):
+        dx, dW1, db1, dw2 = self._saved("_pullback")(dy)
+        self.grads = {"W1": dW1, "b1": db1, "w2": dw2}
+        return dx
+
+    def __repr__(self):
+        hidden, channels = self.params["W1"].shape
+        args = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"LPSPool({channels}, hidden={hidden}, {args})"
+
+
 class AttentionPool(Layer):
     """:func:`poolgrad.attention_pool` as a readout head in place of global average
     pooling: ``(N, channels, *spatial)`` to ``(N, queries * channels)`` (unbatched with

@@ -7,11 +7,13 @@ the scatter's the gather, so gradients of gradients work.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
 from torch import Tensor, nn
 
+from .. import _inputs as inputs
 from .. import geometry
 from ..engines.polyphase import NORMS
 from . import _kind_ops as kind_ops
@@ -20,7 +22,7 @@ from ._autograd import call
 from .kinds import kind_input, max_blur_pool
 from .onnx import refuse_export
 
-__all__ = ["aps_pool", "max_aps_pool", "APSPool", "MaxAPSPool"]
+__all__ = ["aps_pool", "lps_pool", "max_aps_pool", "APSPool", "LPSPool", "MaxAPSPool"]
 
 
 def _phases(phase, x: Tensor, count: int) -> Tensor:
@@ -145,3 +147,111 @@ class MaxAPSPool(APSPool):
     def forward(self, x):
         y, self.phases = max_aps_pool(x, **self.options, return_indices=True)
         return y
+
+
+# ------------------------------------------------------ learnable polyphase sampling
+
+
+def _components(x: Tensor, steps) -> Tensor:
+    """``(N, P, C, *M)``: x padded circularly to a multiple of the stride (by index, so
+    any stride works), split into its phases (row-major)."""
+    for axis, step in enumerate(steps):
+        length = x.shape[2 + axis]
+        wrapped = torch.arange(-(-length // step) * step, device=x.device) % length
+        x = x.index_select(2 + axis, wrapped)
+    parts = [x[(slice(None), slice(None)) + tuple(slice(a, None, s) for a, s in
+                                                 zip(offsets, steps, strict=True))]
+             for offsets in itertools.product(*(range(s) for s in steps))]
+    return torch.stack(parts, 1)
+
+
+def _scorer(weights, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    if not isinstance(weights, (tuple, list)) or len(weights) != 3 or not all(
+            isinstance(w, Tensor) for w in weights):
+        raise TypeError("lps_pool: weights must be (W1, b1, w2), tensors of shapes "
+                        "(hidden, C), (hidden,) and (hidden,)")
+    W1, b1, w2 = weights
+    hidden = W1.shape[0] if W1.dim() == 2 else -1
+    if hidden < 1 or (tuple(W1.shape), tuple(b1.shape), tuple(w2.shape)) != (
+            (hidden, x.shape[1]), (hidden,), (hidden,)):
+        raise ValueError(f"lps_pool: weights must be W1 (hidden, {x.shape[1]}), b1 (hidden,) "
+                         f"and w2 (hidden,), got shapes {[tuple(w.shape) for w in weights]}")
+    return tuple(w.to(x.dtype) for w in weights)
+
+
+def lps_pool(x, weights, stride=2, *, training=False, temperature=1.0, generator=None,
+             return_indices=False, spatial_dims=None):
+    """:func:`poolgrad.lps_pool` on a tensor: ``weights`` ``(W1, b1, w2)`` tensors (the
+    scoring network's, learnable). Training: the Gumbel-softmax mixture of the
+    components (torch ops: the components, the per-position scorer, the softmax), its
+    noise from ``generator`` (a ``torch.Generator`` or an int seed); evaluation: the
+    component of highest score through the ``aps_gather`` operator. Computed in x's
+    dtype. ``x`` as :func:`aps_pool` takes it."""
+    x, ndim, unbatched = kind_input(x, "lps_pool", spatial_dims, stride=stride)
+    refuse_export("lps_pool cannot be exported yet: its choice of phase has no ONNX form "
+                  "in poolgrad.torch.onnx")
+    inputs.check_real(temperature, "temperature", positive=True)
+    if not isinstance(training, bool) or not isinstance(return_indices, bool):
+        raise TypeError("lps_pool: training and return_indices must be True or False")
+    steps = list(geometry.per_dim(stride, ndim, "stride"))
+    W1, b1, w2 = _scorer(weights, x)
+    comps = _components(x, steps)  # (N, P, C, *M)
+    flat = comps.flatten(3)
+    active = torch.relu(torch.einsum("hc,npcl->nphl", W1, flat) + b1[:, None])
+    scores = torch.einsum("h,nphl->np", w2, active) / flat.shape[3]
+    if training:
+        uniform = torch.rand(scores.shape, generator=_generator(generator, x.device),
+                             dtype=torch.float64, device=x.device)
+        logits = (scores + (-torch.log(-torch.log(uniform))).to(scores.dtype)) / temperature
+        phases = logits.argmax(1)
+        y = torch.einsum("np,npc...->nc...", torch.softmax(logits, 1), comps)
+    else:
+        phases = scores.argmax(1)
+        y = call(kind_ops.aps_gather, x, phases.detach(), steps)
+    result = (y, phases) if return_indices else y
+    return _unbatch(result, unbatched, return_indices)
+
+
+def _generator(generator, device):
+    if generator is None or isinstance(generator, torch.Generator):
+        return generator
+    if isinstance(generator, bool) or not geometry.is_int(generator):
+        raise TypeError(f"generator must be None, an int seed or a torch.Generator, got "
+                        f"{type(generator).__name__}")
+    return torch.Generator(device=device).manual_seed(int(generator))
+
+
+class LPSPool(nn.Module):
+    """:func:`lps_pool` as a module, its scoring network's weights learnable parameters
+    (``W1`` ``N(0, 1 / channels)``, ``b1`` 0, ``w2`` ``N(0, 1 / hidden)``, drawn from
+    torch's generator): the soft mixture in training (noise from its own generator,
+    seeded by ``seed``, or torch's default one), the hard choice in evaluation.
+    ``phases`` as :class:`APSPool`'s."""
+
+    def __init__(self, channels: int, stride=2, *, hidden: int = 8, temperature=1.0,
+                 seed=None, spatial_dims=None):
+        super().__init__()
+        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+            raise ValueError(f"LPSPool: hidden must be an int >= 1, got {hidden!r}")
+        self.W1 = nn.Parameter(torch.randn(hidden, channels) / math.sqrt(channels))
+        self.b1 = nn.Parameter(torch.zeros(hidden))
+        self.w2 = nn.Parameter(torch.randn(hidden) / math.sqrt(hidden))
+        self.options = {"stride": stride, "temperature": temperature,
+                        "spatial_dims": spatial_dims}
+        self.seed, self._generator, self.phases = seed, None, None
+
+    def forward(self, x):
+        if self.training and self.seed is not None and self._generator is None:
+            self._generator = torch.Generator(device=x.device).manual_seed(self.seed)
+        y, self.phases = lps_pool(x, (self.W1, self.b1, self.w2), **self.options,
+                                  training=self.training, generator=self._generator,
+                                  return_indices=True)
+        return y
+
+    def extra_repr(self):
+        hidden, channels = self.W1.shape
+        return f"{channels}, hidden={hidden}, " + ", ".join(
+            f"{k}={v!r}" for k, v in self.options.items())
+
+    def _get_name(self):
+        return "poolgrad.LPSPool"

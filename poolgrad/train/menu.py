@@ -87,6 +87,11 @@ DOWNSAMPLING = {
                         lambda s, pooling, _: [pooling.APSPool(2)]),
     "max-aps": Downsampling(lambda s: [nn.MaxAPSPool(2, 2)],
                             lambda s, pooling, _: [pooling.MaxAPSPool(2, 2)]),
+    # learnable polyphase sampling: the choice scored by a small per-position network
+    # (the Gumbel-softmax mixture in training, the hard choice in evaluation)
+    "lps": Downsampling(
+        lambda s: [nn.LPSPool(s.width, 2, rng=s.rng)],
+        lambda s, pooling, _: [pooling.LPSPool(s.width, 2, seed=s.seed + s.index)]),
     # a learned 2x downsampling in place of pooling
     "strided-conv": Downsampling(_strided_conv, _torch_strided_conv),
 }
