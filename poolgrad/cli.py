@@ -212,7 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: all)")
     shift.add_argument("--pools", type=_names, default=None,
                        help="comma-separated downsamplings (default: max, avg, lp, "
-                            "strided-conv, blur, max-blur, gem, soft, stochastic, fractional)")
+                            "strided-conv, blur, max-blur, gem, soft, stochastic, fractional, "
+                            "aps, max-aps, lps)")
+    shift.add_argument("--conv-padding", choices=("zeros", "circular"), default="zeros",
+                       help="the convolutions' padding (default zeros); circular commutes "
+                            "with circular shifts, as adaptive polyphase sampling needs")
     shift.add_argument("--heads", type=_names, default=None,
                        help="comma-separated, from flatten, gap, attention (default: all)")
     shift.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -260,7 +264,8 @@ def train(args) -> None:
 def study(args) -> None:
     from . import study as studies
     plan = studies.make_plan(quick=args.quick, datasets=args.datasets, pools=args.pools,
-                             heads=args.heads, seeds=args.seeds, epochs=args.epochs)
+                             heads=args.heads, seeds=args.seeds, epochs=args.epochs,
+                             conv_padding=args.conv_padding)
     progress = None if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     paths = studies.shift_study(args.out, plan, device=args.device, workers=args.workers,
                                 progress=progress, overwrite=args.overwrite)

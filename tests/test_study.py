@@ -65,6 +65,32 @@ def test_measures_on_networks_whose_invariance_is_known():
     assert 0.0 < shifts.consistency(peak, x, 8, "circular", seed=1) < 0.3
 
 
+def test_circular_invariance_counts_every_shift():
+    x = torch.rand((20, 1, 10), generator=torch.Generator().manual_seed(2))
+    assert shifts.circular_invariance(Peak(True), x) == {"invariant": 1.0, "flips": 0.0}
+    # 10 positions, 10 classes: the peak's class moves with every nonzero shift
+    measured = shifts.circular_invariance(Peak(False), x)
+    assert measured["invariant"] == 0.0 and measured["flips"] == pytest.approx(9 / 10)
+
+
+@pytest.mark.parametrize("pool, seed, invariant", [("max-aps", 1, True), ("aps", 3, True),
+                                                   ("max", 3, False)])
+def test_a_circular_network_with_aps_keeps_every_prediction(pool, seed, invariant):
+    """The study's networks with circular convolutions and a global average head: with
+    APS at every stride no circular shift changes a prediction (untrained weights: the
+    guarantee holds for any; seeds whose predictions differ between inputs); with max
+    pooling some do."""
+    from poolgrad.train import torch_engine
+    torch.manual_seed(0)
+    model = torch_engine.build_model(1, (16, 16), 10, pool=pool, widths=(4, 8), head="gap",
+                                     seed=seed, conv_padding="circular")
+    x = torch.randn((30, 1, 16, 16), generator=torch.Generator().manual_seed(1)) * (
+        torch.linspace(0.1, 3, 30)[:, None, None, None])
+    assert len(shifts.predict(model, x).unique()) > 1  # not one class for every input
+    measured = shifts.circular_invariance(model, x)
+    assert (measured == {"invariant": 1.0, "flips": 0.0}) == invariant, measured
+
+
 def test_layer_invariance_is_explains_measure_on_the_first_pooling():
     from poolgrad.train import torch_engine
     model = torch_engine.build_model(1, (12, 12), 10, pool="max", widths=(4, 8), seed=0)
@@ -92,7 +118,12 @@ def test_plan_runs_and_refusals():
     assert plan.settings("digits16-translated")["epochs"] == 20
     assert make_plan(epochs=2).settings("digits16")["epochs"] == 2
     full = make_plan()
-    assert len(full.runs()) == 3 * 10 * 3 * 3
+    assert len(full.runs()) == 3 * 13 * 3 * 3
+    assert full.settings("digits16")["conv_padding"] == "zeros"
+    assert make_plan(conv_padding="circular").settings("mnist1d")["conv_padding"] == "circular"
+    with pytest.raises(StudyError, match="unknown conv padding 'wrap': choose from zeros, "
+                                         "circular"):
+        make_plan(conv_padding="wrap")
     with pytest.raises(StudyError, match="unknown pool 'maxx': choose from max, avg"):
         make_plan(pools=["max", "maxx"])
     with pytest.raises(StudyError, match="seeds must be an integer >= 1, got 0"):
@@ -108,6 +139,7 @@ def _cell(dataset, pool, head, consistency, spread=0.01, stride=4):
             "stride_agreement": figure, "layer_1px": {"mean": 0.4, "spread": 0.02},
             "layer_2px": {"mean": 0.2, "spread": 0.02},
             "consistency": {"mean": consistency, "spread": spread},
+            "circular_invariant": figure, "circular_flips": figure,
             "curves": {"zero": curve, "circular": curve}}
 
 

@@ -118,3 +118,23 @@ def routing(kernel, layout, plan, state):
         kernel(layout.to_kernel(dy), state, dx)
         return dx
     return backward
+
+
+def circular_pad(x: np.ndarray, ndim: int, before, after) -> np.ndarray:
+    """``x`` padded circularly along its last ``ndim`` axes (``before[i]`` and
+    ``after[i]`` per axis), as PyTorch's ``padding_mode="circular"`` pads."""
+    return np.pad(x, [(0, 0)] * (x.ndim - ndim) + list(zip(before, after, strict=True)),
+                  mode="wrap")
+
+
+def fold_circular(dpad: np.ndarray, ndim: int, before, sizes) -> np.ndarray:
+    """The transpose of :func:`circular_pad`: each padded position's gradient added onto
+    the element it copied (``sizes`` the unpadded lengths)."""
+    dx = dpad
+    for axis, (start, length) in enumerate(zip(before, sizes, strict=True)):
+        axis += dx.ndim - ndim
+        positions = (np.arange(dx.shape[axis]) - start) % length
+        folded = np.zeros(dx.shape[:axis] + (length,) + dx.shape[axis + 1:], dx.dtype)
+        np.add.at(folded, (slice(None),) * axis + (positions,), dx)
+        dx = folded
+    return dx

@@ -13,6 +13,7 @@ from .. import _inputs as inputs
 from .. import autodiff, geometry, ops
 from ..engines import Pullback
 from ..engines import polyphase as engine
+from ..engines.pullback import circular_pad, fold_circular
 from . import blur
 
 NORMS = tuple(engine.NORMS)
@@ -124,25 +125,6 @@ def aps_pool(x, stride=2, *, norm="l2", phase=None, return_indices=False,
 autodiff.register({aps_pool: _aps_pool})
 
 
-def _circular_pad(x: np.ndarray, ndim: int, before, after) -> np.ndarray:
-    """``x`` padded circularly along its last ``ndim`` axes."""
-    return np.pad(x, [(0, 0)] * (x.ndim - ndim) + list(zip(before, after, strict=True)),
-                  mode="wrap")
-
-
-def _fold(dpad: np.ndarray, ndim: int, before, sizes) -> np.ndarray:
-    """The transpose of :func:`_circular_pad`: each padded position's gradient added onto
-    the element it copied."""
-    dx = dpad
-    for axis, (start, length) in enumerate(zip(before, sizes, strict=True)):
-        axis += dx.ndim - ndim
-        positions = (np.arange(dx.shape[axis]) - start) % length
-        folded = np.zeros(dx.shape[:axis] + (length,) + dx.shape[axis + 1:], dx.dtype)
-        np.add.at(folded, (slice(None),) * axis + (positions,), dx)
-        dx = folded
-    return dx
-
-
 def _max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", phase=None,
                   return_indices=False, spatial_dims=None, want_pullback=False):
     x = inputs.check_array(x, "x", floating=True)
@@ -153,7 +135,7 @@ def _max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", ph
     before = tuple((k - 1) // 2 for k in kernel)  # as padding="same" splits it
     after = tuple(k - 1 - b for k, b in zip(kernel, before, strict=True))
     batched = x.ndim == ndim + 2
-    padded = _circular_pad(x if batched else x[None], ndim, before, after)
+    padded = circular_pad(x if batched else x[None], ndim, before, after)
     first = ((ops.max_pool, (kernel, 1), {}) if filter_size is None else
              (blur.max_blur_pool, (kernel, 1, filter_size, "circular"), {}))
     stages = [first, (aps_pool, (stride,), {"norm": norm, "phase": phase,
@@ -175,7 +157,7 @@ def _max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", ph
         grad = dy if batched else dy[None]
         for pullback in reversed(pullbacks):
             grad = pullback(grad)
-        dx = _fold(grad, ndim, before, x.shape[x.ndim - ndim:])
+        dx = fold_circular(grad, ndim, before, x.shape[x.ndim - ndim:])
         return dx if batched else dx[0]
     saved = {f"{pullback.op}.{name}": array for pullback in pullbacks
              for name, array in pullback.saved.items()}
@@ -235,7 +217,7 @@ def _components(x: np.ndarray, ndim: int, steps) -> tuple[np.ndarray, tuple]:
     """``(components (N, P, C, *M), padded shape)``: x padded circularly to a multiple of
     the stride, split into its phases (row-major)."""
     counts = engine.components(x.shape[2:], steps)
-    padded = _circular_pad(x, ndim, (0,) * ndim,
+    padded = circular_pad(x, ndim, (0,) * ndim,
                            tuple(m * s - n for m, s, n in zip(counts, steps, x.shape[2:],
                                                               strict=True)))
     parts = [padded[(slice(None), slice(None)) + tuple(
@@ -295,7 +277,7 @@ def _lps_pool(x, weights, stride=2, *, training=False, temperature=1.0, rng=None
         for phase, offsets in enumerate(itertools.product(*(range(s) for s in steps))):
             dpad[(slice(None), slice(None)) + tuple(
                 slice(a, None, s) for a, s in zip(offsets, steps, strict=True))] = dcomps[:, phase]
-        dx = _fold(dpad, ndim, (0,) * ndim, xb.shape[2:])
+        dx = fold_circular(dpad, ndim, (0,) * ndim, xb.shape[2:])
         dx = dx if batched else dx[0]
         return (dx, *grads) if with_params else (dx, None, None, None)
     saved = {"x": xb, "probabilities": probabilities}

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from .. import ops
+from ..engines.pullback import circular_pad, fold_circular
 from ..geometry import output_length, per_dim
 
 
@@ -80,15 +81,22 @@ class Conv(Layer):
     dims, by im2col and one BLAS matrix product.
 
     ``x`` is ``(N, in_channels, *spatial)``; the kernel ``W`` is ``(out_channels,
-    in_channels, *kernel_size)``. ``stride``, ``padding`` (zeros, the same before and
-    after) and ``dilation`` are ints or one int per spatial dim, as in PyTorch.
+    in_channels, *kernel_size)``. ``stride``, ``padding`` (the same before and after)
+    and ``dilation`` are ints or one int per spatial dim, as in PyTorch; ``padding_mode``
+    ``"zeros"`` or ``"circular"`` (what leaves one side comes in at the other: with
+    circular padding a convolution commutes with circular shifts).
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 dilation=1, *, ndim: int = 2, bias: bool = True, rng=None, dtype=np.float32):
+                 dilation=1, *, ndim: int = 2, bias: bool = True, padding_mode="zeros",
+                 rng=None, dtype=np.float32):
         super().__init__()
         if ndim not in (1, 2, 3):
             raise ValueError(f"ndim must be 1, 2 or 3, got {ndim!r}")
+        if padding_mode not in ("zeros", "circular"):
+            raise ValueError(f"padding_mode must be 'zeros' or 'circular', got "
+                             f"{padding_mode!r}")
+        self.padding_mode = padding_mode
         self.ndim = ndim
         self.kernel = per_dim(kernel_size, ndim, "kernel_size")
         self.stride = per_dim(stride, ndim, "stride")
@@ -122,7 +130,13 @@ class Conv(Layer):
             raise ValueError(f"Conv: input {x.shape[2:]} is smaller than the kernel "
                              f"{self.kernel} (dilation {self.dilation}, padding {self.padding})"
                              ) from None
-        padded = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in self.padding])
+        if self.padding_mode == "circular":
+            if any(p > length for p, length in zip(self.padding, x.shape[2:], strict=True)):
+                raise ValueError(f"Conv: circular padding {self.padding} exceeds the input "
+                                 f"{x.shape[2:]}")
+            padded = circular_pad(x, self.ndim, self.padding, self.padding)
+        else:
+            padded = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in self.padding])
         # columns laid out (C, *kernel, N, *out): one matrix product for the whole batch
         cols = np.empty((in_channels,) + self.kernel + (n,) + out_spatial, dtype=x.dtype)
         for tap in np.ndindex(*self.kernel):
@@ -154,14 +168,17 @@ class Conv(Layer):
         for tap in np.ndindex(*self.kernel):  # overlapping taps add up
             dpadded[(slice(None), slice(None)) + self._tap_slices(tap, out_spatial)] += \
                 dcols[(slice(None),) + tap].swapaxes(0, 1)
+        if self.padding_mode == "circular":  # the padding's gradient onto what it copied
+            return fold_circular(dpadded, self.ndim, self.padding, x_shape[2:])
         inside = tuple(slice(p, p + length) for p, length in
                        zip(self.padding, x_shape[2:], strict=True))
         return dpadded[(slice(None), slice(None)) + inside]
 
     def __repr__(self):
         out_channels, in_channels = self.params["W"].shape[:2]
+        mode = "" if self.padding_mode == "zeros" else f", padding_mode={self.padding_mode!r}"
         return (f"Conv({in_channels}, {out_channels}, kernel_size={self.kernel}, "
-                f"stride={self.stride}, padding={self.padding}, dilation={self.dilation})")
+                f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}{mode})")
 
 
 def Conv1d(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, **kw):

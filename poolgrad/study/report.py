@@ -20,7 +20,9 @@ from ..tools.files import write_atomically
 
 METRICS = {"test_accuracy": "accuracy", "consistency": "consistency",
            "flip_1px": "1-px flips", "stride_agreement": "agreement at the stride",
-           "layer_1px": "layer unchanged, 1 px", "layer_2px": "layer unchanged, 2 px"}
+           "layer_1px": "layer unchanged, 1 px", "layer_2px": "layer unchanged, 2 px",
+           "circular_invariant": "unchanged by every circular shift",
+           "circular_flips": "circular flips"}
 FILES = {"results": "results.json", "table": "table.md", "findings": "findings.md",
          "zero": "consistency_vs_shift_zero.png",
          "circular": "consistency_vs_shift_circular.png",
@@ -38,7 +40,9 @@ def _figures_of(record: dict) -> dict:
     return {"test_accuracy": record["test_accuracy"], "consistency": record["consistency"],
             "flip_1px": record["flip_1px"],
             "stride_agreement": natural["agreement"][record["stride"]],
-            "layer_1px": layer[1], "layer_2px": layer[2]}
+            "layer_1px": layer[1], "layer_2px": layer[2],
+            "circular_invariant": record["circular"]["invariant"],
+            "circular_flips": record["circular"]["flips"]}
 
 
 def cells(records: list[dict]) -> list[dict]:

@@ -26,7 +26,8 @@ from ..tools.datasets import load as load_source
 from ..tools.files import write_atomically
 
 POOLS = ("max", "avg", "lp", "strided-conv", "blur", "max-blur", "gem", "soft",
-         "stochastic", "fractional")
+         "stochastic", "fractional", "aps", "max-aps", "lps")
+CONV_PADDINGS = ("zeros", "circular")
 HEADS = ("flatten", "gap", "attention")
 # mnist1d: MNIST-1D as made (its generator shifts each signal circularly, by up to 48
 # of 72 samples before it is resampled to 40). digits16: the 8x8 digits centred on a
@@ -67,6 +68,7 @@ class Plan:
     train_examples: int | None = None
     test_examples: int | None = None
     quick: bool = False
+    conv_padding: str = "zeros"  # the convolutions': circular commutes with circular shifts
 
     def runs(self) -> list[dict]:
         """Seed by seed, so that a study cut short has every cell once before any twice."""
@@ -81,11 +83,11 @@ class Plan:
             network["epochs"] = self.epochs
         return {**network, "batch_size": BATCH, "optimizer": "adam",
                 "train_examples": self.train_examples, "test_examples": self.test_examples,
-                "quick": self.quick}
+                "quick": self.quick, "conv_padding": self.conv_padding}
 
 
 def make_plan(*, quick=False, datasets=None, pools=None, heads=None, seeds=None,
-              epochs=None) -> Plan:
+              epochs=None, conv_padding="zeros") -> Plan:
     """A checked :class:`Plan`: the full study's, or ``--quick``'s; given choices
     replace its lists and numbers."""
     base = Plan(**{**QUICK, "quick": True}) if quick else Plan()
@@ -106,7 +108,10 @@ def make_plan(*, quick=False, datasets=None, pools=None, heads=None, seeds=None,
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise StudyError(f"{name} must be an integer >= 1, got {value!r}")
         chosen[name] = value
-    return Plan(**{**asdict(base), **chosen})
+    if conv_padding not in CONV_PADDINGS:
+        raise StudyError(f"unknown conv padding {conv_padding!r}: choose from "
+                         f"{', '.join(CONV_PADDINGS)}")
+    return Plan(**{**asdict(base), **chosen, "conv_padding": conv_padding})
 
 
 def run_path(out: str, run: dict) -> str:
@@ -208,7 +213,8 @@ def run_one(run: dict, plan: Plan, device: str = "cpu") -> dict:
     model = torch_engine.build_model(1, tuple(data.x_train.shape[2:]), 10, pool=run["pool"],
                                      widths=settings["widths"],
                                      conv_kernel=settings["conv_kernel"], head=run["head"],
-                                     seed=seed).to(device)
+                                     seed=seed, conv_padding=settings["conv_padding"]
+                                     ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
     x_train, y_train = data.x_train.to(device), data.y_train.to(device)
     draws = torch.Generator().manual_seed(seed)
@@ -241,6 +247,7 @@ def run_one(run: dict, plan: Plan, device: str = "cpu") -> dict:
             "flip_1px": 1.0 - natural["agreement"][1], "mode": data.mode,
             "stride": data.stride, "curves": curves,
             "layer": shifts.layer_invariance(model, x_test[:200], range(5)),
+            "circular": shifts.circular_invariance(model, x_test),
             "train_loss": losses, "train_time_s": train_time}
 
 

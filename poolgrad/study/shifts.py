@@ -7,6 +7,9 @@ of ``poolgrad study shift``.
   the unshifted one (and how often it is right), averaged over the directions along
   each spatial axis. One minus its value at ``s = 1`` is Azulay & Weiss's (2019)
   probability that a 1-pixel shift changes the top-1 prediction.
+- :func:`circular_invariance`: how many examples keep their prediction under every
+  circular shift, the exact invariance that adaptive polyphase sampling promises a
+  network of circular convolutions with a global head.
 - :func:`consistency`: Zhang's (2019) consistency, how often two copies of an input
   shifted by two random offsets get the same prediction. Zhang's offsets (crops of 224
   from 256 pixels) span 32 pixels, VGG's total stride; here each offset is drawn from a
@@ -23,6 +26,7 @@ an input and its shifted copy meet the same windows and only the shift differs.
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 import numpy as np
 import torch
@@ -128,6 +132,23 @@ def consistency(model, x: torch.Tensor, reach: int, mode: str, seed: int) -> flo
     labels = [predict(model, shift(x, offsets.to(x.device), mode))
               for offsets in (first, second)]
     return float((labels[0] == labels[1]).double().mean())
+
+
+def circular_invariance(model, x: torch.Tensor) -> dict:
+    """APS's promise, measured exactly: ``{"invariant", "flips"}``, the fraction of
+    examples whose prediction is the same under every circular shift of the input
+    (every offset along every spatial dim, ``prod(spatial)`` shifts), and the fraction
+    of (example, shift) pairs whose prediction differs from the unshifted one."""
+    base = predict(model, x)
+    same = torch.ones(len(x), dtype=torch.bool, device=x.device)
+    changed = 0
+    offsets = list(itertools.product(*(range(n) for n in x.shape[2:])))
+    for offset in offsets:
+        labels = predict(model, shift(x, offset, "circular"))
+        same &= labels == base
+        changed += int((labels != base).sum())
+    return {"invariant": float(same.double().mean()),
+            "flips": changed / (len(x) * len(offsets))}
 
 
 def first_downsampling(model) -> tuple:

@@ -233,12 +233,22 @@ class LPSPool(nn.Module):
         super().__init__()
         if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
             raise ValueError(f"LPSPool: hidden must be an int >= 1, got {hidden!r}")
-        self.W1 = nn.Parameter(torch.randn(hidden, channels) / math.sqrt(channels))
-        self.b1 = nn.Parameter(torch.zeros(hidden))
-        self.w2 = nn.Parameter(torch.randn(hidden) / math.sqrt(hidden))
+        self.W1 = nn.Parameter(torch.empty(hidden, channels))
+        self.b1 = nn.Parameter(torch.empty(hidden))
+        self.w2 = nn.Parameter(torch.empty(hidden))
+        self.reset_parameters()
         self.options = {"stride": stride, "temperature": temperature,
                         "spatial_dims": spatial_dims}
         self.seed, self._generator, self.phases = seed, None, None
+
+    def reset_parameters(self, generator=None):
+        """``W1`` ``N(0, 1 / channels)``, ``b1`` 0, ``w2`` ``N(0, 1 / hidden)``, from
+        ``generator`` (default: torch's)."""
+        hidden, channels = self.W1.shape
+        with torch.no_grad():
+            self.W1.normal_(0.0, 1.0 / math.sqrt(channels), generator=generator)
+            self.b1.zero_()
+            self.w2.normal_(0.0, 1.0 / math.sqrt(hidden), generator=generator)
 
     def forward(self, x):
         if self.training and self.seed is not None and self._generator is None:

@@ -98,6 +98,15 @@ DOWNSAMPLING = {
 POOLS = tuple(DOWNSAMPLING)  # the --pool choices
 
 
+CONV_PADDINGS = ("zeros", "circular")
+
+
+def check_conv_padding(name, error: type[ValueError] = ValueError) -> str:
+    """``name`` if it is a convolution padding (:data:`CONV_PADDINGS`); otherwise
+    ``error`` naming the allowed ones."""
+    return check_choice(name, CONV_PADDINGS, "conv padding", error)
+
+
 def check_pool(name, what: str = "pool", error: type[ValueError] = ValueError) -> str:
     """``name`` if it is on the menu (:data:`POOLS`); otherwise ``error`` saying
     ``unknown {what} ...`` and what is allowed."""

@@ -21,7 +21,7 @@ import numpy as np
 from .. import nn, optim
 from . import checkpoints
 from .config import TrainConfig, TrainError, resolve_head
-from .menu import DOWNSAMPLING, Stage, check_pool
+from .menu import DOWNSAMPLING, Stage, check_conv_padding, check_pool
 from .run import Progress, Run, begin, check_folder, finish, record_epoch, writing
 
 CHECKPOINT = checkpoints.CHECKPOINTS["numpy"]
@@ -29,12 +29,15 @@ CHECKPOINT = checkpoints.CHECKPOINTS["numpy"]
 
 def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, pool: str = "max",
                 widths=(16, 32), conv_kernel: int = 3, gap_head: bool = False,
-                head: str | None = None, seed: int = 0, dtype=np.float32) -> nn.Sequential:
+                head: str | None = None, seed: int = 0, dtype=np.float32,
+                conv_padding: str = "zeros") -> nn.Sequential:
     """Stages of conv -> ReLU -> downsample (2x, by ``pool``: one of
     :data:`poolgrad.train.menu.POOLS`), then a linear head on the flattened features
     (``head="flatten"``), on their global average (``"gap"``, or ``gap_head``) or on an
     attention pooling's readout (``"attention"``: one query, one head). Every weight is
-    drawn from one generator seeded with ``seed``, layer after layer."""
+    drawn from one generator seeded with ``seed``, layer after layer. The convolutions
+    pad with ``conv_padding``: ``"zeros"`` or ``"circular"`` (with which they commute
+    with circular shifts)."""
     check_pool(pool, error=TrainError)
     head = resolve_head(head, gap_head)
     rng = np.random.default_rng(seed)
@@ -43,7 +46,8 @@ def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *, poo
     channels = in_channels
     for index, width in enumerate(widths):
         layers += [nn.Conv(channels, width, conv_kernel, padding=conv_kernel // 2, ndim=ndim,
-                           rng=rng, dtype=dtype), nn.ReLU()]
+                           padding_mode=check_conv_padding(conv_padding), rng=rng,
+                           dtype=dtype), nn.ReLU()]
         layers += DOWNSAMPLING[pool].numpy(Stage(index, width, ndim, seed, rng, dtype))
         channels = width
     if head == "gap":

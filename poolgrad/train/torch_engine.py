@@ -32,7 +32,7 @@ import time
 from ..tools import processes
 from . import checkpoints
 from .config import TrainConfig, TrainError, require_torch, resolve_head
-from .menu import DOWNSAMPLING, Stage, check_pool
+from .menu import DOWNSAMPLING, Stage, check_conv_padding, check_pool
 from .run import METRICS, Progress, begin, check_folder, finish, record_epoch, writing
 
 CHECKPOINT = checkpoints.CHECKPOINTS["torch"]
@@ -46,10 +46,11 @@ COLLECTIVE_TIMEOUT_S = 120
 
 def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *,
                 pool: str = "max", widths=(16, 32), conv_kernel: int = 3,
-                gap_head: bool = False, head: str | None = None, seed: int = 0):
+                gap_head: bool = False, head: str | None = None, seed: int = 0,
+                conv_padding: str = "zeros"):
     """:func:`poolgrad.train.numpy_engine.build_model` in PyTorch: the same stages and
     head, with He normal weights drawn from a ``torch.Generator`` seeded with ``seed``
-    and zero biases."""
+    and zero biases (an LPS scorer's weights from it too)."""
     torch = require_torch()
     from .. import torch as pooling  # MaxPool2d and the rest: torch.nn's, on poolgrad's kernels
     nn = torch.nn
@@ -63,7 +64,8 @@ def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *,
     layers, channels = [], in_channels
     generator = torch.Generator().manual_seed(seed)
     for index, width in enumerate(widths):
-        layers += [conv(channels, width, conv_kernel, padding=conv_kernel // 2), nn.ReLU(),
+        layers += [conv(channels, width, conv_kernel, padding=conv_kernel // 2,
+                        padding_mode=check_conv_padding(conv_padding)), nn.ReLU(),
                    *DOWNSAMPLING[pool].torch(Stage(index, width, ndim, seed), pooling, nn)]
         channels = width
     if head == "gap":
@@ -78,6 +80,8 @@ def build_model(in_channels: int, spatial: tuple[int, ...], classes: int, *,
         if isinstance(layer, (nn.Conv1d, nn.Conv2d, nn.Linear)):
             nn.init.kaiming_normal_(layer.weight, nonlinearity="relu", generator=generator)
             nn.init.zeros_(layer.bias)
+        elif isinstance(layer, pooling.LPSPool):
+            layer.reset_parameters(generator)
     return model
 
 
