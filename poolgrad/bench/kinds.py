@@ -210,6 +210,22 @@ def _attention_reference(x, draws, queries, key_weight):
     return torch.softmax(scores, -1) @ features.transpose(1, 2)  # (N, M, C)
 
 
+def _aps_reference(x, draws):
+    """Adaptive polyphase sampling at stride 2 (even sizes): the four components as a
+    view, each example's squared norms summed in float64 (as poolgrad sums them), the
+    first largest taken by index."""
+    n, c, h, w = x.shape
+    components = x.reshape(n, c, h // 2, 2, w // 2, 2).permute(0, 3, 5, 1, 2, 4).flatten(1, 2)
+    norms = components.detach().square().sum((2, 3, 4), dtype=torch.float64)
+    return components[torch.arange(n, device=x.device), norms.argmax(1)]
+
+
+def _max_aps_reference(x, draws):
+    """The 2x2 max at stride 1 with circular padding (one after, as padding="same"
+    splits it), then :func:`_aps_reference`."""
+    return _aps_reference(F.max_pool2d(F.pad(x, (0, 1, 0, 1), mode="circular"), 2, 1), draws)
+
+
 def _gate(channels, rng, dtype):
     return (0.5 * rng.standard_normal((2, 2))).astype(dtype),
 
@@ -259,6 +275,8 @@ KINDS = (
     Kind("gated_pool", "2x2", (2,), _gated_reference, params=_gate),
     Kind("attention_pool", "global 1 query", (), _attention_reference,
          params=_attention_parameters),
+    Kind("aps_pool", "stride 2", (2,), _aps_reference),
+    Kind("max_aps_pool", "2x2/2", (2, 2), _max_aps_reference),
 )
 
 
