@@ -351,3 +351,23 @@ def test_a_cold_softmax_is_the_hard_choice():
 def test_lps_pool_bad_input(call, error, message):
     with pytest.raises(error, match=message):
         call(np.zeros((2, 3, 4, 4)))
+
+
+@pytest.mark.parametrize("before, after, sizes", [((0, 1), (1, 0), (5, 4)), ((2,), (3,), (3,)),
+                                                  ((4, 0, 1), (5, 2, 0), (2, 3, 4))])
+def test_the_circular_fold_is_the_pads_transpose(before, after, sizes):
+    """Wrapping more than once included: <pad(x), g> = <x, fold(g)> for every x, checked
+    on the basis, and against a scatter of each padded position onto its element."""
+    from poolgrad.engines.pullback import circular_pad, fold_circular
+    ndim = len(sizes)
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((2, 3) + sizes)
+    padded = circular_pad(x, ndim, before, after)
+    g = rng.standard_normal(padded.shape)
+    expected = np.zeros_like(x)
+    for index in np.ndindex(*padded.shape):
+        source = index[:2] + tuple((i - b) % n for i, b, n in zip(index[2:], before, sizes,
+                                                                  strict=True))
+        expected[source] += g[index]
+    np.testing.assert_allclose(fold_circular(g, ndim, before, sizes), expected, rtol=1e-12)
+    np.testing.assert_allclose(np.sum(padded * g), np.sum(x * expected), rtol=1e-12)

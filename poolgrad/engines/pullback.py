@@ -129,12 +129,25 @@ def circular_pad(x: np.ndarray, ndim: int, before, after) -> np.ndarray:
 
 def fold_circular(dpad: np.ndarray, ndim: int, before, sizes) -> np.ndarray:
     """The transpose of :func:`circular_pad`: each padded position's gradient added onto
-    the element it copied (``sizes`` the unpadded lengths)."""
+    the element it copied (``sizes`` the unpadded lengths), by runs of positions that
+    map onto consecutive elements: one copy of the run that covers the whole length,
+    then a slice add for each other run (a scatter, ``np.add.at``, took 167 ms for a
+    32x64x57x57 gradient, zeros and adds 9.9)."""
     dx = dpad
     for axis, (start, length) in enumerate(zip(before, sizes, strict=True)):
         axis += dx.ndim - ndim
-        positions = (np.arange(dx.shape[axis]) - start) % length
-        folded = np.zeros(dx.shape[:axis] + (length,) + dx.shape[axis + 1:], dx.dtype)
-        np.add.at(folded, (slice(None),) * axis + (positions,), dx)
+        lead = (slice(None),) * axis
+        runs, position = [], 0
+        while position < dx.shape[axis]:
+            target = (position - start) % length
+            count = min(length - target, dx.shape[axis] - position)
+            runs.append((target, position, count))
+            position += count
+        whole = next(run for run in runs if run[2] == length)  # the padding is short
+        folded = dx[lead + (slice(whole[1], whole[1] + length),)].copy()
+        for target, position, count in runs:
+            if (target, position, count) != whole:
+                folded[lead + (slice(target, target + count),)] += dx[
+                    lead + (slice(position, position + count),)]
         dx = folded
     return dx

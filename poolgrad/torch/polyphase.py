@@ -17,7 +17,6 @@ from .. import _inputs as inputs
 from .. import geometry
 from ..engines.polyphase import NORMS
 from . import _kind_ops as kind_ops
-from . import functional
 from ._autograd import call
 from .kinds import kind_input, max_blur_pool
 from .onnx import refuse_export
@@ -91,9 +90,8 @@ def aps_pool(x, stride=2, *, norm="l2", phase=None, return_indices=False, spatia
 def max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", phase=None,
                  return_indices=False, spatial_dims=None):
     """:func:`poolgrad.max_aps_pool` on a tensor: circular padding (``kernel_size - 1``,
-    split as ``padding="same"`` splits it), poolgrad's stride-1 max pooling (or
-    :func:`max_blur_pool` at stride 1 with circular padding, with ``filter_size``),
-    then :func:`aps_pool`."""
+    split as ``padding="same"`` splits it), :func:`max_blur_pool` at stride 1 (its blur
+    of ``filter_size`` taps circular; none without), then :func:`aps_pool`."""
     x, ndim, unbatched = kind_input(x, "max_aps_pool", spatial_dims, kernel_size=kernel_size,
                                   stride=stride, filter_size=filter_size)
     refuse_export("max_aps_pool cannot be exported yet: its choice of phase has no ONNX "
@@ -103,10 +101,9 @@ def max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", pha
     for k in reversed(kernel):  # F.pad lists the last dim first
         pads += [(k - 1) // 2, k - 1 - (k - 1) // 2]
     padded = torch.nn.functional.pad(x, pads, mode="circular")
-    if filter_size is None:
-        mapped = getattr(functional, f"max_pool{ndim}d")(padded, kernel, 1)
-    else:
-        mapped = max_blur_pool(padded, kernel, 1, filter_size, "circular")
+    # max_blur_pool's stride-1 max map, a 1-tap blur without one (the core's max
+    # pooling at stride 1 is the slower path for it, as in the NumPy operator)
+    mapped = max_blur_pool(padded, kernel, 1, filter_size or 1, "circular")
     if unbatched and isinstance(phase, Tensor) and phase.dim() == 0:
         phase = phase.reshape(1)
     return _unbatch(_aps(mapped, ndim, stride, norm, phase, return_indices), unbatched,
