@@ -371,3 +371,27 @@ def test_the_circular_fold_is_the_pads_transpose(before, after, sizes):
         expected[source] += g[index]
     np.testing.assert_allclose(fold_circular(g, ndim, before, sizes), expected, rtol=1e-12)
     np.testing.assert_allclose(np.sum(padded * g), np.sum(x * expected), rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape, stride", [((3, 37, 7, 9), (2, 2)), ((2, 16, 8, 6), (2, 3)),
+                                           ((2, 5, 4, 6, 4), (2, 1, 2))])
+def test_channels_last_runs_its_own_kernels_with_the_planes_bits(shape, stride):
+    """A channels-last x runs the kernels that read a pixel's channels at once; its
+    norms are the planes' kernel's to the bit (so the same choices), for every norm,
+    channel counts around the block of 16 and a NaN; the pullback names its kernels."""
+    from poolgrad.engines import polyphase as engine
+    x = np.random.default_rng(17).standard_normal(shape).astype(np.float32)
+    x.flat[5] = np.nan
+    ndim = len(shape) - 2
+    steps = np.array((1,) * (3 - ndim) + stride, np.int64)
+    five = (slice(None), slice(None)) + (None,) * (3 - ndim)
+    stored = channels_last(x)
+    for norm in ("l2", "l1", "max"):
+        np.testing.assert_array_equal(engine.phase_norms(stored[five], steps, norm),
+                                      engine.phase_norms(x[five], steps, norm))
+    _, planes = pg.vjp(pg.aps_pool, x, stride)
+    _, pixels = pg.vjp(pg.aps_pool, stored, stride)
+    assert planes.kernels == {"forward": "polyphase.phase_gather",
+                              "backward": "polyphase.phase_scatter"}
+    assert pixels.kernels == {"forward": "polyphase.phase_gather_channels_last",
+                              "backward": "polyphase.phase_scatter_channels_last"}

@@ -68,5 +68,12 @@ def phase_scatter(dyk: np.ndarray, steps: np.ndarray, phases: np.ndarray,
     return dx
 
 
+def kernel_names(xk: np.ndarray) -> tuple[str, str]:
+    """The kernels that gather ``xk``'s components and scatter their gradient."""
+    operand = _operand(xk)
+    return (dispatch.choose("polyphase", "gather", None, operand).name,
+            dispatch.choose("polyphase", "scatter", None, operand).name)
+
+
 def phase_count(steps) -> int:
     return math.prod(int(s) for s in steps)

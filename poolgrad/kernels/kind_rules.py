@@ -580,10 +580,16 @@ RULES = {
                                       _bound(fractional.fractional_max_backward))],
     ("fractional", "indices"): [Rule("fractional.fractional_max_indices", always,
                                      _bound(fractional.fractional_max_indices))],
-    ("polyphase", "norms"): [Rule("polyphase.phase_norms", always,
-                                  _bound(polyphase.phase_norms))],
-    ("polyphase", "gather"): [Rule("polyphase.phase_gather", always,
-                                   _bound(polyphase.phase_gather))],
-    ("polyphase", "scatter"): [Rule("polyphase.phase_scatter", always,
-                                    _bound(polyphase.phase_scatter))],
+    ("polyphase", "norms"): [
+        Rule("polyphase.phase_norms_channels_last", _channels_innermost,
+             _bound(polyphase.phase_norms_channels_last)),
+        Rule("polyphase.phase_norms", always, _bound(polyphase.phase_norms))],
+    ("polyphase", "gather"): [
+        Rule("polyphase.phase_gather_channels_last", _channels_innermost,
+             _bound(polyphase.phase_gather_channels_last)),
+        Rule("polyphase.phase_gather", always, _bound(polyphase.phase_gather))],
+    ("polyphase", "scatter"): [
+        Rule("polyphase.phase_scatter_channels_last", _channels_innermost,
+             _bound(polyphase.phase_scatter_channels_last)),
+        Rule("polyphase.phase_scatter", always, _bound(polyphase.phase_scatter))],
 }

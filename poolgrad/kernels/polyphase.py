@@ -146,3 +146,108 @@ def phase_scatter(dy, steps, phases, dx):
                 source = dy[n, c, i, j]
                 for k in range(out_w):
                     row[_wrapped(e + k * steps[2], width)] = source[k]
+
+
+CHANNEL_BLOCK = 16  # the channels a channels-last task sums at once (one AVX-512 vector)
+
+
+@parallel_kernel
+def phase_norms_channels_last(x, steps, norm, partials):
+    """:func:`phase_norms` for a channels-last x (channels contiguous), with its sums in
+    its order and so its bits: each task takes one example's block of channels and reads
+    a pixel's channels at once, where the planes' kernel would read each plane's row
+    with a stride of C (16 times the memory traffic)."""
+    n_batch, n_chan, depth, height, width = x.shape
+    count_d, count_h = -(-depth // steps[0]), -(-height // steps[1])
+    count_w = -(-width // steps[2])
+    blocks = -(-n_chan // CHANNEL_BLOCK)
+    for task in prange(n_batch * blocks):
+        n, first = task // blocks, (task % blocks) * CHANNEL_BLOCK
+        size = min(CHANNEL_BLOCK, n_chan - first)
+        acc = partials[n, first:first + size]
+        acc[:, :] = 0.0
+        lanes = np.empty((LANES, CHANNEL_BLOCK), np.float64)
+        for pd in range(count_d * steps[0]):
+            for ph in range(count_h * steps[1]):
+                xd, xh = _wrapped(pd, depth), _wrapped(ph, height)
+                row_phase = ((pd % steps[0]) * steps[1] + ph % steps[1]) * steps[2]
+                for e in range(steps[2]):
+                    lanes[:, :] = 0.0
+                    for k in range(count_w):
+                        pixel = x[n, first:first + size, xd, xh, _wrapped(e + k * steps[2],
+                                                                           width)]
+                        lane = lanes[k % LANES]
+                        for c in range(size):
+                            v = np.float64(pixel[c])
+                            if norm == MAX:
+                                size_v = abs(v)
+                                if size_v != size_v or lane[c] != lane[c]:
+                                    lane[c] = np.nan
+                                elif size_v > lane[c]:
+                                    lane[c] = size_v
+                            else:
+                                lane[c] += v * v if norm == L2 else abs(v)
+                    at = row_phase + e
+                    for c in range(size):
+                        if norm == MAX:
+                            share = lanes[0, c]
+                            for lane_index in range(1, LANES):
+                                other = lanes[lane_index, c]
+                                if other != other or share != share:
+                                    share = np.nan
+                                elif other > share:
+                                    share = other
+                            if share != share or acc[c, at] != acc[c, at]:
+                                acc[c, at] = np.nan
+                            elif share > acc[c, at]:
+                                acc[c, at] = share
+                            continue
+                        half = LANES // 2
+                        while half >= 1:
+                            for lane_index in range(half):
+                                lanes[lane_index, c] += lanes[lane_index + half, c]
+                            half //= 2
+                        acc[c, at] += lanes[0, c]
+
+
+@parallel_kernel
+def phase_gather_channels_last(x, steps, phases, y):
+    """:func:`phase_gather` for channels-last ``x`` and ``y``: a pixel's channels at a
+    time."""
+    n_batch, n_chan, depth, height, width = x.shape
+    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    for row in prange(n_batch * out_d * out_h):
+        n, i, j = row // (out_d * out_h), (row // out_h) % out_d, row % out_h
+        a, b, e = phase_axes(phases[n], steps)
+        xd, xh = _wrapped(a + i * steps[0], depth), _wrapped(b + j * steps[1], height)
+        for k in range(out_w):
+            source = x[n, :, xd, xh, _wrapped(e + k * steps[2], width)]
+            target = y[n, :, i, j, k]
+            for c in range(n_chan):
+                target[c] = source[c]
+
+
+@parallel_kernel
+def phase_scatter_channels_last(dy, steps, phases, dx):
+    """:func:`phase_scatter` for channels-last ``dy`` and ``dx``: each example's ``dx``
+    zeroed and written by one task, a pixel's channels at a time."""
+    n_batch, n_chan, depth, height, width = dx.shape
+    out_d, out_h, out_w = dy.shape[2], dy.shape[3], dy.shape[4]
+    zero = np.zeros(1, dx.dtype)[0]
+    for n in prange(n_batch):
+        for d in range(depth):
+            for h in range(height):
+                for w in range(width):
+                    pixel = dx[n, :, d, h, w]
+                    for c in range(n_chan):
+                        pixel[c] = zero
+        a, b, e = phase_axes(phases[n], steps)
+        for i in range(out_d):
+            xd = _wrapped(a + i * steps[0], depth)
+            for j in range(out_h):
+                xh = _wrapped(b + j * steps[1], height)
+                for k in range(out_w):
+                    source = dy[n, :, i, j, k]
+                    target = dx[n, :, xd, xh, _wrapped(e + k * steps[2], width)]
+                    for c in range(n_chan):
+                        target[c] = source[c]

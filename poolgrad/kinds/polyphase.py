@@ -68,8 +68,7 @@ def _aps_pool(x, stride=2, *, norm="l2", phase=None, return_indices=False,
         return engine.phase_scatter(layout.to_kernel(dy), kernel_steps,
                                     saved.astype(np.int64), xk.shape[2:])
     return result, Pullback("aps_pool", backward, y.shape, x.shape, x.dtype,
-                            {"phases": saved},
-                            ("polyphase.phase_gather", "polyphase.phase_scatter"))
+                            {"phases": saved}, engine.kernel_names(xk))
 
 
 def aps_pool(x, stride=2, *, norm="l2", phase=None, return_indices=False,
