@@ -226,8 +226,33 @@ def test_checkpoint_pooling_layer_on_real_examples(tmp_path):
     assert_figures(tmp_path / "figures", ["examples.png", "batch.png"])
 
 
+def test_aps_choice_moves_with_the_shift_and_max_pooling_does_not(tmp_path, capsys):
+    """``--kind aps``: every example's APS output of the shifted digits is a circular
+    shift of its output, its phase moves one column where its largest norm is unique;
+    max pooling's output is not moved so; the table and aps.png say it."""
+    pytest.importorskip("sklearn")
+    x, _, _ = explain.load_batch("digits", 16, 0)
+    from poolgrad.explain.polyphase import phase_choices
+    numbers = phase_choices(x)
+    assert numbers["aps_moved"].all() and not numbers["max_moved"].all()
+    for n, (norms, phase, after) in enumerate(zip(numbers["norms"], numbers["phase"],
+                                                  numbers["shifted_phase"], strict=True)):
+        a, b = divmod(int(phase), 2)
+        np.testing.assert_allclose(norms, [np.sum(x[n, i::2, j::2] ** 2)
+                                           for i in range(2) for j in range(2)])
+        if np.sum(norms == norms.max()) == 1:
+            assert divmod(int(after), 2) == (a, (b + 1) % 2)
+    assert cli.main(["explain", "--kind", "aps", "--out", str(tmp_path), "--examples", "2"]) == 0
+    out = capsys.readouterr().out
+    assert (f"all 16: APS's output is a circular shift of the unshifted one for 16; max "
+            f"pooling's for {int(numbers['max_moved'].sum())}") in out
+    assert_figures(tmp_path, ["aps.png"])
+    with pytest.raises(explain.ExplainError, match="even sizes"):
+        phase_choices(x[:, :7])
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--kind", "median"], "unknown --kind 'median'"),
+    (["--kind", "median"], "unknown --kind 'median': choose one of max, avg, lp, aps"),
     (["--source", "random", "--kernel", "7"], "output would be empty"),
     (["--source", "missing.npy"], ".npy file not found: missing.npy"),
     (["--source", "cifar"], "unknown source 'cifar'"),

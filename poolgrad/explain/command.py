@@ -13,8 +13,13 @@ from ..tools.choices import check_choice
 from ..tools.files import check_output_folder
 from .figures import draw_batch, draw_classic, draw_examples, draw_overlap
 from .inputs import load_batch
+from .polyphase import draw_phases, phase_choices, render_phases
 from .routing import KINDS, ExplainError, route
 from .translation import draw_invariance, invariance
+
+# the layers ``--kind`` explains: the routing kinds, and adaptive polyphase sampling's
+# choice of phase (:mod:`.polyphase`)
+EXPLAINED = (*KINDS, "aps")
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class ExplainConfig:
     flags: InitVar[bool] = False
 
     def __post_init__(self, flags: bool) -> None:
-        check_choice(self.kind, KINDS, "--kind" if flags else "kind", ExplainError)
+        check_choice(self.kind, EXPLAINED, "--kind" if flags else "kind", ExplainError)
         if not self.invariance:
             if self.dy not in ("random", "ones"):
                 raise ExplainError(f"dy must be 'random' or 'ones', got {self.dy!r}")
@@ -62,11 +67,14 @@ class ExplainConfig:
 def explain(config: ExplainConfig) -> dict:
     """Write the default set of figures into ``config.out`` and return their paths with
     the routing numbers: ``examples.png``, ``batch.png``, ``overlap.png`` (3x3 stride-2
-    windows over the same batch) and ``max_vs_avg.png`` (the classic 4x4 diagram)."""
+    windows over the same batch) and ``max_vs_avg.png`` (the classic 4x4 diagram). For
+    ``kind="aps"``, ``aps.png`` and the phases' numbers (:func:`explain_phases`)."""
     out = config.out
     check_output_folder(out, ExplainError)  # before the work, not after it
     x, description, layer = load_batch(config.source, config.batch, config.seed,
                                        config.channel)
+    if config.kind == "aps":
+        return explain_phases(config, x, description)
     pool = {"kind": config.kind, "kernel": config.kernel, "stride": config.stride,
             "padding": config.padding, "ties": config.ties, "p": config.p}
     if layer is not None:  # a checkpoint's pooling layer brings its own settings
@@ -100,3 +108,15 @@ def explain_invariance(config: ExplainConfig) -> dict:
     path = draw_invariance(rows, config.kernel, os.path.join(config.out, "invariance.png"),
                            description)
     return {"files": {"invariance": path}, "rows": rows, "description": description}
+
+
+def explain_phases(config: ExplainConfig, x, description: str) -> dict:
+    """``aps.png`` and the numbers of :func:`~poolgrad.explain.polyphase.phase_choices`
+    for the batch ``x``, with the terminal table."""
+    if x.ndim != 3:
+        raise ExplainError(f"--kind aps explains 2-d maps, got {description}")
+    numbers = phase_choices(x)
+    path = draw_phases(numbers, os.path.join(config.out, "aps.png"), config.examples,
+                       description)
+    return {"files": {"aps": path}, "numbers": numbers, "description": description,
+            "table": render_phases(numbers, config.examples)}

@@ -25,7 +25,7 @@ def save(figure, path, top=0.9):
     return save_png(figure, path, dpi=110, bbox_inches="tight")
 
 
-def _grid(axes, values, title, cmap="viridis", annotate=True, fmt="{:.2g}", centered=False):
+def draw_grid(axes, values, title, cmap="viridis", annotate=True, fmt="{:.2g}", centered=False):
     values = np.asarray(values, dtype=np.float64)
     limit = np.abs(values).max() or 1.0
     dark_low = cmap == "magma"  # where the colour map is dark, the text is white
@@ -69,13 +69,13 @@ def draw_examples(routing: Routing, path: str, examples: int = 3, description: s
         figure, grid = subplots(examples, 4, (13, 3.2 * examples), squeeze=False)
         for n in range(examples):
             left = grid[n, 0]
-            _grid(left, routing.x[n], f"example {n}: input, windows"
+            draw_grid(left, routing.x[n], f"example {n}: input, windows"
                   + (" and winners (circled)" if routing.kind == "max" else ""), cmap="Greys")
             _outline_windows(left, routing, n)
-            _grid(grid[n, 1], routing.y[n], f"{routing.kind}-pooled output", cmap="Greys")
-            _grid(grid[n, 2], routing.dy[n], "upstream gradient dy", cmap="coolwarm",
+            draw_grid(grid[n, 1], routing.y[n], f"{routing.kind}-pooled output", cmap="Greys")
+            draw_grid(grid[n, 2], routing.dy[n], "upstream gradient dy", cmap="coolwarm",
                   centered=True)
-            _grid(grid[n, 3], routing.dx[n], "gradient routed back to the input",
+            draw_grid(grid[n, 3], routing.dx[n], "gradient routed back to the input",
                   cmap="coolwarm", centered=True)
     figure.suptitle(f"{routing.kind} pooling {_settings_text(routing)}: where each example's "
                     f"gradient goes\n{description}", fontsize=11)
@@ -90,12 +90,12 @@ def draw_batch(routing: Routing, path: str, description: str = ""):
         figure = _batch_along(routing, info)
     else:
         figure, (a, b, c) = subplots(1, 3, (13, 4.2))
-        _grid(a, routing.dx[0], "example 0 alone: its gradient", cmap="coolwarm",
+        draw_grid(a, routing.dx[0], "example 0 alone: its gradient", cmap="coolwarm",
               centered=True)
-        image = _grid(b, routing.senders, f"how many of the {info['examples']} examples\nsend "
+        image = draw_grid(b, routing.senders, f"how many of the {info['examples']} examples\nsend "
                       "gradient to each position", cmap="magma", fmt="{:.0f}")
         figure.colorbar(image, ax=b, fraction=0.046)
-        _grid(c, routing.batch_gradient, "batch gradient = sum of the\nper-example gradients",
+        draw_grid(c, routing.batch_gradient, "batch gradient = sum of the\nper-example gradients",
               cmap="coolwarm", centered=True)
     figure.suptitle(
         f"{routing.kind} pooling {_settings_text(routing)}: each example reaches "
@@ -113,15 +113,15 @@ def draw_overlap(routing: Routing, path: str):
         figure = _overlap_along(routing)
     else:
         figure, (a, b, c) = subplots(1, 3, (13, 4.2))
-        _grid(a, routing.x[0], "example 0: input and windows", cmap="Greys")
+        draw_grid(a, routing.x[0], "example 0: input and windows", cmap="Greys")
         _outline_windows(a, routing, 0)
-        _grid(b, routing.coverage, "windows covering each position", cmap="magma",
+        draw_grid(b, routing.coverage, "windows covering each position", cmap="magma",
               fmt="{:.0f}")
         if routing.winners is not None:
-            _grid(c, _wins(routing, 0), "windows won by each position\n(>1: their gradients "
+            draw_grid(c, _wins(routing, 0), "windows won by each position\n(>1: their gradients "
                   "add up)", cmap="magma", fmt="{:.0f}")
         else:
-            _grid(c, routing.dx[0], "gradient routed back: overlapping\nwindows add up",
+            draw_grid(c, routing.dx[0], "gradient routed back: overlapping\nwindows add up",
                   cmap="coolwarm", centered=True)
     figure.suptitle(f"{routing.kind} pooling {_settings_text(routing)}: overlapping windows",
                     fontsize=11)
@@ -202,12 +202,12 @@ def draw_classic(path: str):
     figure, grid = subplots(2, 4, (13, 6.6))
     for row, (first, second) in enumerate([("max", "avg"), ("ties first", "ties split")]):
         r = routings[first]
-        _grid(grid[row, 0], r.x[0], "input (2x2 windows, stride 2)", cmap="Greys", fmt="{:g}")
+        draw_grid(grid[row, 0], r.x[0], "input (2x2 windows, stride 2)", cmap="Greys", fmt="{:g}")
         _outline_windows(grid[row, 0], r, None)
-        _grid(grid[row, 1], r.y[0], f"{first} pooling output" if row == 0 else "max output",
+        draw_grid(grid[row, 1], r.y[0], f"{first} pooling output" if row == 0 else "max output",
               cmap="Greys", fmt="{:g}")
         for col, name in ((2, first), (3, second)):
-            _grid(grid[row, col], routings[name].dx[0],
+            draw_grid(grid[row, col], routings[name].dx[0],
                   f"{name}: dx for dy = 1" if row == 0 else f"max, {name}: dx for dy = 1",
                   cmap="coolwarm", centered=True, fmt="{:.2g}")
     figure.suptitle("max sends each window's gradient to its winner; average spreads it "
