@@ -25,16 +25,12 @@ def components(spatial, steps) -> tuple[int, ...]:
                                                                         strict=True))
 
 
-def _operand(xk: np.ndarray):
-    return dispatch.operand(xk)
-
-
 def phase_norms(xk: np.ndarray, steps: np.ndarray, norm: str) -> np.ndarray:
     """``(N, prod(steps))`` float64: each example's component norms, the planes' shares
     added in channel order (the squared l2 norm for ``"l2"``)."""
     n, c = xk.shape[:2]
     partials = np.empty((n, c, int(np.prod(steps))), np.float64)
-    dispatch.choose("polyphase", "norms", None, _operand(xk))(xk, steps, NORMS[norm],
+    dispatch.choose("polyphase", "norms", None, dispatch.operand(xk))(xk, steps, NORMS[norm],
                                                               partials)
     if norm == "max":  # NaN wins, as np.max would give it
         return np.max(partials, axis=1)
@@ -52,9 +48,10 @@ def choose_phases(norms: np.ndarray) -> np.ndarray:
 
 def phase_gather(xk: np.ndarray, steps: np.ndarray, phases: np.ndarray) -> np.ndarray:
     """The component ``phases[n]`` of each example, stored as ``xk`` is."""
+    operand = dispatch.operand(xk)
     shape = xk.shape[:2] + components(xk.shape[2:], steps)
-    y = empty(shape, xk.dtype, dispatch.operand(xk).layout == "channels_last")
-    dispatch.choose("polyphase", "gather", None, _operand(xk))(xk, steps, phases, y)
+    y = empty(shape, xk.dtype, operand.layout == "channels_last")
+    dispatch.choose("polyphase", "gather", None, operand)(xk, steps, phases, y)
     return y
 
 
@@ -62,15 +59,15 @@ def phase_scatter(dyk: np.ndarray, steps: np.ndarray, phases: np.ndarray,
                   spatial) -> np.ndarray:
     """The transpose of :func:`phase_gather`: ``dx`` of spatial shape ``spatial`` (5-d),
     ``dyk`` at the chosen positions, 0 elsewhere, stored as ``dyk`` is."""
-    dx = empty(dyk.shape[:2] + tuple(spatial), dyk.dtype,
-               dispatch.operand(dyk).layout == "channels_last")
-    dispatch.choose("polyphase", "scatter", None, _operand(dyk))(dyk, steps, phases, dx)
+    operand = dispatch.operand(dyk)
+    dx = empty(dyk.shape[:2] + tuple(spatial), dyk.dtype, operand.layout == "channels_last")
+    dispatch.choose("polyphase", "scatter", None, operand)(dyk, steps, phases, dx)
     return dx
 
 
 def kernel_names(xk: np.ndarray) -> tuple[str, str]:
     """The kernels that gather ``xk``'s components and scatter their gradient."""
-    operand = _operand(xk)
+    operand = dispatch.operand(xk)
     return (dispatch.choose("polyphase", "gather", None, operand).name,
             dispatch.choose("polyphase", "scatter", None, operand).name)
 

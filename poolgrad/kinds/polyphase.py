@@ -32,9 +32,10 @@ def _phases(phase, n: int, count: int, batched: bool) -> np.ndarray | None:
     if values.ndim and values.shape != expected:
         raise ValueError(f"aps_pool: phase must be one int or one per example, shape "
                          f"{expected}, got shape {values.shape}")
-    if values.size and (values.min() < 0 or values.max() >= count):
+    outside = values[(values < 0) | (values >= count)]
+    if outside.size:
         raise ValueError(f"aps_pool: phase must be in [0, {count}) (the stride's "
-                         f"components), got {values.min() if values.min() < 0 else values.max()}")
+                         f"components), got {outside.flat[0]}")
     return np.broadcast_to(values.astype(np.int64), (n,)).copy()
 
 

@@ -98,7 +98,7 @@ def _taps(ndim: int) -> tuple[int, ...]:
     return tuple(range(-ndim, 0))
 
 
-def _generator(generator, device) -> torch.Generator | None:
+def seeded_generator(generator, device) -> torch.Generator | None:
     if generator is None or isinstance(generator, torch.Generator):
         return generator
     if isinstance(generator, bool) or not isinstance(generator, (int, np.integer)):
@@ -229,7 +229,7 @@ def _stochastic(x, window, training, generator):
                          "be >= 0 (as after a ReLU) and not NaN")
     if not training:
         return _weighted(x, kind_ops.SELF, window)
-    seed = torch.randint(2**63 - 1, (1,), generator=_generator(generator, x.device),
+    seed = torch.randint(2**63 - 1, (1,), generator=seeded_generator(generator, x.device),
                          dtype=torch.int64, device=x.device)
     return call(kind_ops.stochastic_pool_sample, x, seed, window)[0]
 
@@ -262,7 +262,7 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
         spatial_dims, "fractional_max_pool: ")
     x, unbatched = _check_input(x, ndim, "fractional_max_pool")
     n, c = x.shape[:2]
-    source = _generator(generator, "cpu")
+    source = seeded_generator(generator, "cpu")
     drawn = samples is None
     if drawn:
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32

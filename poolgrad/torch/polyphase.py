@@ -18,7 +18,7 @@ from .. import geometry
 from ..engines.polyphase import NORMS
 from . import _kind_ops as kind_ops
 from ._autograd import call
-from .kinds import kind_input, max_blur_pool
+from .kinds import kind_input, max_blur_pool, seeded_generator
 from .onnx import refuse_export
 
 __all__ = ["aps_pool", "lps_pool", "max_aps_pool", "APSPool", "LPSPool", "MaxAPSPool"]
@@ -197,7 +197,7 @@ def lps_pool(x, weights, stride=2, *, training=False, temperature=1.0, generator
     active = torch.relu(torch.einsum("hc,npcl->nphl", W1, flat) + b1[:, None])
     scores = torch.einsum("h,nphl->np", w2, active) / flat.shape[3]
     if training:
-        uniform = torch.rand(scores.shape, generator=_generator(generator, x.device),
+        uniform = torch.rand(scores.shape, generator=seeded_generator(generator, x.device),
                              dtype=torch.float64, device=x.device)
         logits = (scores + (-torch.log(-torch.log(uniform))).to(scores.dtype)) / temperature
         phases = logits.argmax(1)
@@ -207,15 +207,6 @@ def lps_pool(x, weights, stride=2, *, training=False, temperature=1.0, generator
         y = call(kind_ops.aps_gather, x, phases.detach(), steps)
     result = (y, phases) if return_indices else y
     return _unbatch(result, unbatched, return_indices)
-
-
-def _generator(generator, device):
-    if generator is None or isinstance(generator, torch.Generator):
-        return generator
-    if isinstance(generator, bool) or not geometry.is_int(generator):
-        raise TypeError(f"generator must be None, an int seed or a torch.Generator, got "
-                        f"{type(generator).__name__}")
-    return torch.Generator(device=device).manual_seed(int(generator))
 
 
 class LPSPool(nn.Module):
