@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--gap-head", action="store_true", help="the same as --head gap")
     t.add_argument("--epochs", type=_positive, default=None, help="default: per dataset")
     t.add_argument("--batch-size", type=_positive, default=100)
+    t.add_argument("--accumulate", type=_positive, default=1, metavar="K",
+                   help="batches per optimizer step (Caffe's iter_size): K batches of "
+                        "--batch-size, their gradients summed as the mean over all their "
+                        "examples; trains like --batch-size K times as large")
     t.add_argument("--optimizer", default=None,
                    help="sgd, adagrad, rmsprop or adam (default: per dataset)")
     t.add_argument("--lr", type=_positive_float, default=None,
@@ -175,13 +179,21 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--ties", default="first", help="first (default) or split")
     e.add_argument("--p", type=_positive_float, default=2.0, help="the p of lp pooling")
     e.add_argument("--batch", type=_positive, default=None,
-                   help="examples in the batch (default 16; 100 with --invariance)")
+                   help="examples in the batch (default 16; 100 with --invariance or "
+                        "--network)")
     e.add_argument("--examples", type=_positive, default=3, help="examples drawn one by one")
     e.add_argument("--channel", type=_at_least(0), default=0,
                    help="which channel of a checkpoint's pooling input")
     e.add_argument("--seed", type=_at_least(0), default=0)
     e.add_argument("--invariance", action="store_true",
                    help="the translation-invariance demonstration instead")
+    e.add_argument("--network", action="store_true",
+                   help="the batch question for a whole network instead: a small CNN with "
+                        "max and with average pooling (trained here, or checkpoint:DIR's), "
+                        "its weight gradients per example, for the batch and averaged "
+                        "first, and the optimizer's step")
+    e.add_argument("--epochs", type=_positive, default=3,
+                   help="with --network: epochs of training first (default 3)")
     e.add_argument("--out", default="explain", help="folder for the figures")
     e.add_argument("--dy", default="random",
                    help="upstream gradient: random (default, integers 1-9) or ones")
@@ -249,8 +261,9 @@ def train(args) -> None:
     config = trainer.TrainConfig(
         dataset=args.dataset, out=args.out or None, engine=args.engine, pool=args.pool,
         head=args.head, gap_head=args.gap_head, epochs=args.epochs, batch_size=args.batch_size,
-        optimizer=args.optimizer, lr=args.lr, seed=args.seed, resume=args.resume,
-        overwrite=args.overwrite, nproc=args.nproc, progress=not args.quiet, flags=True)
+        accumulate=args.accumulate, optimizer=args.optimizer, lr=args.lr, seed=args.seed,
+        resume=args.resume, overwrite=args.overwrite, nproc=args.nproc,
+        progress=not args.quiet, flags=True)
     metrics = trainer.train(config)
     settings = metrics["settings"]
     where = "" if args.engine == "numpy" else (
@@ -324,8 +337,11 @@ def explain(args) -> None:
         source=args.source, out=args.out, kind=args.kind, kernel=args.kernel,
         stride=args.stride, padding=args.padding, ties=args.ties, p=args.p, batch=args.batch,
         examples=args.examples, seed=args.seed, channel=args.channel, dy=args.dy,
-        invariance=args.invariance, flags=True)
-    if config.invariance:
+        invariance=args.invariance, network=args.network, epochs=args.epochs, flags=True)
+    if config.network:
+        result = explainer.explain_network(config)
+        print(result["text"])
+    elif config.invariance:
         result = explainer.explain_invariance(config)
         print(f"translation invariance, {args.kernel}x{args.kernel} windows with stride "
               f"{args.kernel}, on {result['description']}")

@@ -140,6 +140,74 @@ def test_resume_reaches_the_weights_of_an_uninterrupted_run(tmp_path):
     assert resumed["epochs_run"] == 3 and resumed["settings"]["optimizer"] == "rmsprop"
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rmsprop", "adam"])
+def test_accumulating_four_batches_trains_like_one_four_times_as_large(tmp_path, optimizer):
+    """Caffe's iter_size: 4 batches of 25 per step reach the weights of batches of 100,
+    up to float rounding, over 230 examples, so the epoch's last step is 25 + 5 examples
+    against one batch of 30. Batches of 25 stepped one by one do not."""
+    data = toy_data(n_train=230)
+    options = {"epochs": 1, "optimizer": optimizer, "lr": 0.01, "data": data, "plot": False}
+    big = run(tmp_path, "big", batch_size=100, **options)
+    accumulated = run(tmp_path, "accumulated", batch_size=25, accumulate=4, **options)
+    run(tmp_path, "small", batch_size=25, **options)
+    weights = {name: checkpoints.load_numpy(str(tmp_path / name / "checkpoint.npz"))
+               for name in ("big", "accumulated", "small")}
+    for part in (0, 1):  # weights, optimizer state
+        for key, value in weights["big"][part].items():
+            np.testing.assert_allclose(weights["accumulated"][part][key], value, rtol=1e-5,
+                                       atol=1e-7, err_msg=key)
+    assert weights["big"][1]["steps"] == weights["accumulated"][1]["steps"] == 3
+    assert weights["small"][1]["steps"] == 10
+    assert not np.allclose(weights["small"][0]["0.W"], weights["big"][0]["0.W"], atol=1e-4)
+    assert accumulated["settings"]["accumulate"] == 4 and big["settings"]["accumulate"] == 1
+    # every example's loss counted once, in either run
+    assert accumulated["history"][0]["train_loss"] == pytest.approx(
+        big["history"][0]["train_loss"], rel=1e-5)
+
+
+def test_an_accumulating_run_resumes_exactly_and_keeps_its_accumulate(tmp_path):
+    """Every epoch ends with a step (its last takes the batches left), so a checkpoint
+    never holds half an accumulation."""
+    options = {"optimizer": "adam", "lr": 0.003, "batch_size": 16, "accumulate": 3,
+               "plot": False}
+    run(tmp_path, "straight", epochs=2, **options)
+    run(tmp_path, "resumed", epochs=1, **options)
+    train.train(TrainConfig("digits", str(tmp_path / "resumed"), epochs=2, resume=True,
+                            progress=False, plot=False, data=toy_data()))
+    straight, resumed = (checkpoints.load_numpy(str(tmp_path / name / "checkpoint.npz"))
+                         for name in ("straight", "resumed"))
+    for part in (0, 1):
+        for key, value in straight[part].items():
+            np.testing.assert_array_equal(resumed[part][key], value, err_msg=key)
+    assert resumed[2]["settings"]["accumulate"] == 3
+    with pytest.raises(TrainError, match="only --epochs may change, but --accumulate was "
+                                         "given"):
+        TrainConfig("digits", str(tmp_path / "resumed"), accumulate=2, resume=True)
+    for bad in (0, 1.5, True):
+        with pytest.raises(TrainError, match=f"^accumulate must be an integer >= 1, got "
+                                             f"{bad!r}$"):
+            TrainConfig("digits", "unused", accumulate=bad)
+
+
+def test_the_loss_gradient_of_a_batch_within_a_step():
+    """A batch's share of a larger step's mean: each row divided by the step's count."""
+    from poolgrad import nn
+    logits = np.random.default_rng(0).standard_normal((5, 3))
+    labels = np.array([0, 2, 1, 1, 0])
+    loss = nn.SoftmaxCrossEntropy()
+    loss.forward(logits, labels)
+    mean = loss.backward()
+    loss.forward(logits, labels)
+    np.testing.assert_array_equal(loss.backward(count=20), mean * 5 / 20)
+    loss.forward(logits, labels)
+    for bad in (4, 2.5, True):  # refused before the saved state is taken
+
+        with pytest.raises(ValueError, match=f"count must be an integer >= the batch's 5 "
+                                             f"examples, got {bad!r}"):
+            loss.backward(count=bad)
+    np.testing.assert_array_equal(loss.backward(), mean)
+
+
 def test_same_seed_same_numbers_and_another_seed_differs(tmp_path):
     a, b = run(tmp_path, "a", seed=3), run(tmp_path, "b", seed=3)
     c = run(tmp_path, "c", seed=4)
@@ -350,6 +418,7 @@ def bad_cases(tmp_path):
         (["--dataset", f"idx:{tmp_path / 'bad-gzip'}"], "cannot read IDX file"),
         (["--pool", "median"], "unknown --pool 'median'"),
         (["--batch-size", "0"], "--batch-size: must be an integer >= 1"),
+        (["--accumulate", "0"], "--accumulate: must be an integer >= 1"),
         (["--optimizer", "lbfgs"], "unknown optimizer 'lbfgs'"),
         (["--lr", "-1"], "--lr: must be a finite number > 0"),
         (["--out", str(tmp_path / "a-file" / "run")], "cannot write to the output folder"),

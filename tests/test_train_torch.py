@@ -1,5 +1,6 @@
-"""``poolgrad train --engine torch`` and ``--nproc``: two ranks take the steps of one
-process, a two-rank run resumes exactly, a failing rank ends the run with one line, and
+"""``poolgrad train --engine torch``, ``--nproc`` and ``--accumulate``: two ranks that
+accumulate two batches per step take the steps of one process with batches twice as
+large, a two-rank run resumes exactly, a failing rank ends the run with one line, and
 bad input gives one line and exit 2 before any work.
 
 Spawned runs cost seconds each (every rank imports PyTorch), so the module spawns three:
@@ -38,16 +39,18 @@ def poolgrad_train(*args):
 
 @pytest.fixture(scope="module")
 def runs(mnist, tmp_path_factory):
-    """Checkpoints of runs on the same data, global batch and seed: "two-1" after epoch 1
-    on two ranks, "two-resumed" after that run resumed on two ranks for epoch 2 (the
-    command line's), "one-1" and "one-2" after 1 and 2 epochs in one process."""
+    """Checkpoints of runs on the same data, step and seed: "two-1" after epoch 1 on two
+    ranks, each step two global batches of ``BATCH / 2`` (``--accumulate 2``),
+    "two-resumed" after that run resumed on two ranks for epoch 2 (the command line's),
+    "one-1" and "one-2" after 1 and 2 epochs in one process, in batches of ``BATCH``."""
     import shutil
 
     from poolgrad.train import torch_engine
     root = tmp_path_factory.mktemp("runs")
     two = str(root / "two")
     assert poolgrad_train("--dataset", mnist, "--nproc", "2", "--epochs", "1",
-                          "--batch-size", str(BATCH), "--out", two) == 0
+                          "--batch-size", str(BATCH // 2), "--accumulate", "2",
+                          "--out", two) == 0
     shutil.copy(os.path.join(two, "checkpoint.pt"), root / "two-1.pt")
     assert poolgrad_train("--dataset", mnist, "--nproc", "2", "--epochs", "2", "--resume",
                           "--out", two) == 0
@@ -87,10 +90,16 @@ def flatten(state, prefix=""):
 
 
 @needs_torch
-def test_two_ranks_take_the_steps_of_one_process(runs):
+def test_two_ranks_accumulating_take_the_steps_of_one_process(runs):
+    """Each step of the two ranks sums two global batches of 4 (each rank's share 2),
+    synchronising once: the steps of one process in batches of 8, the last (5 examples,
+    one of them the sampler's padding on a rank) included."""
     two, one = checkpoint(runs["two-1"]), checkpoint(runs["one-1"])
     assert_same_weights(two, one, rtol=1e-4, atol=1e-6)
     assert (two["meta"]["settings"]["nproc"], one["meta"]["settings"]["nproc"]) == (2, 1)
+    assert (two["meta"]["settings"]["batch_size"], two["meta"]["settings"]["accumulate"],
+            one["meta"]["settings"]["accumulate"]) == (BATCH // 2, 2, 1)
+    assert two["optimizer"]["state"][0]["step"] == one["optimizer"]["state"][0]["step"] == 8
     [two_epoch], [one_epoch] = two["meta"]["history"], one["meta"]["history"]
     assert two_epoch["train_accuracy"] == one_epoch["train_accuracy"]  # every example once
     assert two_epoch["train_loss"] == pytest.approx(one_epoch["train_loss"], rel=1e-5)
@@ -112,6 +121,26 @@ def test_a_resumed_two_rank_run_equals_an_uninterrupted_one(runs):
         metrics = json.load(stream)
     assert metrics["settings"]["engine"] == "torch" and metrics["settings"]["nproc"] == 2
     assert metrics["epochs_run"] == 2 and metrics["train_examples"] == TRAIN_EXAMPLES
+
+
+@needs_torch
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rmsprop", "adam"])
+def test_accumulating_four_batches_trains_like_one_four_times_as_large(tmp_path, optimizer):
+    """The torch engine's --accumulate, in one process: 4 batches of 25 per step reach
+    the weights of batches of 100 over 230 examples (a last step of 25 + 5)."""
+    from poolgrad.train import torch_engine
+    options = {"engine": "torch", "epochs": 1, "optimizer": optimizer, "lr": 0.01,
+               "progress": False, "plot": False, "data": toy_data(n_train=230)}
+    for name, batch, accumulate in (("big", 100, 1), ("accumulated", 25, 4)):
+        torch_engine.train(TrainConfig("digits", str(tmp_path / name), batch_size=batch,
+                                       accumulate=accumulate, **options))
+    big, accumulated = (checkpoint(str(tmp_path / name / "checkpoint.pt"))
+                        for name in ("big", "accumulated"))
+    assert_same_weights(accumulated, big, rtol=1e-5, atol=1e-7)
+    if optimizer != "sgd":  # SGD without momentum keeps no state
+        assert int(big["optimizer"]["state"][0]["step"]) == 3
+    assert accumulated["meta"]["history"][0]["train_loss"] == pytest.approx(
+        big["meta"]["history"][0]["train_loss"], rel=1e-5)
 
 
 @needs_torch
@@ -258,7 +287,7 @@ def test_torch_checkpoint_errors(tmp_path, capsys, mnist, runs):
     assert "checkpoint.pt is not a poolgrad checkpoint" in last_error_line(capsys)
     assert poolgrad_train("--resume", "--nproc", "3", "--epochs", "3", "--dataset", mnist,
                           "--out", runs["two"]) == 2
-    assert "--batch-size 8 is not divisible by --nproc 3" in last_error_line(capsys)
+    assert "--batch-size 4 is not divisible by --nproc 3" in last_error_line(capsys)
     assert poolgrad_train("--resume", "--out", str(tmp_path / "nothing")) == 2
     assert "no checkpoint to resume from" in last_error_line(capsys)
 

@@ -397,9 +397,17 @@ class SoftmaxCrossEntropy:
         rows = np.arange(len(labels))
         return float(np.mean(log_sum - shifted[rows, labels]))
 
-    def backward(self) -> np.ndarray:
+    def backward(self, count: int | None = None) -> np.ndarray:
+        """The gradient of the mean loss for each logit. ``count``: divide by that many
+        examples instead of this batch's own: the batch's part of the mean over a larger
+        step that it is one of (gradient accumulation, Caffe's ``iter_size``)."""
+        size = len(getattr(self, "_labels", ()))
+        if count is not None and (not isinstance(count, (int, np.integer))
+                                  or isinstance(count, bool) or count < size):
+            raise ValueError(f"count must be an integer >= the batch's {size} examples, "
+                             f"got {count!r}")
         probs = _take_saved(self, "_probs", "a forward")
         labels = _take_saved(self, "_labels", "a forward")
         grad = probs.copy()
         grad[np.arange(len(labels)), labels] -= 1
-        return grad / len(labels)
+        return grad / (len(labels) if count is None else count)

@@ -31,8 +31,8 @@ DEFAULTS = {
 # What --resume may not change: the checkpoint's settings hold. (Only --epochs, to
 # extend the run, and --nproc may differ.)
 _FIXED_ON_RESUME = {"pool": "--pool", "gap_head": "--gap-head", "head": "--head",
-                    "batch_size": "--batch-size", "optimizer": "--optimizer", "lr": "--lr",
-                    "seed": "--seed"}
+                    "batch_size": "--batch-size", "accumulate": "--accumulate",
+                    "optimizer": "--optimizer", "lr": "--lr", "seed": "--seed"}
 
 
 class TrainError(ValueError):
@@ -102,7 +102,9 @@ class TrainConfig:
     - the network and its training: ``pool`` (one of
       :data:`poolgrad.train.menu.POOLS`), ``head`` (one of :data:`HEADS`; ``gap_head``
       is the older ``head="gap"``), ``epochs``, ``batch_size`` (the global batch),
-      ``optimizer``, ``lr``, ``seed``.
+      ``accumulate`` (Caffe's ``iter_size``: each step sums the gradients of that many
+      batches, weighted so that it takes the mean over all their examples, as one
+      batch ``accumulate`` times as large would), ``optimizer``, ``lr``, ``seed``.
     - ``resume``: go on from the checkpoint in ``out``, whose settings hold; only
       ``epochs`` (to extend the run) and ``nproc`` may be given. ``overwrite``: replace
       the run in ``out`` (either engine's) whole once this one has finished; until then
@@ -122,6 +124,7 @@ class TrainConfig:
     gap_head: bool = False
     epochs: int | None = None
     batch_size: int = 100
+    accumulate: int = 1
     optimizer: str | None = None
     lr: float | None = None
     seed: int = 0
@@ -150,7 +153,7 @@ class TrainConfig:
         if self.optimizer is not None and self.optimizer not in optim.OPTIMIZERS:
             raise TrainError(f"unknown optimizer {self.optimizer!r}: choose one of "
                              f"{', '.join(optim.OPTIMIZERS)}")
-        for name, minimum in (("epochs", 1), ("batch_size", 1), ("seed", 0)):
+        for name, minimum in (("epochs", 1), ("batch_size", 1), ("accumulate", 1), ("seed", 0)):
             value = getattr(self, name)
             if value is None and name == "epochs":
                 continue  # the dataset's default
@@ -171,7 +174,7 @@ class TrainConfig:
         return {"dataset": self.dataset, "pool": self.pool, "head": head,
                 "gap_head": head == "gap",
                 "epochs": defaults["epochs"] if self.epochs is None else self.epochs,
-                "batch_size": self.batch_size,
+                "batch_size": self.batch_size, "accumulate": self.accumulate,
                 "optimizer": defaults["optimizer"] if self.optimizer is None else self.optimizer,
                 "lr": defaults["lr"] if self.lr is None else self.lr, "seed": self.seed,
                 "widths": list(defaults["widths"]), "conv_kernel": defaults["conv_kernel"],

@@ -5,6 +5,11 @@ One training step is the textbook one. The forward pass runs on every example of
 batch and each pooling layer keeps each example's own argmax; the backward pass routes
 each example's gradient through it; the weight gradients (of the convolutions and the
 linear layer) are averaged over the batch by the mean loss; then the optimizer steps.
+With ``accumulate`` K (Caffe's ``iter_size``), a step runs K batches one after another,
+each loss gradient divided by the step's count of examples, and sums their weight
+gradients before the optimizer steps: the mean over all K batches' examples, as one
+batch K times as large would give, holding one batch's activations at a time. An
+epoch's last step takes the batches that are left, as its last big batch would.
 
 Runs are reproducible: the weights start from ``seed`` and epoch ``e`` shuffles with
 ``numpy.random.default_rng([seed, e])``, so a run resumed from its checkpoint reaches
@@ -107,30 +112,55 @@ def _fit(run: Run, config: TrainConfig, saved) -> dict:
     loss_fn = nn.SoftmaxCrossEntropy()
     bar = Progress(enabled=config.progress)
     n, batch = len(data.y_train), settings["batch_size"]
-    batches = -(-n // batch)
+    step_size = batch * settings.get("accumulate", 1)
+    steps = -(-n // step_size)
     for epoch in range(run.start_epoch, settings["epochs"]):
         started = time.perf_counter()
         order = np.random.default_rng([settings["seed"], epoch]).permutation(n)
         seen, loss_sum, correct = 0, 0.0, 0
         model.train()
-        for b in range(batches):
-            chosen = order[b * batch:(b + 1) * batch]
-            xb, yb = data.x_train[chosen], data.y_train[chosen]
-            logits = model.forward(xb)
-            loss = loss_fn.forward(logits, yb)
-            model.backward(loss_fn.backward())
+        for s in range(steps):
+            chosen = order[s * step_size:(s + 1) * step_size]
+            accumulated = None
+            for start in range(0, len(chosen), batch):
+                micro = chosen[start:start + batch]
+                xb, yb = data.x_train[micro], data.y_train[micro]
+                logits = model.forward(xb)
+                loss = loss_fn.forward(logits, yb)
+                # each example's loss gradient over the step's examples, as one batch of
+                # the step's size would have it: the weight gradients add up to its mean
+                model.backward(loss_fn.backward(count=len(chosen)))
+                accumulated = _accumulate(model, accumulated)
+                seen += len(yb)
+                loss_sum += loss * len(yb)
+                correct += int((logits.argmax(axis=1) == yb).sum())
+            _restore(model, accumulated)
             opt.step()
-            seen += len(yb)
-            loss_sum += loss * len(yb)
-            correct += int((logits.argmax(axis=1) == yb).sum())
-            bar.update(epoch + 1, settings["epochs"], b + 1, batches, loss_sum / seen,
+            bar.update(epoch + 1, settings["epochs"], s + 1, steps, loss_sum / seen,
                        correct / seen)
         run.train_time += time.perf_counter() - started
         record_epoch(run, epoch, loss_sum, correct, seen,
                      *evaluate(model, data.x_test, data.y_test))
-        bar.update(epoch + 1, settings["epochs"], batches, batches, loss_sum / seen,
+        bar.update(epoch + 1, settings["epochs"], steps, steps, loss_sum / seen,
                    correct / seen, final=True)
         checkpoints.save_numpy(os.path.join(run.folder, CHECKPOINT), model, opt, run,
                                epoch + 1)
     return finish(run, config.out, os.path.join(config.out, CHECKPOINT),
                   *evaluate(model, data.x_test, data.y_test), plot=config.plot)
+
+
+def _accumulate(model: nn.Sequential, total: list | None) -> list:
+    """The weight gradients of ``model``'s last backward added to ``total`` (None: the
+    first batch of a step, whose gradients start it)."""
+    grads = [layer.grads[name] for layer, name in model.parameters()]
+    if total is None:
+        return [grad.copy() for grad in grads]
+    for running, grad in zip(total, grads, strict=True):
+        running += grad
+    return total
+
+
+def _restore(model: nn.Sequential, total: list) -> None:
+    """Put a step's summed gradients where the optimizer reads them."""
+    for (layer, name), grad in zip(model.parameters(), total, strict=True):
+        layer.grads[name] = grad

@@ -70,6 +70,7 @@ def begin(config: TrainConfig, meta: dict | None) -> Run:
         settings = dict(meta["settings"])
         settings.setdefault("engine", "numpy")  # checkpoints from before --engine
         settings.setdefault("head", "gap" if settings["gap_head"] else "flatten")  # and --head
+        settings.setdefault("accumulate", 1)  # and --accumulate
         if config.data is None and config.dataset != settings["dataset"]:
             raise TrainError(f"the checkpoint in {config.out} was trained on "
                              f"{settings['dataset']}, not {config.dataset}")

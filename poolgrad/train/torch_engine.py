@@ -11,7 +11,10 @@ deals its position ``j`` to rank ``j mod nproc``; each rank takes its next
 the ``b``-th batch of one process, which uses the same sampler with one replica. Each
 rank scales its summed loss so that DDP's average of the ranks' gradients is the mean
 over the global batch, leaving out the repeats the sampler pads the last batch with:
-one process and ``nproc`` ranks take the same steps, up to float rounding.
+one process and ``nproc`` ranks take the same steps, up to float rounding. With
+``accumulate`` K, a step runs K such batches, each loss scaled by the count of the
+step's examples so that the summed gradients are their mean; the ranks synchronise in
+the step's last backward alone (DDP's ``no_sync`` before it).
 
 Only rank 0 evaluates, prints the progress bar and writes files. PyTorch is imported
 only when this engine runs.
@@ -19,6 +22,7 @@ only when this engine runs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import json
@@ -114,6 +118,19 @@ def epoch_batches(sampler, epoch: int, batch_size: int):
         yield indices[batch], positions[batch] < n, count
 
 
+def _steps(batches, accumulate: int):
+    """``batches`` grouped ``accumulate`` at a time, one group per optimizer step; the
+    last group takes what is left."""
+    step = []
+    for batch in batches:
+        step.append(batch)
+        if len(step) == accumulate:
+            yield step
+            step = []
+    if step:
+        yield step
+
+
 def evaluate(model, x, y, batch: int = 500) -> tuple[float, float]:
     """(mean loss, accuracy) of ``model`` in evaluation mode; its mode is restored."""
     torch = require_torch()
@@ -179,27 +196,34 @@ def _fit(rank: int, nproc: int, job: dict) -> dict | None:
     sampler = torch.utils.data.distributed.DistributedSampler(
         range(n), num_replicas=nproc, rank=rank, shuffle=True, seed=settings["seed"])
     bar = Progress(enabled=config.progress and rank == 0)
-    batches = -(-n // batch)
+    accumulate = settings.get("accumulate", 1)
+    steps = -(-n // (batch * accumulate))
     for epoch in range(run.start_epoch, settings["epochs"]):
         started = time.perf_counter()
         totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, examples
         model.train()
-        for b, (chosen, real, count) in enumerate(epoch_batches(sampler, epoch, batch)):
-            labels = y_train[chosen]
-            logits = stepped(x_train[chosen])
-            losses = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
-            weights = real.to(losses.dtype)
-            # DDP divides the ranks' summed gradients by nproc: the global batch's mean
-            loss = (losses * weights).sum() * (nproc / count)
+        for s, step in enumerate(_steps(epoch_batches(sampler, epoch, batch), accumulate)):
+            count = sum(batch_count for _, _, batch_count in step)  # the global step's
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            for k, (chosen, real, _) in enumerate(step):
+                # DDP averages the ranks' gradients in the step's last backward alone;
+                # the batches before it add up on each rank
+                syncing = nproc == 1 or k == len(step) - 1
+                with contextlib.nullcontext() if syncing else stepped.no_sync():
+                    labels = y_train[chosen]
+                    logits = stepped(x_train[chosen])
+                    losses = torch.nn.functional.cross_entropy(logits, labels,
+                                                               reduction="none")
+                    weights = real.to(losses.dtype)
+                    # DDP divides the ranks' summed gradients by nproc: the mean over
+                    # the global step's examples
+                    ((losses * weights).sum() * (nproc / count)).backward()
+                totals += torch.stack([(losses.detach() * weights).sum().double(),
+                                       ((logits.argmax(dim=1) == labels) & real).sum().double(),
+                                       real.sum().double()])
             optimizer.step()
-            step = torch.stack([(losses.detach() * weights).sum().double(),
-                                ((logits.argmax(dim=1) == labels) & real).sum().double(),
-                                real.sum().double()])
-            totals += step
             loss_sum, correct, seen = totals.tolist()  # rank 0's share: the live estimate
-            bar.update(epoch + 1, settings["epochs"], b + 1, batches, loss_sum / seen,
+            bar.update(epoch + 1, settings["epochs"], s + 1, steps, loss_sum / seen,
                        correct / seen)
         if nproc > 1:  # the epoch's numbers, once: a collective per step would cost more
             torch.distributed.all_reduce(totals)
@@ -209,7 +233,7 @@ def _fit(rank: int, nproc: int, job: dict) -> dict | None:
             continue
         record_epoch(run, epoch, loss_sum, int(correct), int(seen),
                      *evaluate(model, x_test, y_test))
-        bar.update(epoch + 1, settings["epochs"], batches, batches, loss_sum / seen,
+        bar.update(epoch + 1, settings["epochs"], steps, steps, loss_sum / seen,
                    correct / seen, final=True)
         checkpoints.save_torch(os.path.join(run.folder, CHECKPOINT), model, optimizer, run,
                                epoch + 1)
