@@ -9,6 +9,8 @@ from dataclasses import InitVar, dataclass
 
 import numpy as np
 
+from .. import nn
+from ..tools import datasets
 from ..tools.choices import check_choice
 from ..tools.files import check_output_folder
 from .figures import draw_batch, draw_classic, draw_examples, draw_overlap
@@ -16,6 +18,9 @@ from .inputs import load_batch
 from .polyphase import draw_phases, phase_choices, render_phases
 from .routing import KINDS, ExplainError, route
 from .translation import draw_invariance, invariance
+
+# the bundled datasets --network trains on (checkpoint:DIR brings its own)
+NETWORK_SOURCES = ("digits", "mnist1d")
 
 # the layers ``--kind`` explains: the routing kinds, and adaptive polyphase sampling's
 # choice of phase (:mod:`.polyphase`)
@@ -32,7 +37,9 @@ class ExplainConfig:
     ``dy`` (``"random"``: integers 1 to 9, so each window's value can be followed to
     where it lands; ``"ones"``), the ``examples`` drawn one by one, and the folder
     ``out``. With ``invariance``, the translation-invariance figure instead (``dy`` and
-    ``examples`` unused). ``batch`` None: 16, or 100 with ``invariance``.
+    ``examples`` unused). With ``network``, the batch question for a whole network
+    (:func:`explain_network`; ``epochs`` of training first). ``batch`` None: 16, or 100
+    with ``invariance`` or ``network``.
 
     Creating one checks the names and counts; the geometry is checked by the operators
     themselves. ``flags`` (not kept): name ``kind`` as the command line's ``--kind``."""
@@ -51,17 +58,28 @@ class ExplainConfig:
     channel: int = 0
     dy: str = "random"
     invariance: bool = False
+    network: bool = False
+    epochs: int = 3
     flags: InitVar[bool] = False
 
     def __post_init__(self, flags: bool) -> None:
         check_choice(self.kind, EXPLAINED, "--kind" if flags else "kind", ExplainError)
+        if self.network and self.invariance:
+            raise ExplainError("--network and --invariance are two explanations: give one")
+        if self.network and not (self.source in NETWORK_SOURCES
+                                 or self.source.startswith("checkpoint:")):
+            raise ExplainError(f"--network needs labelled examples: --source "
+                               f"{', '.join(NETWORK_SOURCES)} or checkpoint:DIR, got "
+                               f"{self.source!r}")
+        if not isinstance(self.epochs, int) or isinstance(self.epochs, bool) or self.epochs < 1:
+            raise ExplainError(f"epochs must be an integer >= 1, got {self.epochs!r}")
         if not self.invariance:
             if self.dy not in ("random", "ones"):
                 raise ExplainError(f"dy must be 'random' or 'ones', got {self.dy!r}")
             if self.examples < 1:
                 raise ExplainError(f"examples must be >= 1, got {self.examples}")
         if self.batch is None:
-            object.__setattr__(self, "batch", 100 if self.invariance else 16)
+            object.__setattr__(self, "batch", 100 if self.invariance or self.network else 16)
 
 
 def explain(config: ExplainConfig) -> dict:
@@ -120,3 +138,57 @@ def explain_phases(config: ExplainConfig, x, description: str) -> dict:
                        description)
     return {"files": {"aps": path}, "numbers": numbers, "description": description,
             "table": render_phases(numbers, config.examples)}
+
+
+def explain_network(config: ExplainConfig) -> dict:
+    """The batch question for a whole network (:mod:`.network`): a small CNN with max
+    pooling and the same with average pooling, trained ``config.epochs`` epochs on
+    ``config.source`` (or the network of ``checkpoint:DIR`` and the same weights with
+    the other pooling), a batch of ``config.batch`` test examples, its gradients three
+    ways and the optimizers' steps. Writes ``network_examples.png``,
+    ``network_batch.png`` and ``network_steps.png``; returns their paths, the numbers
+    and the terminal report."""
+    from ..train import numpy_engine
+    from . import network
+    from .network_figures import draw_network_batch, draw_network_examples, draw_network_steps
+    check_output_folder(config.out, ExplainError)  # before the training, not after it
+    if config.source.startswith("checkpoint:"):
+        folder = config.source[len("checkpoint:"):]
+        model, data, settings = network.checkpoint_network(folder)
+        trained = "max" if any(isinstance(layer, nn.MaxPool) for layer in model.layers) else "avg"
+        other = "avg" if trained == "max" else "max"
+        accuracy = numpy_engine.evaluate(model, data.x_test, data.y_test)[1]
+        models = {trained: (model, f"the network in {folder} ({settings['dataset']}, "
+                                    f"test accuracy {accuracy:.1%})"),
+                  other: (network.swap_pooling(model, other),
+                          f"the network in {folder} with {other} pooling in place of "
+                          f"{trained}, the same weights")}
+        dataset = settings["dataset"]
+    else:
+        dataset = config.source
+        data = datasets.load(dataset)
+        models = {}
+        for pool in ("max", "avg"):
+            model, accuracy = network.trained_network(data, pool, config.epochs, config.seed)
+            models[pool] = (model, f"conv-ReLU-{pool} pool-linear, {config.epochs} epochs on "
+                                   f"{dataset} (test accuracy {accuracy:.1%})")
+    x, labels = network.test_batch(data, config.batch, config.seed)
+    results, steps = [], []
+    for pool in ("max", "avg"):
+        model, description = models[pool]
+        result = network.network_gradients(model, x, labels,
+                                           f"{description}; {len(x)} {dataset} test examples")
+        results.append(result)
+        warmup = network.warmup_gradients(model, data, seed=config.seed)
+        steps.append(network.optimizer_steps(model, {
+            "examples": result.mean_of_examples, "batch": result.batch,
+            "misconception": result.misconception}, warmup))
+    out = config.out
+    files = {"network_examples": draw_network_examples(
+                 results[0], os.path.join(out, "network_examples.png"), config.examples),
+             "network_batch": draw_network_batch(results, os.path.join(out, "network_batch.png")),
+             "network_steps": draw_network_steps(results, steps,
+                                                 os.path.join(out, "network_steps.png"))}
+    step_numbers = [network.step_numbers(step) for step in steps]
+    return {"files": files, "results": results, "steps": step_numbers,
+            "text": network.render_network(results, step_numbers)}

@@ -53,8 +53,9 @@ def load_batch(source: str, batch: int = 16, seed: int = 0, channel: int = 0):
     raise ExplainError(f"unknown source {source!r}: choose {SOURCES}")
 
 
-def _checkpoint_batch(folder, batch, seed, channel):
-    """The input of a trained model's first pooling layer, on real test examples."""
+def checkpoint_model(folder: str, dtype=np.float32):
+    """``(model, data, settings)``: the network of the NumPy engine's checkpoint in
+    ``folder`` (``poolgrad train``'s), its weights in ``dtype``, and its dataset."""
     from ..train import checkpoints, numpy_engine
     weights, _, meta = checkpoints.load_numpy(os.path.join(folder, numpy_engine.CHECKPOINT),
                                               purpose=f"in {folder} to explain")
@@ -64,8 +65,14 @@ def _checkpoint_batch(folder, batch, seed, channel):
                                      pool=settings["pool"], widths=settings["widths"],
                                      conv_kernel=settings["conv_kernel"],
                                      gap_head=settings["gap_head"], head=settings.get("head"),
-                                     seed=settings["seed"])
+                                     seed=settings["seed"], dtype=dtype)
     model.load_state_dict(weights)
+    return model, data, settings
+
+
+def _checkpoint_batch(folder, batch, seed, channel):
+    """The input of a trained model's first pooling layer, on real test examples."""
+    model, data, settings = checkpoint_model(folder)
     model.eval()
     kinds = {layer: kind for kind, layer in nn.POOLING.items()}
     pools = [i for i, layer in enumerate(model.layers) if type(layer) in kinds]
