@@ -171,8 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "checkpoint:DIR (the input of a trained model's first pooling layer, "
                         "with that layer's kind, kernel, stride and padding)")
     e.add_argument("--kind", default="max",
-                   help="max (default), avg, lp, or aps (adaptive polyphase sampling's "
-                        "choice of phase and how a 1-pixel shift moves it)")
+                   help="max (default), avg, lp; blur, max-blur, avg-blur, soft, stochastic, "
+                        "gem, fractional, mixed or gated (where one output's gradient goes); "
+                        "or aps (adaptive polyphase sampling's choice of phase and how a "
+                        "1-pixel shift moves it)")
     e.add_argument("--kernel", type=_positive, default=2)
     e.add_argument("--stride", type=_positive, default=None, help="default: the kernel")
     e.add_argument("--padding", type=_at_least(0), default=0)
@@ -349,7 +351,7 @@ def explain(args) -> None:
         for row in result["rows"]:
             inside = "inside the window" if row["shift"] < args.kernel else ""
             print(f"{row['shift']:5d}  {row['max']:22.1%}  {row['avg']:22.1%}  {inside}")
-    elif config.kind == "aps":
+    elif config.kind not in explainer.KINDS:  # aps and the other kinds: their table
         result = explainer.explain(config)
         print(f"{result['description']}")
         print(result["table"])

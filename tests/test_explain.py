@@ -252,7 +252,10 @@ def test_aps_choice_moves_with_the_shift_and_max_pooling_does_not(tmp_path, caps
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--kind", "median"], "unknown --kind 'median': choose one of max, avg, lp, aps"),
+    (["--kind", "median"], "unknown --kind 'median': choose one of max, avg, lp, blur, "
+                           "max-blur, avg-blur, soft, stochastic, gem, fractional, mixed, "
+                           "gated, aps"),
+    (["--kind", "gem", "--source", "mnist1d"], "--kind gem explains 2-d maps"),
     (["--source", "random", "--kernel", "7"], "output would be empty"),
     (["--source", "missing.npy"], ".npy file not found: missing.npy"),
     (["--source", "cifar"], "unknown source 'cifar'"),

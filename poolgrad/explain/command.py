@@ -15,6 +15,8 @@ from ..tools.choices import check_choice
 from ..tools.files import check_output_folder
 from .figures import draw_batch, draw_classic, draw_examples, draw_overlap
 from .inputs import load_batch
+from .kinds import KINDS as WINDOW_KINDS
+from .kinds import draw_window, render_window, window_gradient
 from .polyphase import draw_phases, phase_choices, render_phases
 from .routing import KINDS, ExplainError, route
 from .translation import draw_invariance, invariance
@@ -22,9 +24,10 @@ from .translation import draw_invariance, invariance
 # the bundled datasets --network trains on (checkpoint:DIR brings its own)
 NETWORK_SOURCES = ("digits", "mnist1d")
 
-# the layers ``--kind`` explains: the routing kinds, and adaptive polyphase sampling's
-# choice of phase (:mod:`.polyphase`)
-EXPLAINED = (*KINDS, "aps")
+# the layers ``--kind`` explains: the routing kinds, the other kinds' one-output
+# gradients (:mod:`.kinds`), and adaptive polyphase sampling's choice of phase
+# (:mod:`.polyphase`)
+EXPLAINED = (*KINDS, *WINDOW_KINDS, "aps")
 
 
 @dataclass(frozen=True)
@@ -86,13 +89,16 @@ def explain(config: ExplainConfig) -> dict:
     """Write the default set of figures into ``config.out`` and return their paths with
     the routing numbers: ``examples.png``, ``batch.png``, ``overlap.png`` (3x3 stride-2
     windows over the same batch) and ``max_vs_avg.png`` (the classic 4x4 diagram). For
-    ``kind="aps"``, ``aps.png`` and the phases' numbers (:func:`explain_phases`)."""
+    ``kind="aps"``, ``aps.png`` and the phases' numbers (:func:`explain_phases`); for
+    the other kinds, ``KIND.png`` and one output's gradient (:func:`explain_window`)."""
     out = config.out
     check_output_folder(out, ExplainError)  # before the work, not after it
     x, description, layer = load_batch(config.source, config.batch, config.seed,
                                        config.channel)
     if config.kind == "aps":
         return explain_phases(config, x, description)
+    if config.kind in WINDOW_KINDS:
+        return explain_window(config, x, description)
     pool = {"kind": config.kind, "kernel": config.kernel, "stride": config.stride,
             "padding": config.padding, "ties": config.ties, "p": config.p}
     if layer is not None:  # a checkpoint's pooling layer brings its own settings
@@ -126,6 +132,19 @@ def explain_invariance(config: ExplainConfig) -> dict:
     path = draw_invariance(rows, config.kernel, os.path.join(config.out, "invariance.png"),
                            description)
     return {"files": {"invariance": path}, "rows": rows, "description": description}
+
+
+def explain_window(config: ExplainConfig, x, description: str) -> dict:
+    """``KIND.png`` and the numbers of :func:`~poolgrad.explain.kinds.window_gradient`
+    for the batch ``x`` (where the gradient of one output goes), with the terminal
+    grids."""
+    if x.ndim != 3:
+        raise ExplainError(f"--kind {config.kind} explains 2-d maps, got {description}")
+    numbers = window_gradient(x, config.kind, config.seed)
+    path = draw_window(numbers, os.path.join(config.out, f"{config.kind}.png"),
+                       config.examples, description)
+    return {"files": {config.kind: path}, "numbers": numbers, "description": description,
+            "table": render_window(numbers, min(config.examples, 2))}
 
 
 def explain_phases(config: ExplainConfig, x, description: str) -> dict:
