@@ -125,6 +125,19 @@ def test_the_command_draws_and_prints_it(tmp_path, capsys):
         assert (tmp_path / name).stat().st_size > 20_000
 
 
+def test_one_dimensional_signals(tmp_path):
+    pytest.importorskip("mnist1d")
+    config = explain.ExplainConfig(source="mnist1d", out=str(tmp_path), network=True,
+                                   epochs=1, batch=20)
+    done = explain.explain_network(config)
+    max_result, avg_result = done["results"]
+    assert max_result.x.shape == (20, 1, 40) and max_result.winners.shape == (20, 8, 20)
+    assert max_result.numbers["examples_vs_batch"]["max_difference"] < 1e-15
+    assert avg_result.numbers["at_the_pool"]["max_difference"] < 1e-17
+    for name in ("network_examples.png", "network_batch.png", "network_steps.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG
+
+
 def test_a_checkpoint_and_its_weights_with_the_other_pooling(tmp_path):
     pytest.importorskip("sklearn")
     from poolgrad import train
@@ -145,6 +158,8 @@ def test_a_checkpoint_and_its_weights_with_the_other_pooling(tmp_path):
     (["--source", "random"], "--network needs labelled examples: --source digits, mnist1d "
                              "or checkpoint:DIR, got 'random'"),
     (["--invariance"], "--network and --invariance are two explanations: give one"),
+    (["--kind", "gem"], "--network explains max and average pooling side by side; leave "
+                        "out --kind ('gem' given)"),
 ])
 def test_what_it_cannot_explain_gets_one_line(tmp_path, capsys, args, message):
     assert cli.main(["explain", "--network", *args, "--out", str(tmp_path / "f")]) == 2

@@ -69,6 +69,9 @@ class ExplainConfig:
         check_choice(self.kind, EXPLAINED, "--kind" if flags else "kind", ExplainError)
         if self.network and self.invariance:
             raise ExplainError("--network and --invariance are two explanations: give one")
+        if self.network and self.kind != "max":
+            raise ExplainError(f"--network explains max and average pooling side by side; "
+                               f"leave out --kind ({self.kind!r} given)")
         if self.network and not (self.source in NETWORK_SOURCES
                                  or self.source.startswith("checkpoint:")):
             raise ExplainError(f"--network needs labelled examples: --source "

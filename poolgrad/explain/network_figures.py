@@ -72,7 +72,10 @@ def draw_network_examples(result: NetworkGradients, path: str, examples: int = 3
                             gridspec_kw={"width_ratios": [1, 1, 1, 1.6]})
     width = result.pool_input.shape[-1]
     step = result.pool_input.shape[-1] // result.pool_upstream.shape[-1]
-    for n in range(rows):
+    if result.x.ndim == 3:  # 1-d signals: lines and bars along the sequence
+        for n in range(rows):
+            _examples_along(grid[n], result, n, channel)
+    for n in range(rows if result.x.ndim == 4 else 0):
         draw_grid(grid[n, 0], _map(result.x[n, 0]), f"example {n} (label {result.labels[n]})",
                   cmap="Greys", annotate=False)
         draw_grid(grid[n, 1], _map(result.pool_input[n, channel]),
@@ -92,6 +95,30 @@ def draw_network_examples(result: NetworkGradients, path: str, examples: int = 3
     figure.suptitle(f"every example is routed through its own winners and gets its own weight "
                     f"gradient\n{result.description}", fontsize=11)
     return save(figure, path, top=1 - 0.5 / (3.6 * rows + 0.7))
+
+
+def _examples_along(row, result: NetworkGradients, n: int, channel: int) -> None:
+    """One example of 1-d data: its signal, the pooling layer's input (winners marked)
+    and the gradient routed back, along the sequence, and its kernel gradient."""
+    row[0].plot(result.x[n, 0], color="black", lw=1)
+    row[0].set_title(f"example {n} (label {result.labels[n]})", fontsize=9)
+    pooled_input = result.pool_input[n, channel]
+    row[1].plot(pooled_input, color="grey", lw=1)
+    if result.winners is not None:
+        won = np.unique(result.winners[n, channel])
+        row[1].plot(won, pooled_input[won], "o", mfc="none", mec="red", ms=5)
+    row[1].set_title(f"{result.pool} pooling's input, channel {channel}"
+                     + (" (winners circled)" if result.winners is not None else ""), fontsize=9)
+    routed = result.routed[n, channel]
+    row[2].bar(np.arange(len(routed)), routed, width=0.8,
+               color=np.where(routed < 0, "tab:blue", "tab:red"))
+    row[2].set_title("its gradient routed back through them", fontsize=9)
+    for axes in row[:3]:
+        axes.set_xlabel("position", fontsize=8)
+        axes.tick_params(labelsize=7)
+    draw_grid(row[3], _kernel_tiles(result.per_example[KERNEL][n]),
+              "its own gradient of the conv kernel", cmap="coolwarm", centered=True,
+              annotate=False)
 
 
 def draw_network_batch(results: list, path: str) -> str:
@@ -119,12 +146,16 @@ def draw_network_batch(results: list, path: str) -> str:
                               centered=True, annotate=False)
             image.set_clim(-limit, limit)  # one scale for the three
         channel = busiest_channel(result)
-        image = draw_grid(row[3], _map(_routed_differently(result, channel)),  # annotated
-                          f"{result.pool} pooling, channel {channel}: share of\nexamples "
-                          f"routed unlike the mean map\n(routing the mean there: off by "
-                          f"{n['at_the_pool']['relative_error']:.2f})",
-                          cmap="magma", fmt="{:.1f}")
-        image.set_clim(0, 1)
+        title = (f"{result.pool} pooling, channel {channel}: share of\nexamples routed "
+                 f"unlike the mean map\n(routing the mean there: off by "
+                 f"{n['at_the_pool']['relative_error']:.2f})")
+        differently = _routed_differently(result, channel)
+        if differently.ndim == 1:  # 1-d: a bar per window
+            row[3].bar(np.arange(len(differently)), differently, color="tab:purple")
+            row[3].set(ylim=(0, 1), xlabel="window")
+            row[3].set_title(title, fontsize=9)
+        else:
+            draw_grid(row[3], differently, title, cmap="magma", fmt="{:.1f}").set_clim(0, 1)
     figure.suptitle("one backward pass for the batch = the mean of the per-example ones; "
                     "averaging the batch first is another gradient", fontsize=11)
     figure.subplots_adjust(top=0.86, hspace=0.45, wspace=0.08)
