@@ -76,6 +76,13 @@ def test_stochastic_sends_it_to_the_tap_drawn_as_often_as_its_share(maps):
     assert np.all(np.abs(counts / draws - p) < 4.5 * np.sqrt(p * (1 - p) / draws) + 1e-9)
 
 
+def test_a_window_of_zeros_draws_its_first_element():
+    x = np.zeros((1, 8, 8))
+    numbers = explained.window_gradient(x, "stochastic", output=OUT)
+    assert numbers["dx"][0, 4, 4] == 1 and numbers["dx"].sum() == 1
+    assert "(a window of zeros gives its first element)" in explained.render_window(numbers)
+
+
 def test_fractional_sends_it_to_the_winner_of_its_irregular_window(maps):
     numbers = explained.window_gradient(maps, "fractional", seed=3, output=OUT)
     assert numbers["y"].shape == (6, 5, 5)
@@ -120,7 +127,9 @@ def test_the_command_prints_and_draws_each_kind(tmp_path, capsys, kind):
 def test_what_it_cannot_explain_is_refused(maps):
     with pytest.raises(ExplainError, match=r"explains \(N, H, W\) maps of at least 4x4"):
         explained.window_gradient(maps[:, :3], "blur")
-    with pytest.raises(ExplainError, match="output must be a position of the 4x4 output"):
-        explained.window_gradient(maps, "soft", output=(4, 0))
+    for output in ((4, 0), 3, (1.5, 1), (1,), (True, 0)):
+        with pytest.raises(ExplainError, match=r"output must be a position \(i, j\) of the "
+                                               r"4x4 output"):
+            explained.window_gradient(maps, "soft", output=output)
     with pytest.raises(ExplainError, match="unknown kind 'median'"):
         explained.window_gradient(maps, "median")

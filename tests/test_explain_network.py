@@ -5,6 +5,8 @@ averaging first is exact for average pooling and not for max pooling; the optimi
 steps follow; the command writes its figures and says it, and refuses what it cannot
 explain in one line."""
 
+import re
+
 import numpy as np
 import pytest
 from test_train import toy_data
@@ -154,12 +156,32 @@ def test_a_checkpoint_and_its_weights_with_the_other_pooling(tmp_path):
     assert avg_result.numbers["at_the_pool"]["max_difference"] < 1e-17
 
 
+def test_settings_it_would_ignore_are_refused_before_any_work():
+    for settings, message in [
+            ({"network": True, "source": 5}, "source must be a string"),
+            ({"network": True, "batch": 1}, "batch must be an integer >= 2 with --network"),
+            ({"network": True, "kernel": 3, "dy": "ones"},
+             "--network (its own layers) takes no --kernel, --dy"),
+            ({"network": True, "source": "checkpoint:run", "epochs": 5},
+             "--network on a checkpoint (trained already, its own layers) takes no --epochs"),
+            ({"kind": "gem", "p": 4.0}, "--kind gem (2x2 windows, stride 2) takes no --p"),
+            ({"kind": "aps", "stride": 3}, "--kind aps (stride 2) takes no --stride"),
+            ({"epochs": 5}, "this explanation (--epochs goes with --network) takes no --epochs"),
+            ({"batch": 0}, "batch must be an integer >= 1, got 0")]:
+        with pytest.raises(explain.ExplainError, match=f"^{re.escape(message)}"):
+            explain.ExplainConfig(**settings)
+    assert explain.ExplainConfig(network=True).batch == 100
+    assert explain.ExplainConfig(kind="avg", kernel=3, p=4.0).kernel == 3  # its layer's
+
+
 @pytest.mark.parametrize("args, message", [
     (["--source", "random"], "--network needs labelled examples: --source digits, mnist1d "
                              "or checkpoint:DIR, got 'random'"),
     (["--invariance"], "--network and --invariance are two explanations: give one"),
     (["--kind", "gem"], "--network explains max and average pooling side by side; leave "
                         "out --kind ('gem' given)"),
+    (["--batch", "1"], "batch must be an integer >= 2 with --network (a batch to average), "
+                       "got 1"),
 ])
 def test_what_it_cannot_explain_gets_one_line(tmp_path, capsys, args, message):
     assert cli.main(["explain", "--network", *args, "--out", str(tmp_path / "f")]) == 2

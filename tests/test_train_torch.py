@@ -7,6 +7,7 @@ Spawned runs cost seconds each (every rank imports PyTorch), so the module spawn
 a two-rank run, its resumption and a crash, on 61 MNIST-shaped images in batches of 8 (an
 odd count, so the last batch carries the sampler's padding)."""
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -139,8 +140,51 @@ def test_accumulating_four_batches_trains_like_one_four_times_as_large(tmp_path,
     assert_same_weights(accumulated, big, rtol=1e-5, atol=1e-7)
     if optimizer != "sgd":  # SGD without momentum keeps no state
         assert int(big["optimizer"]["state"][0]["step"]) == 3
+        assert int(accumulated["optimizer"]["state"][0]["step"]) == 3
     assert accumulated["meta"]["history"][0]["train_loss"] == pytest.approx(
         big["meta"]["history"][0]["train_loss"], rel=1e-5)
+
+
+@needs_torch
+def test_ranks_synchronise_once_per_accumulated_step(tmp_path, monkeypatch):
+    """Rank 0 of two, its DDP replaced by a wrapper that counts the batches it runs
+    inside ``no_sync`` (their gradients only add up) and outside it (the backward that
+    averages the ranks' gradients): 40 examples, global batches of 4 dealt 2 per rank,
+    3 per step, so 10 batches in 4 steps, the last of one batch."""
+    import torch
+
+    from poolgrad.train import torch_engine
+    from poolgrad.train.run import Run
+    counts = {"synced": 0, "accumulated": 0, "inside": False}
+
+    class CountingDDP(torch.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, x):
+            counts["accumulated" if counts["inside"] else "synced"] += 1
+            return self.module(x)
+
+        @contextlib.contextmanager
+        def no_sync(self):
+            counts["inside"] = True
+            try:
+                yield
+            finally:
+                counts["inside"] = False
+
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", CountingDDP)
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda tensor: None)
+    job_config = TrainConfig("digits", str(tmp_path), engine="torch", epochs=1, batch_size=4,
+                             accumulate=3, nproc=2, progress=False, plot=False,
+                             data=toy_data(n_train=40, n_test=10))
+    job = {"run": Run(job_config.settings(), job_config.data, str(tmp_path)),
+           "config": job_config, "state": None}
+    torch_engine._fit(0, 2, job)
+    assert (counts["synced"], counts["accumulated"]) == (4, 6)
+    state = checkpoint(str(tmp_path / "checkpoint.pt"))
+    assert int(state["optimizer"]["state"][0]["step"]) == 4
 
 
 @needs_torch

@@ -14,7 +14,7 @@ from ..tools import datasets
 from ..tools.choices import check_choice
 from ..tools.files import check_output_folder
 from .figures import draw_batch, draw_classic, draw_examples, draw_overlap
-from .inputs import load_batch
+from .inputs import SOURCES, load_batch
 from .kinds import KINDS as WINDOW_KINDS
 from .kinds import draw_window, render_window, window_gradient
 from .polyphase import draw_phases, phase_choices, render_phases
@@ -67,6 +67,8 @@ class ExplainConfig:
 
     def __post_init__(self, flags: bool) -> None:
         check_choice(self.kind, EXPLAINED, "--kind" if flags else "kind", ExplainError)
+        if not isinstance(self.source, str):
+            raise ExplainError(f"source must be a string ({SOURCES}), got {self.source!r}")
         if self.network and self.invariance:
             raise ExplainError("--network and --invariance are two explanations: give one")
         if self.network and self.kind != "max":
@@ -79,6 +81,7 @@ class ExplainConfig:
                                f"{self.source!r}")
         if not isinstance(self.epochs, int) or isinstance(self.epochs, bool) or self.epochs < 1:
             raise ExplainError(f"epochs must be an integer >= 1, got {self.epochs!r}")
+        self._refuse_unused()
         if not self.invariance:
             if self.dy not in ("random", "ones"):
                 raise ExplainError(f"dy must be 'random' or 'ones', got {self.dy!r}")
@@ -86,6 +89,32 @@ class ExplainConfig:
                 raise ExplainError(f"examples must be >= 1, got {self.examples}")
         if self.batch is None:
             object.__setattr__(self, "batch", 100 if self.invariance or self.network else 16)
+        least = 2 if self.network else 1
+        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch < least:
+            raise ExplainError(f"batch must be an integer >= {least}"
+                               + (" with --network (a batch to average)" if self.network
+                                  else "") + f", got {self.batch!r}")
+
+    def _refuse_unused(self) -> None:
+        """An ExplainError naming the settings the chosen explanation would ignore:
+        ``--network`` builds its own layers, the kinds of :mod:`.kinds` use their 2x2
+        windows, and a checkpoint is not trained again."""
+        layer = ("kernel", "stride", "padding", "ties", "p", "dy")
+        if self.network and self.source.startswith("checkpoint:"):
+            unused = layer + ("channel", "epochs")
+            what = "--network on a checkpoint (trained already, its own layers)"
+        elif self.network:
+            unused, what = layer + ("channel",), "--network (its own layers)"
+        elif self.kind in (*WINDOW_KINDS, "aps"):
+            unused = layer + ("epochs",)
+            what = f"--kind {self.kind} " + ("(stride 2)" if self.kind == "aps"
+                                             else "(2x2 windows, stride 2)")
+        else:
+            unused, what = ("epochs",), "this explanation (--epochs goes with --network)"
+        given = [f"--{name}" for name in unused
+                 if getattr(self, name) != self.__dataclass_fields__[name].default]
+        if given:
+            raise ExplainError(f"{what} takes no {', '.join(given)}")
 
 
 def explain(config: ExplainConfig) -> dict:

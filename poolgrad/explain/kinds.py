@@ -45,8 +45,9 @@ KIND_RULES = {
     "fractional": (kinds.fractional_max_pool,
                    lambda x, seed: {"kernel_size": WINDOW, "output_ratio": FRACTIONAL_RATIO,
                                     "samples": _samples(x, seed)},
-                   "fractional max pooling: 2-wide windows at pseudo-random starts (8 -> 5 "
-                   "per dim); the gradient goes to each irregular window's winner"),
+                   f"fractional max pooling: 2-wide windows at pseudo-random starts "
+                   f"(int({FRACTIONAL_RATIO} n) of them along a dim of n); the gradient goes "
+                   f"to each irregular window's winner"),
     "mixed": (kinds.mixed_pool, lambda x, seed: {"kernel_size": WINDOW, "alpha": 0.5},
               "mixed pooling, alpha 0.5: alpha max + (1 - alpha) average; the winner gets "
               "alpha + (1 - alpha) / 4, the others (1 - alpha) / 4"),
@@ -93,10 +94,14 @@ def window_gradient(x: np.ndarray, kind: str, seed: int = 0, output=None) -> dic
     batch = x[:, None]
     y, pullback = vjp(op, batch, **arguments(batch, seed))
     out = y.shape[2:]
-    output = tuple(n // 2 for n in out) if output is None else tuple(output)
-    if len(output) != 2 or not all(0 <= o < n for o, n in zip(output, out, strict=True)):
-        raise ExplainError(f"output must be a position of the {out[0]}x{out[1]} output, got "
-                           f"{output}")
+    if output is None:
+        output = tuple(n // 2 for n in out)
+    if (not isinstance(output, (tuple, list)) or len(output) != 2
+            or not all(isinstance(o, (int, np.integer)) and not isinstance(o, bool)
+                       and 0 <= o < n for o, n in zip(output, out, strict=True))):
+        raise ExplainError(f"output must be a position (i, j) of the {out[0]}x{out[1]} "
+                           f"output, got {output!r}")
+    output = tuple(int(o) for o in output)
     dy = np.zeros_like(y)
     dy[(slice(None), 0) + output] = 1
     dx = pullback(dy)
@@ -132,7 +137,9 @@ def render_window(numbers: dict, examples: int = 1) -> str:
             probabilities = numbers["probabilities"][n].ravel()
             lines.append(f"example {n}: the window at {numbers['window']} draws its taps with "
                          f"probabilities {' '.join(f'{p:.2f}' for p in probabilities)}; it "
-                         f"drew ({drawn[0]}, {drawn[1]})")
+                         f"drew ({drawn[0]}, {drawn[1]})" + (
+                             "" if probabilities.any() else
+                             " (a window of zeros gives its first element)"))
         if "windows" in numbers:
             starts_h, starts_w = numbers["windows"][n]
             lines.append(f"example {n}: its windows start at rows {starts_h.tolist()} and "

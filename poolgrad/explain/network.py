@@ -212,8 +212,8 @@ def optimizer_steps(model: nn.Sequential, gradients: dict, warmup=(),
     ``gradients`` (a name -> weight-gradient dict per route), all from one state: the
     optimizer's after it has stepped on each gradient of ``warmup`` in turn, the weights
     put back after each (so that its running averages are a trained optimizer's, not
-    zero: from a fresh state Adagrad's and RMSProp's first step is about ``lr`` times
-    the gradient's sign). ``{optimizer: {route: flat update}}``, the update being new
+    zero: from a fresh state Adagrad's first step is about ``lr`` times the gradient's
+    sign, and RMSProp's ``lr / sqrt(1 - alpha)`` times it, 10 ``lr``). ``{optimizer: {route: flat update}}``, the update being new
     weights minus old."""
     weights = {f"{i}.{name}": np.array(layer.params[name], dtype=np.float64)
                for i, layer in enumerate(model.layers) for name in layer.params}
@@ -356,9 +356,10 @@ def render_network(results: list, steps: list) -> str:
             lines.append(f"  at the average pooling layer alone: routing the mean gradient "
                          f"equals the mean of the routed ones (largest difference "
                          f"{_exp(at_pool['max_difference'])}): the layer is linear and "
-                         f"routes every example alike; the error above comes from the ReLU "
-                         f"masks and from the weight gradients' products of activations "
-                         f"and errors (a mean of products is not a product of means)")
+                         f"routes every example alike; the error above comes from the other "
+                         f"layers' nonlinearity (the ReLU masks of a mean) and from the "
+                         f"weight gradients' products of activations and errors (a mean of "
+                         f"products is not a product of means)")
         lines.append(f"  one step (lr {STEP_LR}, from a state warmed on {WARMUP_BATCHES} "
                      f"batches):  examples' mean vs batch  |  misconception vs batch: "
                      f"relative, cosine, opposite moves")
