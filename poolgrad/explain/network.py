@@ -213,8 +213,8 @@ def optimizer_steps(model: nn.Sequential, gradients: dict, warmup=(),
     optimizer's after it has stepped on each gradient of ``warmup`` in turn, the weights
     put back after each (so that its running averages are a trained optimizer's, not
     zero: from a fresh state Adagrad's first step is about ``lr`` times the gradient's
-    sign, and RMSProp's ``lr / sqrt(1 - alpha)`` times it, 10 ``lr``). ``{optimizer: {route: flat update}}``, the update being new
-    weights minus old."""
+    sign, and RMSProp's ``lr / sqrt(1 - alpha)`` times it, 10 ``lr``).
+    ``{optimizer: {route: flat update}}``, the update being new weights minus old."""
     weights = {f"{i}.{name}": np.array(layer.params[name], dtype=np.float64)
                for i, layer in enumerate(model.layers) for name in layer.params}
 
