@@ -14,9 +14,12 @@ a permutation of part of x and its transpose a scatter with no sums.
 :func:`phase_norms` writes ``partials[n, c, phase]``, plane ``(n, c)``'s share of the
 component's norm, in float64 whatever x's dtype: the sum of ``v * v`` (``L2``, the
 squared l2 norm, which orders the components as the norm does), of ``|v|`` (``L1``),
-or the largest ``|v|`` (``MAX``, a NaN if any ``v`` is). Each plane runs on one
-thread, its positions in memory order, so the caller, which adds the planes in
-channel order, gets the same bits at any thread count and in either layout.
+or the largest ``|v|`` (``MAX``, a NaN if any ``v`` is). A sum has :data:`LANES`
+lanes per component: lane ``l`` adds the terms of the component's positions ``k``
+along W with ``k mod LANES == l``, row after row in increasing row order, each row's
+in increasing ``k``; the lanes are then added by halving, once per plane. Each plane
+runs on one thread, so the caller, which adds the planes in channel order, gets the
+same bits at any thread count and in either layout.
 """
 
 import numpy as np
@@ -46,32 +49,79 @@ def _wrapped(i, length):
 
 
 @inlined
-def _row_norm(row, start, step, count, norm, lanes):
-    """The norm's share of ``row[(start + k step) mod len(row)]``, ``k < count``: a sum
-    in :data:`LANES` lanes (lane ``l`` adds the ``k = l mod LANES`` in increasing ``k``,
-    then the lanes by halving), or the largest ``|v|`` (NaN if any ``v`` is)."""
+def _row_largest(row, start, step, count):
+    """The largest ``|row[(start + k step) mod len(row)]|``, ``k < count`` (NaN if any
+    is NaN)."""
     width = row.shape[0]
-    inside = min(count, (width - start + step - 1) // step) if start < width else 0
-    if norm == MAX:
-        largest = 0.0
-        for k in range(count):
-            at = start + k * step if k < inside else _wrapped(start + k * step, width)
-            size = abs(np.float64(row[at]))
-            if size != size or largest != largest:
-                largest = np.nan
-            elif size > largest:
-                largest = size
-        return largest
-    lanes[:] = 0.0
+    largest = 0.0
+    for k in range(count):
+        size = abs(np.float64(row[_wrapped(start + k * step, width)]))
+        if size != size or largest != largest:
+            largest = np.nan
+        elif size > largest:
+            largest = size
+    return largest
+
+
+@inlined
+def _inside(width, start, step, count):
+    """How many of the positions ``start + k step``, ``k < count``, fall inside a row of
+    ``width`` (the rest wrap round)."""
+    return min(count, (width - start + step - 1) // step) if start < width else 0
+
+
+@inlined
+def _add_terms(row, start, step, first, count, norm, lanes):
+    """Lane ``k mod LANES`` of ``lanes`` adds the term (``v * v`` or ``|v|``) of
+    ``v = row[(start + k step) mod len(row)]`` for ``first <= k < count``, in increasing
+    ``k``: whole groups of :data:`LANES` in one vector step each, then the rest."""
+    width = row.shape[0]
+    inside = _inside(width, start, step, count)
     full = inside - inside % LANES
-    for first in range(0, full, LANES):
+    for group in range(first, full, LANES):
         for lane in range(LANES):
-            v = np.float64(row[start + (first + lane) * step])
+            v = np.float64(row[start + (group + lane) * step])
             lanes[lane] += v * v if norm == L2 else abs(v)
-    for k in range(full, count):
-        v = np.float64(row[start + k * step if k < inside else
-                           _wrapped(start + k * step, width)])
-        lanes[k - full] += v * v if norm == L2 else abs(v)
+    for k in range(max(first, full), count):
+        v = np.float64(row[_wrapped(start + k * step, width)])
+        lanes[k % LANES] += v * v if norm == L2 else abs(v)
+
+
+@inlined
+def _add_pair_terms(row, count, both, norm, even, odd):
+    """:func:`_add_terms` for both components of a stride-2 row at once (``start`` 0
+    into ``even``, 1 into ``odd``): the ``both`` first positions of each (whole groups
+    of :data:`LANES`, inside the row for both) read as contiguous runs of 2
+    :data:`LANES`, then each component's rest: the same terms in the same order."""
+    width = row.shape[0]
+    if norm == L2:
+        for group in range(0, both, LANES):
+            at = 2 * group
+            for lane in range(LANES):
+                v = np.float64(row[at + 2 * lane])
+                w = np.float64(row[at + 2 * lane + 1])
+                even[lane] += v * v
+                odd[lane] += w * w
+    else:
+        for group in range(0, both, LANES):
+            at = 2 * group
+            for lane in range(LANES):
+                even[lane] += abs(np.float64(row[at + 2 * lane]))
+                odd[lane] += abs(np.float64(row[at + 2 * lane + 1]))
+    for k in range(both, count):
+        for phase in range(2):
+            at = 2 * k + phase
+            v = np.float64(row[at if at < width else at - width])
+            term = v * v if norm == L2 else abs(v)
+            if phase == 0:
+                even[k % LANES] += term
+            else:
+                odd[k % LANES] += term
+
+
+@inlined
+def _halved(lanes):
+    """The lanes' sum: ``LANES / 2`` pairs added, then their halves, down to one."""
     half = LANES // 2
     while half >= 1:
         for lane in range(half):
@@ -83,29 +133,44 @@ def _row_norm(row, start, step, count, norm, lanes):
 @parallel_kernel
 def phase_norms(x, steps, norm, partials):
     """``partials[n, c, phase]``: plane ``(n, c)``'s share of each component's norm (the
-    module docstring), its rows in order: the sum (``L2``, ``L1``) adds each row's
-    share, itself summed in lanes (:func:`_row_norm`), in increasing row order; ``MAX``
-    keeps the largest."""
+    module docstring), its rows in order: a sum in lanes per component over the plane's
+    rows, halved at the end (a stride-2 row feeds both its components in one pass);
+    ``MAX`` keeps the largest."""
     n_batch, n_chan, depth, height, width = x.shape
     count_d, count_h = -(-depth // steps[0]), -(-height // steps[1])
     count_w = -(-width // steps[2])
+    phases = steps[0] * steps[1] * steps[2]
+    # a stride-2 row's groups that both components have whole, inside the row
+    both = min(_inside(width, 0, 2, count_w), _inside(width, 1, 2, count_w))
+    both -= both % LANES
     for plane in prange(n_batch * n_chan):
         n, c = plane // n_chan, plane % n_chan
         acc = partials[n, c]
-        acc[:] = 0.0
-        lanes = np.empty(LANES, np.float64)
+        lanes = np.zeros((phases, LANES), np.float64)
+        if norm == MAX:
+            acc[:] = 0.0
         for pd in range(count_d * steps[0]):
+            xd, along_h = _wrapped(pd, depth), (pd % steps[0]) * steps[1]
+            b = 0  # ph mod steps[1], counted: a division per row cost a fifth of the pass
             for ph in range(count_h * steps[1]):
-                row = x[n, c, _wrapped(pd, depth), _wrapped(ph, height)]
-                first = ((pd % steps[0]) * steps[1] + ph % steps[1]) * steps[2]
+                row = x[n, c, xd, _wrapped(ph, height)]
+                first = (along_h + b) * steps[2]
+                b = b + 1 if b + 1 < steps[1] else 0
+                if norm != MAX and steps[2] == 2:
+                    _add_pair_terms(row, count_w, both, norm, lanes[first], lanes[first + 1])
+                    continue
                 for e in range(steps[2]):
-                    share = _row_norm(row, e, steps[2], count_w, norm, lanes)
                     if norm != MAX:
-                        acc[first + e] += share
-                    elif share != share or acc[first + e] != acc[first + e]:
+                        _add_terms(row, e, steps[2], 0, count_w, norm, lanes[first + e])
+                        continue
+                    share = _row_largest(row, e, steps[2], count_w)
+                    if share != share or acc[first + e] != acc[first + e]:
                         acc[first + e] = np.nan
                     elif share > acc[first + e]:
                         acc[first + e] = share
+        if norm != MAX:
+            for phase in range(phases):
+                acc[phase] = _halved(lanes[phase])
 
 
 @parallel_kernel
@@ -119,7 +184,10 @@ def phase_gather(x, steps, phases, y):
         a, b, e = phase_axes(phases[n], steps)
         source = x[n, c, _wrapped(a + i * steps[0], depth), _wrapped(b + j * steps[1], height)]
         target = y[n, c, i, j]
-        for k in range(out_w):
+        inside = _inside(width, e, steps[2], out_w)
+        for k in range(inside):  # no wrap: a strided copy that vectorizes
+            target[k] = source[e + k * steps[2]]
+        for k in range(inside, out_w):
             target[k] = source[_wrapped(e + k * steps[2], width)]
 
 
@@ -160,23 +228,27 @@ def phase_norms_channels_last(x, steps, norm, partials):
     n_batch, n_chan, depth, height, width = x.shape
     count_d, count_h = -(-depth // steps[0]), -(-height // steps[1])
     count_w = -(-width // steps[2])
+    phases = steps[0] * steps[1] * steps[2]
     blocks = -(-n_chan // CHANNEL_BLOCK)
     for task in prange(n_batch * blocks):
         n, first = task // blocks, (task % blocks) * CHANNEL_BLOCK
         size = min(CHANNEL_BLOCK, n_chan - first)
         acc = partials[n, first:first + size]
         acc[:, :] = 0.0
-        lanes = np.empty((LANES, CHANNEL_BLOCK), np.float64)
+        # a sum's lanes per component (kept over the rows); MAX's per row
+        lanes = np.zeros((phases if norm != MAX else 1, LANES, CHANNEL_BLOCK), np.float64)
         for pd in range(count_d * steps[0]):
             for ph in range(count_h * steps[1]):
                 xd, xh = _wrapped(pd, depth), _wrapped(ph, height)
                 row_phase = ((pd % steps[0]) * steps[1] + ph % steps[1]) * steps[2]
                 for e in range(steps[2]):
-                    lanes[:, :] = 0.0
+                    own = lanes[row_phase + e if norm != MAX else 0]
+                    if norm == MAX:
+                        own[:, :] = 0.0
                     for k in range(count_w):
                         pixel = x[n, first:first + size, xd, xh, _wrapped(e + k * steps[2],
                                                                            width)]
-                        lane = lanes[k % LANES]
+                        lane = own[k % LANES]
                         for c in range(size):
                             v = np.float64(pixel[c])
                             if norm == MAX:
@@ -187,27 +259,32 @@ def phase_norms_channels_last(x, steps, norm, partials):
                                     lane[c] = size_v
                             else:
                                 lane[c] += v * v if norm == L2 else abs(v)
+                    if norm != MAX:
+                        continue
                     at = row_phase + e
                     for c in range(size):
-                        if norm == MAX:
-                            share = lanes[0, c]
-                            for lane_index in range(1, LANES):
-                                other = lanes[lane_index, c]
-                                if other != other or share != share:
-                                    share = np.nan
-                                elif other > share:
-                                    share = other
-                            if share != share or acc[c, at] != acc[c, at]:
-                                acc[c, at] = np.nan
-                            elif share > acc[c, at]:
-                                acc[c, at] = share
-                            continue
-                        half = LANES // 2
-                        while half >= 1:
-                            for lane_index in range(half):
-                                lanes[lane_index, c] += lanes[lane_index + half, c]
-                            half //= 2
-                        acc[c, at] += lanes[0, c]
+                        share = own[0, c]
+                        for lane_index in range(1, LANES):
+                            other = own[lane_index, c]
+                            if other != other or share != share:
+                                share = np.nan
+                            elif other > share:
+                                share = other
+                        if share != share or acc[c, at] != acc[c, at]:
+                            acc[c, at] = np.nan
+                        elif share > acc[c, at]:
+                            acc[c, at] = share
+        if norm != MAX:  # the lanes halved, as the planes' kernel halves them
+            for phase in range(phases):
+                own = lanes[phase]
+                half = LANES // 2
+                while half >= 1:
+                    for lane_index in range(half):
+                        for c in range(size):
+                            own[lane_index, c] += own[lane_index + half, c]
+                    half //= 2
+                for c in range(size):
+                    acc[c, phase] = own[0, c]
 
 
 @parallel_kernel
