@@ -9,12 +9,11 @@ from dataclasses import InitVar, dataclass
 
 import numpy as np
 
-from .. import nn
 from ..tools import datasets
 from ..tools.choices import check_choice
 from ..tools.files import check_output_folder
 from .figures import draw_batch, draw_classic, draw_examples, draw_overlap
-from .inputs import SOURCES, load_batch
+from .inputs import SOURCES, checkpoint_model, load_batch
 from .kinds import KINDS as WINDOW_KINDS
 from .kinds import draw_window, render_window, window_gradient
 from .polyphase import draw_phases, phase_choices, render_phases
@@ -205,8 +204,8 @@ def explain_network(config: ExplainConfig) -> dict:
     check_output_folder(config.out, ExplainError)  # before the training, not after it
     if config.source.startswith("checkpoint:"):
         folder = config.source[len("checkpoint:"):]
-        model, data, settings = network.checkpoint_network(folder)
-        trained = "max" if any(isinstance(layer, nn.MaxPool) for layer in model.layers) else "avg"
+        model, data, settings = checkpoint_model(folder, dtype=np.float64)
+        trained = network.first_pool(model)[1]
         other = "avg" if trained == "max" else "max"
         accuracy = numpy_engine.evaluate(model, data.x_test, data.y_test)[1]
         models = {trained: (model, f"the network in {folder} ({settings['dataset']}, "

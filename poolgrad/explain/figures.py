@@ -53,10 +53,21 @@ def _outline_windows(axes, routing, example=None, color="red"):
                                  max(rows) - min(rows) + 1, fill=False, lw=1.2,
                                  edgecolor=f"C{k % 10}"))
     if example is not None and routing.winners is not None:
-        width = routing.x.shape[2]
-        for flat in np.unique(routing.winners[example]):
-            axes.plot(flat % width, flat // width, marker="o", ms=11, mfc="none", mec=color,
-                      mew=2)
+        circle_winners(axes, routing.winners[example], routing.x.shape[2], color)
+
+
+def circle_winners(axes, winners, width: int, color="red", size=11, edge=2):
+    """A circle on each winner of a 2-d map ``width`` wide (``winners``: flat indices)."""
+    for flat in np.unique(winners):
+        axes.plot(flat % width, flat // width, marker="o", ms=size, mfc="none", mec=color,
+                  mew=edge)
+
+
+def save_adjusted(figure, path, **adjust):
+    """``figure`` with ``subplots_adjust(**adjust)`` (where tight_layout crowds square
+    grids into each other's titles) written to ``path`` as a PNG; returns ``path``."""
+    figure.subplots_adjust(**adjust)
+    return save_png(figure, path, dpi=110, bbox_inches="tight")
 
 
 def draw_examples(routing: Routing, path: str, examples: int = 3, description: str = ""):

@@ -156,8 +156,7 @@ def draw_window(numbers: dict, path: str, examples: int = 3, description: str = 
     output outlined, and the gradient routed back, its values written in."""
     from matplotlib.patches import Rectangle
 
-    from ..tools.figures import save_png
-    from .figures import draw_grid, subplots
+    from .figures import draw_grid, save_adjusted, subplots
     rows = min(examples, len(numbers["x"]))
     figure, grid = subplots(rows, 3, (11, 3.7 * rows + 0.9), squeeze=False)
     i, j = numbers["output"]
@@ -194,5 +193,5 @@ def draw_window(numbers: dict, path: str, examples: int = 3, description: str = 
                   fmt="{:.2f}")
     figure.suptitle(f"where the gradient of one output goes: {numbers['rule']}"
                     + (f"\n{description}" if description else ""), fontsize=10, wrap=True)
-    figure.subplots_adjust(top=1 - 1.0 / (3.7 * rows + 0.9), hspace=0.3, wspace=0.1)
-    return save_png(figure, path, dpi=110, bbox_inches="tight")
+    return save_adjusted(figure, path, top=1 - 1.0 / (3.7 * rows + 0.9), hspace=0.3,
+                         wspace=0.1)

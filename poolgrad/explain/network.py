@@ -21,18 +21,18 @@ loss makes them the mean) before one SGD, Adagrad or RMSProp step.
 
 :func:`optimizer_steps` then takes one step of SGD, Adagrad and RMSProp
 (:mod:`poolgrad.optim`'s formulas) from each gradient. :func:`trained_network` builds
-and trains the network, :func:`checkpoint_network` loads one ``poolgrad train`` wrote,
-and :func:`render_network` prints the numbers.
+and trains the network (a network ``poolgrad train`` wrote is loaded by
+:func:`poolgrad.explain.inputs.checkpoint_model`), and :func:`render_network` prints the
+numbers.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import nn, optim
+from .. import nn, ops, optim
 from .routing import ExplainError
 
 # the optimizers of the step that follows, with one learning rate, their running
@@ -62,12 +62,10 @@ class NetworkGradients:
     description: str
     x: np.ndarray
     labels: np.ndarray
-    loss: float
     batch: dict
     per_example: dict
     mean_of_examples: dict
     misconception: dict
-    pool_index: int
     pool_input: np.ndarray
     routed: np.ndarray
     pool_upstream: np.ndarray
@@ -102,10 +100,12 @@ def _gradients(model: nn.Sequential) -> dict:
             for i, layer in enumerate(model.layers) for name in layer.params}
 
 
-def _first_pool(model: nn.Sequential) -> int:
+def first_pool(model: nn.Sequential) -> tuple[int, str]:
+    """``(index, "max" or "avg")`` of ``model``'s first max or average pooling layer;
+    an ExplainError if it has none."""
     for i, layer in enumerate(model.layers):
         if isinstance(layer, (nn.MaxPool, nn.AvgPool)):
-            return i
+            return i, "max" if isinstance(layer, nn.MaxPool) else "avg"
     raise ExplainError("--network explains a network with a max or average pooling layer; "
                        f"this one has none: {[type(layer).__name__ for layer in model.layers]}")
 
@@ -137,8 +137,7 @@ def network_gradients(model: nn.Sequential, x: np.ndarray, labels: np.ndarray,
     if len(x) != len(labels) or len(x) < 2:
         raise ExplainError(f"--network needs a batch of 2 or more labelled examples, got "
                            f"{len(x)} inputs and {len(labels)} labels")
-    pool = _first_pool(model)
-    kind = "max" if isinstance(model.layers[pool], nn.MaxPool) else "avg"
+    pool, kind = first_pool(model)
     loss, inputs, upstream, dx = _backward_pass(model, x, labels)
     batch = _gradients(model)
     # the batch pass's gradient at the pool's input: each example's, routed by its winners
@@ -154,16 +153,14 @@ def network_gradients(model: nn.Sequential, x: np.ndarray, labels: np.ndarray,
     misconception = _averaged_first(model, inputs, upstream)
     # the pooling layer alone: the examples' upstream gradients averaged, then routed
     # once through the mean map, against each routed by its own map, then averaged
-    layer = model.layers[pool]
-    layer.training = True
-    layer.forward(inputs[pool].mean(axis=0, keepdims=True))
-    pool_averaged_first = layer.backward(upstream[pool].mean(axis=0, keepdims=True))[0]
+    pool_averaged_first = _through_mean(model.layers[pool], inputs[pool],
+                                        upstream[pool].mean(axis=0, keepdims=True))[0]
     numbers = {"examples": len(x), "loss": loss,
                "examples_vs_batch": compare(mean_of_examples, batch),
                "misconception_vs_batch": compare(misconception, batch),
                "at_the_pool": compare(pool_averaged_first, pool_routed.mean(axis=0))}
-    result = NetworkGradients(kind, description, x, labels, loss, batch, per_example,
-                              mean_of_examples, misconception, pool, inputs[pool], pool_routed,
+    result = NetworkGradients(kind, description, x, labels, batch, per_example,
+                              mean_of_examples, misconception, inputs[pool], pool_routed,
                               upstream[pool], pool_averaged_first, numbers=numbers)
     if kind == "max":
         result.winners = _winners(model.layers[pool], inputs[pool])
@@ -179,16 +176,20 @@ def _averaged_first(model, inputs, upstream):
     layer taking the batch mean of its input, from the last layer to the first."""
     dy = upstream[-1].sum(axis=0, keepdims=True)  # the rows are each example's / N
     for i in reversed(range(len(model.layers))):
-        layer = model.layers[i]
-        layer.training = True  # (the model's train() set it: it saves what backward needs)
-        layer.forward(inputs[i].mean(axis=0, keepdims=True))
-        dy = layer.backward(dy)
+        dy = _through_mean(model.layers[i], inputs[i], dy)
     return _gradients(model)
+
+
+def _through_mean(layer, x, dy):
+    """``layer``'s backward pass of ``dy`` (one row) at the batch mean of its input
+    ``x``: a training forward of that mean, then its backward."""
+    layer.training = True  # (the model's train() set it: it saves what backward needs)
+    layer.forward(x.mean(axis=0, keepdims=True))
+    return layer.backward(dy)
 
 
 def _winners(layer, x):
     """The flat index (per plane) of each window's winner under ``layer``'s options."""
-    from .. import ops
     _, indices = ops.max_pool(x, **{**layer.options, "return_indices": True})
     return indices
 
@@ -215,8 +216,7 @@ def optimizer_steps(model: nn.Sequential, gradients: dict, warmup=(),
     zero: from a fresh state Adagrad's first step is about ``lr`` times the gradient's
     sign, and RMSProp's ``lr / sqrt(1 - alpha)`` times it, 10 ``lr``).
     ``{optimizer: {route: flat update}}``, the update being new weights minus old."""
-    weights = {f"{i}.{name}": np.array(layer.params[name], dtype=np.float64)
-               for i, layer in enumerate(model.layers) for name in layer.params}
+    weights = {key: np.array(w, dtype=np.float64) for key, w in model.state_dict().items()}
 
     def optimizer(name, state=None):
         holder = nn.Layer()
@@ -269,19 +269,14 @@ def small_cnn(in_channels: int, spatial: tuple, classes: int, pool: str, seed: i
 
 def fit(model: nn.Sequential, data, epochs: int, seed: int = 0, batch: int = 100,
         lr: float = 0.01) -> float:
-    """Train ``model`` on ``data``'s training split with Adam for ``epochs`` epochs;
+    """Train ``model`` on ``data``'s training split with Adam for ``epochs`` epochs, as
+    ``poolgrad train``'s NumPy engine trains (epoch ``e`` shuffled by ``[seed, e]``);
     returns its test accuracy."""
     from ..train import numpy_engine
     opt = optim.Adam(model.parameters(), lr=lr)
-    loss_fn = nn.SoftmaxCrossEntropy()
-    model.train()
     for epoch in range(epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(data.y_train))
-        for start in range(0, len(order), batch):
-            chosen = order[start:start + batch]
-            loss_fn.forward(model.forward(data.x_train[chosen]), data.y_train[chosen])
-            model.backward(loss_fn.backward())
-            opt.step()
+        numpy_engine.train_epoch(model, opt, data.x_train, data.y_train, order, batch)
     return numpy_engine.evaluate(model, data.x_test, data.y_test)[1]
 
 
@@ -295,13 +290,6 @@ def trained_network(data, pool: str, epochs: int, seed: int = 0):
     exact = small_cnn(*shape, pool, seed)
     exact.load_state_dict(model.state_dict())
     return exact, accuracy
-
-
-def checkpoint_network(folder: str):
-    """``(model, data, settings)``: the network of the NumPy checkpoint in ``folder``
-    (``poolgrad train``'s), in float64."""
-    from .inputs import checkpoint_model
-    return checkpoint_model(folder, dtype=np.float64)
 
 
 def swap_pooling(model: nn.Sequential, kind: str) -> nn.Sequential:
@@ -369,14 +357,3 @@ def render_network(results: list, steps: list) -> str:
                          f"|  {bad['relative_error']:6.3f}  {bad['cosine']:6.3f}  "
                          f"{bad['opposite_signs']:6.1%}")
     return "\n".join(lines)
-
-
-def summary(result: NetworkGradients) -> dict:
-    """The headline numbers of one network, for the command's JSON-like return."""
-    n = result.numbers
-    return {"pool": result.pool, "examples": n["examples"],
-            "largest_difference_examples_vs_batch": n["examples_vs_batch"]["max_difference"],
-            "misconception_relative_error": n["misconception_vs_batch"]["relative_error"],
-            "misconception_cosine": n["misconception_vs_batch"]["cosine"],
-            "pool_relative_error": n["at_the_pool"]["relative_error"],
-            "winners_differ": n.get("winners_differ", math.nan)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .figures import draw_grid, save, subplots
+from .figures import circle_winners, draw_grid, save, save_adjusted, subplots
 from .network import NetworkGradients
 
 KERNEL = "0.W"  # the first convolution's kernel: the weight gradient drawn
@@ -28,20 +28,10 @@ def _kernel_tiles(kernel: np.ndarray, per_row: int = 4) -> np.ndarray:
     return tiles
 
 
-def _map(values: np.ndarray) -> np.ndarray:
-    """A 1-d map as a one-row picture, a 2-d map as it is."""
-    return values[None] if values.ndim == 1 else values
-
-
 def busiest_channel(result: NetworkGradients) -> int:
     """The pooling layer's channel that receives the most gradient over the batch."""
     return int(np.abs(result.routed).sum(axis=tuple(i for i in range(result.routed.ndim)
                                                     if i != 1)).argmax())
-
-
-def _circle_winners(axes, winners: np.ndarray, width: int, color="red"):
-    for flat in np.unique(winners):
-        axes.plot(flat % width, flat // width, marker="o", ms=9, mfc="none", mec=color, mew=1.8)
 
 
 def _window_lines(axes, shape, step: int):
@@ -72,21 +62,20 @@ def draw_network_examples(result: NetworkGradients, path: str, examples: int = 3
                             gridspec_kw={"width_ratios": [1, 1, 1, 1.6]})
     width = result.pool_input.shape[-1]
     step = result.pool_input.shape[-1] // result.pool_upstream.shape[-1]
-    if result.x.ndim == 3:  # 1-d signals: lines and bars along the sequence
-        for n in range(rows):
+    for n in range(rows):
+        if result.x.ndim == 3:  # 1-d signals: lines and bars along the sequence
             _examples_along(grid[n], result, n, channel)
-    for n in range(rows if result.x.ndim == 4 else 0):
-        draw_grid(grid[n, 0], _map(result.x[n, 0]), f"example {n} (label {result.labels[n]})",
+            continue
+        draw_grid(grid[n, 0], result.x[n, 0], f"example {n} (label {result.labels[n]})",
                   cmap="Greys", annotate=False)
-        draw_grid(grid[n, 1], _map(result.pool_input[n, channel]),
+        draw_grid(grid[n, 1], result.pool_input[n, channel],
                   f"{result.pool} pooling's input, channel {channel}"
                   + (" (winners circled)" if result.winners is not None else ""),
                   cmap="Greys", annotate=False)
-        if result.pool_input.ndim == 4:
-            _window_lines(grid[n, 1], result.pool_input.shape[2:], step)
-            if result.winners is not None:
-                _circle_winners(grid[n, 1], result.winners[n, channel], width)
-        draw_grid(grid[n, 2], _map(result.routed[n, channel]),
+        _window_lines(grid[n, 1], result.pool_input.shape[2:], step)
+        if result.winners is not None:
+            circle_winners(grid[n, 1], result.winners[n, channel], width, size=9, edge=1.8)
+        draw_grid(grid[n, 2], result.routed[n, channel],
                   "its gradient routed back through them", cmap="coolwarm", centered=True,
                   annotate=False)
         draw_grid(grid[n, 3], _kernel_tiles(result.per_example[KERNEL][n]),
@@ -158,9 +147,7 @@ def draw_network_batch(results: list, path: str) -> str:
             draw_grid(row[3], differently, title, cmap="magma", fmt="{:.1f}").set_clim(0, 1)
     figure.suptitle("one backward pass for the batch = the mean of the per-example ones; "
                     "averaging the batch first is another gradient", fontsize=11)
-    figure.subplots_adjust(top=0.86, hspace=0.45, wspace=0.08)
-    from ..tools.figures import save_png
-    return save_png(figure, path, dpi=110, bbox_inches="tight")
+    return save_adjusted(figure, path, top=0.86, hspace=0.45, wspace=0.08)
 
 
 def draw_network_steps(results: list, steps: list, path: str) -> str:

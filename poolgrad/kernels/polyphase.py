@@ -93,7 +93,6 @@ def _add_pair_terms(row, count, both, norm, even, odd):
     into ``even``, 1 into ``odd``): the ``both`` first positions of each (whole groups
     of :data:`LANES`, inside the row for both) read as contiguous runs of 2
     :data:`LANES`, then each component's rest: the same terms in the same order."""
-    width = row.shape[0]
     if norm == L2:
         for group in range(0, both, LANES):
             at = 2 * group
@@ -108,15 +107,8 @@ def _add_pair_terms(row, count, both, norm, even, odd):
             for lane in range(LANES):
                 even[lane] += abs(np.float64(row[at + 2 * lane]))
                 odd[lane] += abs(np.float64(row[at + 2 * lane + 1]))
-    for k in range(both, count):
-        for phase in range(2):
-            at = 2 * k + phase
-            v = np.float64(row[at if at < width else at - width])
-            term = v * v if norm == L2 else abs(v)
-            if phase == 0:
-                even[k % LANES] += term
-            else:
-                odd[k % LANES] += term
+    _add_terms(row, 0, 2, both, count, norm, even)
+    _add_terms(row, 1, 2, both, count, norm, odd)
 
 
 @inlined
@@ -150,12 +142,9 @@ def phase_norms(x, steps, norm, partials):
         if norm == MAX:
             acc[:] = 0.0
         for pd in range(count_d * steps[0]):
-            xd, along_h = _wrapped(pd, depth), (pd % steps[0]) * steps[1]
-            b = 0  # ph mod steps[1], counted: a division per row cost a fifth of the pass
             for ph in range(count_h * steps[1]):
-                row = x[n, c, xd, _wrapped(ph, height)]
-                first = (along_h + b) * steps[2]
-                b = b + 1 if b + 1 < steps[1] else 0
+                row = x[n, c, _wrapped(pd, depth), _wrapped(ph, height)]
+                first = ((pd % steps[0]) * steps[1] + ph % steps[1]) * steps[2]
                 if norm != MAX and steps[2] == 2:
                     _add_pair_terms(row, count_w, both, norm, lanes[first], lanes[first + 1])
                     continue
@@ -276,15 +265,8 @@ def phase_norms_channels_last(x, steps, norm, partials):
                             acc[c, at] = share
         if norm != MAX:  # the lanes halved, as the planes' kernel halves them
             for phase in range(phases):
-                own = lanes[phase]
-                half = LANES // 2
-                while half >= 1:
-                    for lane_index in range(half):
-                        for c in range(size):
-                            own[lane_index, c] += own[lane_index + half, c]
-                    half //= 2
                 for c in range(size):
-                    acc[c, phase] = own[0, c]
+                    acc[c, phase] = _halved(lanes[phase, :, c])
 
 
 @parallel_kernel

@@ -109,35 +109,17 @@ def _fit(run: Run, config: TrainConfig, saved) -> dict:
     if saved is not None:
         model.load_state_dict(saved[0])
         opt.load_state_dict(saved[1])
-    loss_fn = nn.SoftmaxCrossEntropy()
     bar = Progress(enabled=config.progress)
-    n, batch = len(data.y_train), settings["batch_size"]
-    step_size = batch * settings.get("accumulate", 1)
-    steps = -(-n // step_size)
+    n, batch, accumulate = len(data.y_train), settings["batch_size"], settings["accumulate"]
+    steps = -(-n // (batch * accumulate))
     for epoch in range(run.start_epoch, settings["epochs"]):
         started = time.perf_counter()
         order = np.random.default_rng([settings["seed"], epoch]).permutation(n)
-        seen, loss_sum, correct = 0, 0.0, 0
-        model.train()
-        for s in range(steps):
-            chosen = order[s * step_size:(s + 1) * step_size]
-            accumulated = None
-            for start in range(0, len(chosen), batch):
-                micro = chosen[start:start + batch]
-                xb, yb = data.x_train[micro], data.y_train[micro]
-                logits = model.forward(xb)
-                loss = loss_fn.forward(logits, yb)
-                # each example's loss gradient over the step's examples, as one batch of
-                # the step's size would have it: the weight gradients add up to its mean
-                model.backward(loss_fn.backward(count=len(chosen)))
-                accumulated = _accumulate(model, accumulated)
-                seen += len(yb)
-                loss_sum += loss * len(yb)
-                correct += int((logits.argmax(axis=1) == yb).sum())
-            _restore(model, accumulated)
-            opt.step()
-            bar.update(epoch + 1, settings["epochs"], s + 1, steps, loss_sum / seen,
-                       correct / seen)
+        loss_sum, correct, seen = train_epoch(
+            model, opt, data.x_train, data.y_train, order, batch, accumulate,
+            on_step=lambda done, totals, e=epoch: bar.update(
+                e + 1, settings["epochs"], done, steps, totals[0] / totals[2],
+                totals[1] / totals[2]))
         run.train_time += time.perf_counter() - started
         record_epoch(run, epoch, loss_sum, correct, seen,
                      *evaluate(model, data.x_test, data.y_test))
@@ -147,6 +129,41 @@ def _fit(run: Run, config: TrainConfig, saved) -> dict:
                                epoch + 1)
     return finish(run, config.out, os.path.join(config.out, CHECKPOINT),
                   *evaluate(model, data.x_test, data.y_test), plot=config.plot)
+
+
+def train_epoch(model: nn.Sequential, opt, x: np.ndarray, y: np.ndarray, order: np.ndarray,
+                batch: int, accumulate: int = 1, on_step=None) -> tuple[float, int, int]:
+    """One epoch of ``model`` on ``x[order]`` (training mode), stepping ``opt`` once per
+    ``accumulate`` batches of ``batch``: each loss gradient is divided by the step's
+    count of examples, so the step's summed weight gradients are their mean. Returns
+    ``(loss_sum, correct, seen)`` over the epoch; ``on_step(steps_done, those three)``
+    after each step."""
+    loss_fn = nn.SoftmaxCrossEntropy()
+    step_size = batch * accumulate
+    loss_sum, correct, seen = 0.0, 0, 0
+    model.train()
+    for s in range(-(-len(order) // step_size)):
+        chosen = order[s * step_size:(s + 1) * step_size]
+        accumulated = None
+        for start in range(0, len(chosen), batch):
+            micro = chosen[start:start + batch]
+            xb, yb = x[micro], y[micro]
+            logits = model.forward(xb)
+            loss = loss_fn.forward(logits, yb)
+            # each example's loss gradient over the step's examples, as one batch of the
+            # step's size would have it: the weight gradients add up to its mean
+            model.backward(loss_fn.backward(count=len(chosen)))
+            if len(chosen) > batch:  # a step of several batches: keep their sum
+                accumulated = _accumulate(model, accumulated)
+            seen += len(yb)
+            loss_sum += loss * len(yb)
+            correct += int((logits.argmax(axis=1) == yb).sum())
+        if accumulated is not None:
+            _restore(model, accumulated)
+        opt.step()
+        if on_step is not None:
+            on_step(s + 1, (loss_sum, correct, seen))
+    return loss_sum, correct, seen
 
 
 def _accumulate(model: nn.Sequential, total: list | None) -> list:

@@ -196,7 +196,7 @@ def _fit(rank: int, nproc: int, job: dict) -> dict | None:
     sampler = torch.utils.data.distributed.DistributedSampler(
         range(n), num_replicas=nproc, rank=rank, shuffle=True, seed=settings["seed"])
     bar = Progress(enabled=config.progress and rank == 0)
-    accumulate = settings.get("accumulate", 1)
+    accumulate = settings["accumulate"]
     steps = -(-n // (batch * accumulate))
     for epoch in range(run.start_epoch, settings["epochs"]):
         started = time.perf_counter()
