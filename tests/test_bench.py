@@ -390,6 +390,33 @@ def test_quick_kinds_benchmark_writes_table_and_json(tmp_path, capsys, monkeypat
     assert not list(out.parent.glob(".poolgrad-*"))
 
 
+def test_each_kinds_contender_gets_dy_stored_as_its_own_output(monkeypatch):
+    """APS's reference gathers into an NCHW y from a channels-last x, poolgrad's ops
+    return channels-last ones: a dy stored as the reference's would charge poolgrad.torch
+    a layout copy that no reference pays (its channels-last forward+backward took 10.7
+    against NumPy's 6.3 ms that way)."""
+    torch = pytest.importorskip("torch")
+    kinds = _kinds_module()
+    monkeypatch.setattr(kinds, "_QUICK_COMPILED_KINDS", 0)
+    monkeypatch.setattr(timing, "SETTLE_SECONDS", 0.001)
+    calls, passes = [], kinds.torch_api.passes
+
+    def recording(fn, x, dy, torch):
+        calls.append((fn, x, dy))
+        return passes(fn, x, dy, torch)
+
+    monkeypatch.setattr(kinds.torch_api, "passes", recording)
+    kinds.run(quick=True, kinds=(_kind("aps_pool stride 2"),))
+    layouts = set()
+    for fn, x, dy in calls:
+        with torch.no_grad():
+            y = fn(x)
+        assert (dy.shape, dy.stride()) == (y.shape, y.stride())
+        layouts.add((x.is_contiguous(), y.is_contiguous()))
+    # the case above happened: a channels-last x with an NCHW y and with a channels-last y
+    assert {(False, True), (False, False)} <= layouts
+
+
 @pytest.mark.parametrize("name", [
     "blur_pool 3-tap/2", "blur_pool 3-tap/2 zeros", "max_blur_pool 2x2 3-tap/2",
     "max_blur_pool 2x2 3-tap/2 zeros", "avg_blur_pool 2x2 3-tap/2", "soft_pool 2x2",

@@ -9,7 +9,8 @@ pooling) in NCHW and channels-last, for two passes:
 - *forward*: the NumPy operator, and the torch functions under ``torch.no_grad()``;
 - *forward+backward*: ``poolgrad.vjp`` and the pullback of ``dy`` (``dx`` alone,
   ``params=False``); in torch, ``y = f(x)`` on a leaf that requires grad and
-  ``y.backward(dy)``, the parameters plain tensors. ``dy`` is ones.
+  ``y.backward(dy)``, the parameters plain tensors. ``dy`` is ones, stored as the
+  contender's own ``y`` (the compiled reference takes the eager one's).
 
 Five implementations run in turn, round after round
 (:func:`~poolgrad.bench.timing.median_seconds`), and their medians are reported:
@@ -329,20 +330,21 @@ def check_agree(kind: Kind, x: np.ndarray, params, front_end, kornia_layer=None,
     tensors = tuple(torch.from_numpy(p) for p in params)
     op, args, kwargs = numpy_call(kind, params, SEED)
     y, pullback = ops.vjp(op, x, *args, **kwargs)
-    dy = np.ones_like(y)
-    gradient = pullback(dy, params=False)
-    dyt = torch.from_numpy(dy)
+    gradient = pullback(np.ones_like(y), params=False)
+    ours = front_end_call(kind, front_end, tensors, SEED)
     implementations = {  # name: (whose draws it makes, its two passes)
         "poolgrad's NumPy API": ("numpy", {"forward": lambda: torch.from_numpy(y),
                                            "forward+backward": lambda: torch.from_numpy(
                                                gradient)}),
-        "poolgrad.torch": ("torch", torch_api.passes(
-            front_end_call(kind, front_end, tensors, SEED), xt, dyt, torch))}
+        "poolgrad.torch": ("torch", torch_api.passes(ours, xt, _ones_as_output(ours, xt),
+                                                     torch))}
     if kornia_layer is not None and kind.kornia_differs is None:
-        implementations["kornia"] = (None, torch_api.passes(kornia_layer, xt, dyt, torch))
+        implementations["kornia"] = (None, torch_api.passes(
+            kornia_layer, xt, _ones_as_output(kornia_layer, xt), torch))
     for name, (like, passes) in implementations.items():
         draws = kind.draws(xt, SEED, like) if kind.draws else None
-        expected = torch_api.passes(reference_call(kind, tensors, draws), xt, dyt, torch)
+        reference = reference_call(kind, tensors, draws)
+        expected = torch_api.passes(reference, xt, _ones_as_output(reference, xt), torch)
         for pass_name in PASSES:
             _assert_close(passes[pass_name](), expected[pass_name](), tolerance,
                           f"{name} and the plain PyTorch reference disagree on {kind.name} "
@@ -378,6 +380,12 @@ def _compile(kind, params, xt, dyt, pass_name):
 # ------------------------------------------------------------------------- timing
 
 
+def _ones_as_output(function, xt):
+    """Ones shaped and stored as ``function(xt)``'s output."""
+    with torch.no_grad():
+        return torch.ones_like(function(xt))
+
+
 def _time_kind(kind, base, front_end, kornia, repeats, compile_layouts, progress):
     """The rows of one kind: both layouts, both passes, every implementation timed in
     turn."""
@@ -393,20 +401,22 @@ def _time_kind(kind, base, front_end, kornia, repeats, compile_layouts, progress
             progress(f"{kind.name} {layout}: checking against the reference")
         check_agree(kind, x, params, front_end, layer, layout=layout)
         xt = suite.torch_input(x, layout, torch)
-        with torch.no_grad():
-            dyt = torch.ones_like(reference_call(kind, tensors)(xt))  # in torch's layout
-        # stored as the NumPy operator's y (as torch's dy is as torch's y): a dy stored
-        # otherwise would cost the NumPy pullback a layout copy that no torch
-        # contender pays
+        # Each contender's dy is stored as its own y, as autograd's ones would be: a dy
+        # stored otherwise would cost it a layout copy that the others do not pay (the
+        # references' gathers return NCHW outputs for channels-last inputs, poolgrad's
+        # ops channels-last ones)
         op, args, kwargs = numpy_call(kind, params, np.random.default_rng(3))
         dy = np.ones_like(op(x, *args, **kwargs))
+        ours = front_end_call(kind, front_end, tensors, torch.Generator().manual_seed(2))
+        eager = reference_call(kind, tensors)
+        dyt = _ones_as_output(eager, xt)
         implementations = {
             "numpy": _numpy_passes(kind, x, params, dy, np.random.default_rng(2)),
-            "poolgrad.torch": torch_api.passes(front_end_call(
-                kind, front_end, tensors, torch.Generator().manual_seed(2)), xt, dyt, torch),
-            "eager": torch_api.passes(reference_call(kind, tensors), xt, dyt, torch)}
+            "poolgrad.torch": torch_api.passes(ours, xt, _ones_as_output(ours, xt), torch),
+            "eager": torch_api.passes(eager, xt, dyt, torch)}
         if layer is not None:
-            implementations["kornia"] = torch_api.passes(layer, xt, dyt, torch)
+            implementations["kornia"] = torch_api.passes(layer, xt, _ones_as_output(layer, xt),
+                                                         torch)
         for pass_name in PASSES:
             if progress:
                 progress(f"{kind.name} {layout} {pass_name}")
