@@ -395,3 +395,53 @@ def test_channels_last_runs_its_own_kernels_with_the_planes_bits(shape, stride):
                               "backward": "polyphase.phase_scatter"}
     assert pixels.kernels == {"forward": "polyphase.phase_gather_channels_last",
                               "backward": "polyphase.phase_scatter_channels_last"}
+
+
+def _norms_in_stated_order(x5, steps, norm):
+    """The norms in the kernels' documented order (poolgrad.kernels.polyphase), written
+    as plain Python: each row phase's columns add their terms down the rows, each
+    component's columns go into lanes (position ``k`` into lane ``k mod LANES``), the
+    lanes are added by halving, then the planes in channel order."""
+    from poolgrad.kernels.polyphase import LANES
+    n_batch, n_chan, *sizes = x5.shape
+    counts = [-(-length // step) for length, step in zip(sizes, steps, strict=True)]
+    row_phases = int(steps[0] * steps[1])
+    partials = np.zeros((n_batch, n_chan, row_phases * int(steps[2])))
+    for n, c in itertools.product(range(n_batch), range(n_chan)):
+        columns = np.zeros((row_phases, sizes[2]))
+        for pd in range(counts[0] * steps[0]):
+            for ph in range(counts[1] * steps[1]):
+                row = x5[n, c, pd % sizes[0], ph % sizes[1]].astype(np.float64)
+                columns[(pd % steps[0]) * steps[1] + ph % steps[1]] += (
+                    row * row if norm == "l2" else np.abs(row))
+        for row_phase, e in itertools.product(range(row_phases), range(steps[2])):
+            lanes = np.zeros(LANES)
+            for k in range(counts[2]):
+                lanes[k % LANES] += columns[row_phase, (e + k * steps[2]) % sizes[2]]
+            half = LANES // 2
+            while half >= 1:
+                lanes[:half] += lanes[half:2 * half]
+                half //= 2
+            partials[n, c, row_phase * steps[2] + e] = lanes[0]
+    norms = np.zeros((n_batch, partials.shape[2]))
+    for c in range(n_chan):  # the planes added in channel order, as the engine adds them
+        norms += partials[:, c]
+    return norms
+
+
+@pytest.mark.parametrize("shape, stride", [((2, 3, 6, 56), (2, 2)), ((1, 70, 5, 12), (3, 2)),
+                                           ((2, 2, 4, 21), (2, 2)), ((1, 3, 4, 30), (1, 3)),
+                                           ((1, 2, 3, 4, 18), (2, 1, 2)), ((2, 3, 11), (3,))])
+@pytest.mark.parametrize("norm", ["l2", "l1"])
+def test_the_norms_are_summed_in_the_stated_order(shape, stride, norm):
+    """Both layouts' sums, bit for bit, against the order the kernels document: even
+    and odd widths (a component's last position wrapping round), rows that wrap,
+    strides 1 to 3, 1-d to 3-d, and more channels than a channels-last task takes."""
+    from poolgrad.engines import polyphase as engine
+    x = np.random.default_rng(23).standard_normal(shape).astype(np.float32)
+    ndim = len(shape) - 2
+    steps = np.array((1,) * (3 - ndim) + stride, np.int64)
+    five = (slice(None), slice(None)) + (None,) * (3 - ndim)
+    expected = _norms_in_stated_order(x[five], steps, norm)
+    for stored in (x, channels_last(x)):
+        np.testing.assert_array_equal(engine.phase_norms(stored[five], steps, norm), expected)

@@ -457,6 +457,23 @@ def _fractional_on_planes(plan):
     return run
 
 
+# a channels-last APS task's channels where there are too few examples to share out
+# whole, and the most columns (W x channels) a whole example's task keeps
+_APS_CHANNEL_BLOCK = 64
+_APS_COLUMNS = 2**16
+
+
+def _phase_norms_channels_last(x, steps, norm, partials):
+    """Bind ``phase_norms_channels_last`` to the ``(N, D, H, W, C)`` view of ``x``: a
+    task per example (its rows one flat loop each) where there are examples enough for
+    every thread twice and their columns are at most ``_APS_COLUMNS``, else per block of
+    ``_APS_CHANNEL_BLOCK`` channels. The bits are the same either way."""
+    n_batch, n_chan, width = x.shape[0], x.shape[1], x.shape[4]
+    whole = n_batch >= 2 * numba.get_num_threads() and width * n_chan <= _APS_COLUMNS
+    polyphase.phase_norms_channels_last(x.transpose(0, 2, 3, 4, 1), steps, norm,
+                                        n_chan if whole else _APS_CHANNEL_BLOCK, partials)
+
+
 def _bound(kernel):
     return lambda plan: kernel
 
@@ -582,7 +599,7 @@ RULES = {
                                      _bound(fractional.fractional_max_indices))],
     ("polyphase", "norms"): [
         Rule("polyphase.phase_norms_channels_last", _channels_innermost,
-             _bound(polyphase.phase_norms_channels_last)),
+             lambda plan: _phase_norms_channels_last),
         Rule("polyphase.phase_norms", always, _bound(polyphase.phase_norms))],
     ("polyphase", "gather"): [
         Rule("polyphase.phase_gather_channels_last", _channels_innermost,

@@ -14,10 +14,13 @@ a permutation of part of x and its transpose a scatter with no sums.
 :func:`phase_norms` writes ``partials[n, c, phase]``, plane ``(n, c)``'s share of the
 component's norm, in float64 whatever x's dtype: the sum of ``v * v`` (``L2``, the
 squared l2 norm, which orders the components as the norm does), of ``|v|`` (``L1``),
-or the largest ``|v|`` (``MAX``, a NaN if any ``v`` is). A sum has :data:`LANES`
-lanes per component: lane ``l`` adds the terms of the component's positions ``k``
-along W with ``k mod LANES == l``, row after row in increasing row order, each row's
-in increasing ``k``; the lanes are then added by halving, once per plane. Each plane
+or the largest ``|v|`` (``MAX``, a NaN if any ``v`` is). A sum runs in two stages, in a
+fixed order. First each column of each row phase (the rows of one offset ``(a, b)``)
+adds its terms down the rows, in increasing row order: loops along W (NCHW) or C
+(channels-last) over contiguous memory with no reduction, so they vectorize. Then
+the component's columns, position ``k`` at column ``(e + k s_w) mod W``, go into
+:data:`LANES` lanes, lane ``k mod LANES`` adding in increasing ``k``, and the lanes are
+added by halving (lane ``l`` += lane ``l + h`` for ``h = LANES/2, ..., 1``). Each plane
 runs on one thread, so the caller, which adds the planes in channel order, gets the
 same bits at any thread count and in either layout.
 """
@@ -29,7 +32,7 @@ from . import parallel_kernel
 from .walk import helper, inlined
 
 L2, L1, MAX = 0, 1, 2  # the norms
-LANES = 8  # the partial sums of a row's share
+LANES = 8  # the partial sums of a component's columns
 
 
 @helper
@@ -49,21 +52,6 @@ def _wrapped(i, length):
 
 
 @inlined
-def _row_largest(row, start, step, count):
-    """The largest ``|row[(start + k step) mod len(row)]|``, ``k < count`` (NaN if any
-    is NaN)."""
-    width = row.shape[0]
-    largest = 0.0
-    for k in range(count):
-        size = abs(np.float64(row[_wrapped(start + k * step, width)]))
-        if size != size or largest != largest:
-            largest = np.nan
-        elif size > largest:
-            largest = size
-    return largest
-
-
-@inlined
 def _inside(width, start, step, count):
     """How many of the positions ``start + k step``, ``k < count``, fall inside a row of
     ``width`` (the rest wrap round)."""
@@ -71,44 +59,47 @@ def _inside(width, start, step, count):
 
 
 @inlined
-def _add_terms(row, start, step, first, count, norm, lanes):
-    """Lane ``k mod LANES`` of ``lanes`` adds the term (``v * v`` or ``|v|``) of
-    ``v = row[(start + k step) mod len(row)]`` for ``first <= k < count``, in increasing
-    ``k``: whole groups of :data:`LANES` in one vector step each, then the rest."""
-    width = row.shape[0]
-    inside = _inside(width, start, step, count)
-    full = inside - inside % LANES
-    for group in range(first, full, LANES):
-        for lane in range(LANES):
-            v = np.float64(row[start + (group + lane) * step])
-            lanes[lane] += v * v if norm == L2 else abs(v)
-    for k in range(max(first, full), count):
-        v = np.float64(row[_wrapped(start + k * step, width)])
-        lanes[k % LANES] += v * v if norm == L2 else abs(v)
+def _larger(size, largest):
+    """The larger of a term ``|v|`` and the largest so far; a NaN, once in, stays."""
+    return size if (size > largest) | (size != size) else largest
 
 
 @inlined
-def _add_pair_terms(row, count, both, norm, even, odd):
-    """:func:`_add_terms` for both components of a stride-2 row at once (``start`` 0
-    into ``even``, 1 into ``odd``): the ``both`` first positions of each (whole groups
-    of :data:`LANES`, inside the row for both) read as contiguous runs of 2
-    :data:`LANES`, then each component's rest: the same terms in the same order."""
+def _add_row(row, norm, into):
+    """``into[w]`` folds in the term of ``row[w]``: one loop per norm, so that each
+    vectorizes."""
     if norm == L2:
-        for group in range(0, both, LANES):
-            at = 2 * group
-            for lane in range(LANES):
-                v = np.float64(row[at + 2 * lane])
-                w = np.float64(row[at + 2 * lane + 1])
-                even[lane] += v * v
-                odd[lane] += w * w
+        for w in range(row.shape[0]):
+            v = np.float64(row[w])
+            into[w] += v * v
+    elif norm == L1:
+        for w in range(row.shape[0]):
+            into[w] += abs(np.float64(row[w]))
     else:
-        for group in range(0, both, LANES):
-            at = 2 * group
-            for lane in range(LANES):
-                even[lane] += abs(np.float64(row[at + 2 * lane]))
-                odd[lane] += abs(np.float64(row[at + 2 * lane + 1]))
-    _add_terms(row, 0, 2, both, count, norm, even)
-    _add_terms(row, 1, 2, both, count, norm, odd)
+        for w in range(row.shape[0]):
+            into[w] = _larger(abs(np.float64(row[w])), into[w])
+
+
+@inlined
+def _add_pixel_row(row, first, size, norm, into):
+    """:func:`_add_row` for a channels-last row ``(W, C)``: ``into[w, c]`` folds in
+    ``row[w, first + c]``, ``c < size``; a block of all the channels as one flat
+    loop."""
+    if size == row.shape[1]:
+        _add_row(row.reshape(row.size), norm, into.reshape(into.size))
+        return
+    for w in range(row.shape[0]):
+        pixel, column = row[w], into[w]
+        if norm == L2:
+            for c in range(size):
+                v = np.float64(pixel[first + c])
+                column[c] += v * v
+        elif norm == L1:
+            for c in range(size):
+                column[c] += abs(np.float64(pixel[first + c]))
+        else:
+            for c in range(size):
+                column[c] = _larger(abs(np.float64(pixel[first + c])), column[c])
 
 
 @inlined
@@ -122,44 +113,43 @@ def _halved(lanes):
     return lanes[0]
 
 
+@inlined
+def _component_share(columns, start, step, count, norm, lanes):
+    """A component's share from its row phase's ``columns``: position ``k`` at column
+    ``(start + k step) mod W``, summed in lanes and halved, or (MAX) the largest."""
+    width = columns.shape[0]
+    if norm == MAX:
+        largest = 0.0
+        for k in range(count):
+            largest = _larger(columns[_wrapped(start + k * step, width)], largest)
+        return largest
+    lanes[:] = 0.0
+    for k in range(count):
+        lanes[k % LANES] += columns[_wrapped(start + k * step, width)]
+    return _halved(lanes)
+
+
 @parallel_kernel
 def phase_norms(x, steps, norm, partials):
-    """``partials[n, c, phase]``: plane ``(n, c)``'s share of each component's norm (the
-    module docstring), its rows in order: a sum in lanes per component over the plane's
-    rows, halved at the end (a stride-2 row feeds both its components in one pass);
-    ``MAX`` keeps the largest."""
+    """``partials[n, c, phase]``: plane ``(n, c)``'s share of each component's norm, in
+    the module docstring's order: the rows folded into their row phase's columns, then
+    each component's columns."""
     n_batch, n_chan, depth, height, width = x.shape
     count_d, count_h = -(-depth // steps[0]), -(-height // steps[1])
     count_w = -(-width // steps[2])
-    phases = steps[0] * steps[1] * steps[2]
-    # a stride-2 row's groups that both components have whole, inside the row
-    both = min(_inside(width, 0, 2, count_w), _inside(width, 1, 2, count_w))
-    both -= both % LANES
+    row_phases = steps[0] * steps[1]
     for plane in prange(n_batch * n_chan):
         n, c = plane // n_chan, plane % n_chan
-        acc = partials[n, c]
-        lanes = np.zeros((phases, LANES), np.float64)
-        if norm == MAX:
-            acc[:] = 0.0
+        columns = np.zeros((row_phases, width), np.float64)
         for pd in range(count_d * steps[0]):
             for ph in range(count_h * steps[1]):
-                row = x[n, c, _wrapped(pd, depth), _wrapped(ph, height)]
-                first = ((pd % steps[0]) * steps[1] + ph % steps[1]) * steps[2]
-                if norm != MAX and steps[2] == 2:
-                    _add_pair_terms(row, count_w, both, norm, lanes[first], lanes[first + 1])
-                    continue
-                for e in range(steps[2]):
-                    if norm != MAX:
-                        _add_terms(row, e, steps[2], 0, count_w, norm, lanes[first + e])
-                        continue
-                    share = _row_largest(row, e, steps[2], count_w)
-                    if share != share or acc[first + e] != acc[first + e]:
-                        acc[first + e] = np.nan
-                    elif share > acc[first + e]:
-                        acc[first + e] = share
-        if norm != MAX:
-            for phase in range(phases):
-                acc[phase] = _halved(lanes[phase])
+                _add_row(x[n, c, _wrapped(pd, depth), _wrapped(ph, height)], norm,
+                         columns[(pd % steps[0]) * steps[1] + ph % steps[1]])
+        lanes = np.empty(LANES, np.float64)
+        for row_phase in range(row_phases):
+            for e in range(steps[2]):
+                partials[n, c, row_phase * steps[2] + e] = _component_share(
+                    columns[row_phase], e, steps[2], count_w, norm, lanes)
 
 
 @parallel_kernel
@@ -205,68 +195,34 @@ def phase_scatter(dy, steps, phases, dx):
                     row[_wrapped(e + k * steps[2], width)] = source[k]
 
 
-CHANNEL_BLOCK = 16  # the channels a channels-last task sums at once (one AVX-512 vector)
-
-
 @parallel_kernel
-def phase_norms_channels_last(x, steps, norm, partials):
-    """:func:`phase_norms` for a channels-last x (channels contiguous), with its sums in
-    its order and so its bits: each task takes one example's block of channels and reads
-    a pixel's channels at once, where the planes' kernel would read each plane's row
-    with a stride of C (16 times the memory traffic)."""
-    n_batch, n_chan, depth, height, width = x.shape
+def phase_norms_channels_last(x, steps, norm, block, partials):
+    """:func:`phase_norms` for ``x`` the ``(N, D, H, W, C)`` view of a channels-last
+    array (C-contiguous), with the same sums in the same order, so its bits: each task
+    takes one example's ``block`` of channels and folds a row's pixels into its columns
+    along C (a row of all the channels as one flat loop), where the planes' kernel would
+    read each plane's row with a stride of C."""
+    n_batch, depth, height, width, n_chan = x.shape
     count_d, count_h = -(-depth // steps[0]), -(-height // steps[1])
     count_w = -(-width // steps[2])
-    phases = steps[0] * steps[1] * steps[2]
-    blocks = -(-n_chan // CHANNEL_BLOCK)
+    row_phases = steps[0] * steps[1]
+    blocks = -(-n_chan // block)
     for task in prange(n_batch * blocks):
-        n, first = task // blocks, (task % blocks) * CHANNEL_BLOCK
-        size = min(CHANNEL_BLOCK, n_chan - first)
-        acc = partials[n, first:first + size]
-        acc[:, :] = 0.0
-        # a sum's lanes per component (kept over the rows); MAX's per row
-        lanes = np.zeros((phases if norm != MAX else 1, LANES, CHANNEL_BLOCK), np.float64)
+        n, first = task // blocks, (task % blocks) * block
+        size = min(block, n_chan - first)
+        columns = np.zeros((row_phases, width, size), np.float64)
         for pd in range(count_d * steps[0]):
             for ph in range(count_h * steps[1]):
-                xd, xh = _wrapped(pd, depth), _wrapped(ph, height)
-                row_phase = ((pd % steps[0]) * steps[1] + ph % steps[1]) * steps[2]
+                _add_pixel_row(x[n, _wrapped(pd, depth), _wrapped(ph, height)], first, size,
+                               norm, columns[(pd % steps[0]) * steps[1] + ph % steps[1]])
+        lanes = np.empty(LANES, np.float64)
+        column = np.empty(width, np.float64)
+        for row_phase in range(row_phases):
+            for c in range(size):
+                column[:] = columns[row_phase, :, c]
                 for e in range(steps[2]):
-                    own = lanes[row_phase + e if norm != MAX else 0]
-                    if norm == MAX:
-                        own[:, :] = 0.0
-                    for k in range(count_w):
-                        pixel = x[n, first:first + size, xd, xh, _wrapped(e + k * steps[2],
-                                                                           width)]
-                        lane = own[k % LANES]
-                        for c in range(size):
-                            v = np.float64(pixel[c])
-                            if norm == MAX:
-                                size_v = abs(v)
-                                if size_v != size_v or lane[c] != lane[c]:
-                                    lane[c] = np.nan
-                                elif size_v > lane[c]:
-                                    lane[c] = size_v
-                            else:
-                                lane[c] += v * v if norm == L2 else abs(v)
-                    if norm != MAX:
-                        continue
-                    at = row_phase + e
-                    for c in range(size):
-                        share = own[0, c]
-                        for lane_index in range(1, LANES):
-                            other = own[lane_index, c]
-                            if other != other or share != share:
-                                share = np.nan
-                            elif other > share:
-                                share = other
-                        if share != share or acc[c, at] != acc[c, at]:
-                            acc[c, at] = np.nan
-                        elif share > acc[c, at]:
-                            acc[c, at] = share
-        if norm != MAX:  # the lanes halved, as the planes' kernel halves them
-            for phase in range(phases):
-                for c in range(size):
-                    acc[c, phase] = _halved(lanes[phase, :, c])
+                    partials[n, first + c, row_phase * steps[2] + e] = _component_share(
+                        column, e, steps[2], count_w, norm, lanes)
 
 
 @parallel_kernel
