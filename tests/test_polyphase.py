@@ -354,6 +354,23 @@ def test_lps_pool_bad_input(call, error, message):
 
 
 @pytest.mark.parametrize("before, after, sizes", [((0, 1), (1, 0), (5, 4)), ((2,), (3,), (3,)),
+                                                  ((4, 0, 1), (5, 2, 0), (2, 3, 4)),
+                                                  ((6, 1), (9, 0), (2, 3))])
+def test_the_circular_pad_is_numpys_wrap_in_the_inputs_layout(before, after, sizes):
+    """Bands longer than the axis wrap more than once; a channels-last x gives a
+    channels-last result (np.pad gave C order, and the copy cost max_aps_pool's
+    channels-last forward 8 ms)."""
+    from poolgrad.engines.pullback import circular_pad
+    ndim = len(sizes)
+    x = np.random.default_rng(3).standard_normal((2, 3) + sizes)
+    expected = np.pad(x, [(0, 0)] * 2 + list(zip(before, after, strict=True)), mode="wrap")
+    for stored in (x, channels_last(x)):
+        padded = circular_pad(stored, ndim, before, after)
+        np.testing.assert_array_equal(padded, expected)
+        assert (np.argsort(padded.strides) == np.argsort(stored.strides)).all()
+
+
+@pytest.mark.parametrize("before, after, sizes", [((0, 1), (1, 0), (5, 4)), ((2,), (3,), (3,)),
                                                   ((4, 0, 1), (5, 2, 0), (2, 3, 4))])
 def test_the_circular_fold_is_the_pads_transpose(before, after, sizes):
     """Wrapping more than once included: <pad(x), g> = <x, fold(g)> for every x, checked
