@@ -1066,3 +1066,34 @@ def test_fractional_channels_last_forward_has_the_planes_bits(monkeypatch):
         for result in results[1:]:
             for a, b in zip(results[0], result, strict=True):
                 np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("length", [0, 1, 15, 16, 17, 50, 3137])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lane_dot_is_the_loop_of_lanes_it_replaces(length, dtype):
+    """The attention kernels' dot products, one vector of lanes, give the bits of the
+    loop they replaced: lane k adds the products l = k mod LANES in increasing l from
+    +0, then halving; lengths with and without a partial group, NaN and infinities
+    included."""
+    import numba
+
+    from poolgrad.kernels import JIT_OPTIONS
+    from poolgrad.kernels.attention import _LANES_WITNESS, LANES
+    from poolgrad.kernels.simd import lane_dot
+    rng = np.random.default_rng(length)
+    a = rng.standard_normal(length) * 10.0 ** rng.integers(-8, 8, length)
+    b = rng.standard_normal(length).astype(dtype)
+    if length > 20:  # in the whole only: the shorter part checks finite sums
+        a[[-5, -3]] = np.inf, -np.inf
+        b[-1] = np.nan
+    call = numba.njit(**JIT_OPTIONS)(lambda a, b: lane_dot(a, b, _LANES_WITNESS))
+    for a_part, b_part in ((a, b), (a[:length - length // 3], b[:length - length // 3])):
+        lanes = np.zeros(LANES)
+        with np.errstate(invalid="ignore"):
+            for index, product in enumerate(a_part * b_part.astype(np.float64)):
+                lanes[index % LANES] += product
+        half = LANES // 2
+        while half >= 1:
+            lanes[:half] += lanes[half:2 * half]
+            half //= 2
+        np.testing.assert_array_equal(call(a_part, b_part), lanes[0])

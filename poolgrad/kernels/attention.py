@@ -38,10 +38,12 @@ import numpy as np
 from numba import prange, uint64
 
 from . import elementary, parallel_kernel
+from .simd import lane_dot
 from .walk import inlined
 
 LANES = 16  # the partial sums over positions (a power of 2)
 BLOCK = 128  # positions whose channel sums the NCHW kernels pair at a time
+_LANES_WITNESS = np.empty((0,) * LANES, np.uint8)  # LANES as lane_dot takes it
 
 
 @inlined
@@ -85,13 +87,10 @@ def _halved(acc):
 
 
 @inlined
-def _lane_dot(a, b, acc, products):
-    """``sum_l a[l] b[l]`` in the lanes of ``acc``; the products go through the buffer
-    ``products`` first, which lets both loops vectorize."""
-    length = a.shape[0]
-    for i in range(length):
-        products[uint64(i)] = a[uint64(i)] * np.float64(b[uint64(i)])
-    return _lane_sum(products, length, acc)
+def _lane_dot(a, b):
+    """``sum_l a[l] b[l]`` in the module docstring's lanes, as one vector of lanes
+    (:func:`~.simd.lane_dot`: a loop over an array of lanes stayed scalar)."""
+    return lane_dot(a, np.ascontiguousarray(b), _LANES_WITNESS)
 
 
 @inlined
@@ -158,10 +157,10 @@ def _softmax(row, acc):
 
 
 @inlined
-def _scores_gradient(attn, grad, acc, products):
+def _scores_gradient(attn, grad):
     """``grad`` (``da``) replaced by ``ds = attn (da - sum attn da)``, row by row."""
     for r in range(attn.shape[0]):
-        centre = _lane_dot(attn[r], grad[r], acc, products)
+        centre = _lane_dot(attn[r], grad[r])
         for i in range(attn.shape[1]):
             grad[r, uint64(i)] = attn[r, uint64(i)] * (grad[r, uint64(i)] - centre)
 
@@ -180,12 +179,12 @@ def attention_planes_forward(x, projected, heads, y, attn):
             for r in range(rows):
                 _channel_sums(projected[r], x[n], start, count, terms, width)
                 scores[r, start:start + count] = terms[0, :count]
-        acc, products = np.empty(LANES, np.float64), np.empty(length, np.float64)
+        acc = np.empty(LANES, np.float64)
         for r in range(rows):
             _softmax(scores[r], acc)
         for c in range(n_chan):
             for m in range(rows // heads):
-                y[n, m, c] = _lane_dot(scores[m * heads + c // d], x[n, c], acc, products)
+                y[n, m, c] = _lane_dot(scores[m * heads + c // d], x[n, c])
 
 
 @parallel_kernel
@@ -238,8 +237,7 @@ def attention_planes_backward(x, dy, projected, attn, heads, dx, partials):
                     block = slice(h * d, (h + 1) * d)
                     _channel_sums(dy[n, m, block], x[n, block], start, count, terms, width)
                     grad[m * heads + h, start:start + count] = terms[0, :count]
-        acc, products = np.empty(LANES, np.float64), np.empty(length, np.float64)
-        _scores_gradient(weights, grad, acc, products)
+        _scores_gradient(weights, grad)
         total = np.empty(length, np.float64)
         for c in range(n_chan):
             total[:] = 0.0
@@ -255,7 +253,7 @@ def attention_planes_backward(x, dy, projected, attn, heads, dx, partials):
             for i in range(length):
                 out[uint64(i)] = total[uint64(i)]
             for r in range(rows):
-                partials[n, r, c] = _lane_dot(grad[r], x[n, c], acc, products)
+                partials[n, r, c] = _lane_dot(grad[r], x[n, c])
 
 
 @parallel_kernel
@@ -276,8 +274,8 @@ def attention_pixels_backward(x, dy, projected, attn, heads, dx, partials):
                         terms[uint64(t)] = (np.float64(dy[n, m, h * d + t])
                                             * np.float64(features[uint64(h * d + t)]))
                     grad[m * heads + h, i] = _pairwise(terms, width)
-        acc, products = np.empty(LANES, np.float64), np.empty(length, np.float64)
-        _scores_gradient(weights, grad, acc, products)
+        _scores_gradient(weights, grad)
+        acc = np.empty(LANES, np.float64)
         total = np.empty(n_chan, np.float64)
         sums = np.zeros((LANES, rows, n_chan), np.float64)
         for i in range(length):

@@ -536,3 +536,50 @@ def prefetch(typingctx, xf, begin, count):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def lane_dot(typingctx, a, b, lanes):
+    """``sum_l a[l] * b[l]`` over the whole of ``a`` (float64) and ``b`` (float32,
+    widened, or float64), in ``lanes.ndim`` lanes (a compile-time constant, a power of
+    2): lane ``k`` adds the products ``l = k mod lanes`` in increasing ``l`` from +0,
+    then the lanes are added by halving (lane ``k`` += lane ``k + h`` for ``h =
+    lanes/2, ..., 1``). The sum that a loop of the same order gives, which LLVM left
+    scalar: one vector of lanes, no fast-math, so the same roundings. The products past
+    the last whole group go to lanes 0, 1, ... one by one."""
+    count = lanes.ndim if isinstance(lanes, types.Array) else 0
+    if not (_contiguous_1d(a, types.float64) and _contiguous_1d(b)
+            and b.dtype in (types.float32, types.float64) and count & (count - 1) == 0):
+        return None
+    sig = types.float64(a, b, lanes)
+
+    def codegen(context, builder, signature, args):
+        a_data, b_data, _ = _arguments(context, builder, signature, args)
+        length = builder.extract_value(context.make_array(a)(context, builder, args[0]).shape, 0)
+        f64, i64, i32 = ir.DoubleType(), ir.IntType(64), ir.IntType(32)
+        b_type = context.get_value_type(b.dtype)
+
+        def products(index, width):
+            pa = _load(context, builder, a_data, index, f64, width)
+            pb = _load(context, builder, b_data, index, b_type, width)
+            return builder.fmul(pa, pb if b_type == f64 else builder.fpext(pb, pa.type))
+
+        full = builder.sub(length, builder.srem(length, i64(count)))
+        acc = cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(f64, count),
+                                                             [0.0] * count))
+        with cgutils.for_range_slice(builder, i64(0), full, i64(count), inc=True) as (at, _):
+            builder.store(builder.fadd(builder.load(acc), products(at, count)), acc)
+        with cgutils.for_range_slice(builder, full, length, i64(1), inc=True) as (at, _):
+            lane, total = builder.trunc(builder.sub(at, full), i32), builder.load(acc)
+            added = builder.fadd(builder.extract_element(total, lane),
+                                 builder.extract_element(products(at, 1), i32(0)))
+            builder.store(builder.insert_element(total, added, lane), acc)
+        total, half = builder.load(acc), count // 2
+        while half >= 1:
+            total = builder.fadd(builder.shuffle_vector(total, total, _lanes(range(half))),
+                                 builder.shuffle_vector(total, total,
+                                                        _lanes(range(half, 2 * half))))
+            half //= 2
+        return builder.extract_element(total, i32(0))
+
+    return sig, codegen
