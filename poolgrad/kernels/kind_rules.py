@@ -504,7 +504,7 @@ def _positions_outer(kernel, forward: bool):
     if forward:
         return lambda plan: lambda x, eps, p, whole, y, copy=None: kernel(
             x.transpose(0, 2, 1), eps, p, whole, y,
-            None if copy is None else copy.transpose(0, 2, 1))
+            _no_copy(x) if copy is None else copy.transpose(0, 2, 1))
     return lambda plan: lambda x, y, dy, eps, p, whole, with_dp, dx, terms: kernel(
         x.transpose(0, 2, 1), y, dy, eps, p, whole, with_dp, dx.transpose(0, 2, 1), terms)
 

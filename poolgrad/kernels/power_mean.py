@@ -143,8 +143,9 @@ def gem_global_forward_planes(x, eps, p, whole, y, copy):
 
 @parallel_kernel
 def gem_global_forward_channels_last(x, eps, p, whole, y, copy):
-    """``x`` the ``(N, L, C)`` view of a channels-last array; ``copy`` (or None, else
-    stored as ``x``) gets each position's channels once they are summed."""
+    """``x`` the ``(N, L, C)`` view of a channels-last array; ``copy`` (stored as
+    ``x``, or an empty array: no copy, one compiled kernel for both calls) gets each
+    position's channels once they are summed."""
     n_batch, length, n_chan = x.shape
     for n in prange(n_batch):
         acc = np.zeros((LANES, n_chan), np.float64)
@@ -153,7 +154,7 @@ def gem_global_forward_channels_last(x, eps, p, whole, y, copy):
             for c in range(n_chan):
                 z = clamped(np.float64(row[uint64(c)]), eps)
                 lane[uint64(c)] += raised(z, p, whole)
-            if copy is not None:
+            if copy.size != 0:
                 copy_row(row, copy[n, i])
         lanes = np.empty(LANES, np.float64)
         for c in range(n_chan):
