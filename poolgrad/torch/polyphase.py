@@ -18,6 +18,7 @@ from .. import geometry
 from ..engines.polyphase import NORMS
 from . import _kind_ops as kind_ops
 from ._autograd import call
+from ._ops import is_channels_last
 from .kinds import kind_input, max_blur_pool, seeded_generator
 from .onnx import refuse_export
 
@@ -97,10 +98,7 @@ def max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", pha
     refuse_export("max_aps_pool cannot be exported yet: its choice of phase has no ONNX "
                   "form in poolgrad.torch.onnx")
     kernel = geometry.per_dim(kernel_size, ndim, "kernel_size")
-    pads = []
-    for k in reversed(kernel):  # F.pad lists the last dim first
-        pads += [(k - 1) // 2, k - 1 - (k - 1) // 2]
-    padded = torch.nn.functional.pad(x, pads, mode="circular")
+    padded = _circular_pad(x, ndim, [((k - 1) // 2, k - 1 - (k - 1) // 2) for k in kernel])
     # max_blur_pool's stride-1 max map, a 1-tap blur without one (the core's max
     # pooling at stride 1 is the slower path for it, as in the NumPy operator)
     mapped = max_blur_pool(padded, kernel, 1, filter_size or 1, "circular")
@@ -108,6 +106,31 @@ def max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", pha
         phase = phase.reshape(1)
     return _unbatch(_aps(mapped, ndim, stride, norm, phase, return_indices), unbatched,
                     return_indices)
+
+
+def _circular_pad(x: Tensor, ndim: int, pads) -> Tensor:
+    """``x`` padded circularly, ``pads[i]`` = (before, after) along spatial dim ``i``,
+    stored as ``x`` is. F.pad writes a channels-last x contiguously (5.1 ms for a
+    32x64x56x56 float32 tensor against 1.8 for an NCHW one, and the kernels after it
+    then run NCHW), so a channels-last x is padded as its ``(N, 1, *spatial, C)`` view,
+    C a dim padded by nothing (1.1 ms); 3-d in two passes, as F.pad's circular mode
+    pads at most three dims."""
+    flat = [p for before, after in reversed(pads) for p in (before, after)]
+    if not is_channels_last(x):
+        return torch.nn.functional.pad(x, flat, mode="circular")
+    pixels = x.permute(0, *range(2, ndim + 2), 1)  # contiguous
+    if ndim == 2:
+        padded = torch.nn.functional.pad(pixels.unsqueeze(1), [0, 0] + flat,
+                                         mode="circular").squeeze(1)
+    else:  # (N, D, H, W, C): D on the (N, 1, D, H*W*C) view, then H and W
+        n, depth, height, width, channels = pixels.shape
+        padded = torch.nn.functional.pad(pixels.reshape(n, 1, depth, -1), [0, 0] + flat[4:],
+                                         mode="circular").reshape(n, -1, height, width,
+                                                                  channels)
+        padded = torch.nn.functional.pad(padded.reshape(-1, 1, height, width, channels),
+                                         [0, 0] + flat[:4], mode="circular").reshape(
+            n, padded.shape[1], height + sum(pads[1]), width + sum(pads[2]), channels)
+    return padded.permute(0, ndim + 1, *range(1, ndim + 1))
 
 
 class APSPool(nn.Module):
