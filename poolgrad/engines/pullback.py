@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .. import _inputs as inputs
+from ..kernels import dispatch
 
 
 class Pullback:
@@ -121,30 +122,20 @@ def routing(kernel, layout, plan, state):
 
 
 def circular_pad(x: np.ndarray, ndim: int, before, after) -> np.ndarray:
-    """``x`` padded circularly along its last ``ndim`` axes (``before[i]`` and
-    ``after[i]`` per axis), as PyTorch's ``padding_mode="circular"`` pads, stored in
-    x's memory order (channels-last stays channels-last; ``np.pad`` wrote C order,
-    11.4 ms for a 32x64x56x56 channels-last float32 array against 3.6 for an NCHW one):
-    x copied into the middle, then each axis's bands copied from the middle, in runs
-    of at most its length (a band may be longer)."""
-    lead = x.ndim - ndim
-    sizes = x.shape[lead:]
-    shape = x.shape[:lead] + tuple(n + b + a for n, b, a in zip(sizes, before, after,
-                                                                   strict=True))
+    """``x`` ``(N, C, *spatial)`` padded circularly along its ``ndim`` spatial axes
+    (``before[i]`` and ``after[i]`` per axis), as PyTorch's ``padding_mode="circular"``
+    pads, stored in x's memory order (channels-last stays channels-last). The copy is
+    the kernel dispatch's (``("circular", "pad")``): ``np.pad`` wrote C order, 11.4 ms
+    for a 32x64x56x56 channels-last float32 array, and its NCHW wrap took 3.5 ms."""
+    sizes = x.shape[2:]
+    shape = x.shape[:2] + tuple(n + b + a for n, b, a in zip(sizes, before, after,
+                                                            strict=True))
     order = sorted(range(x.ndim), key=lambda axis: -x.strides[axis])  # outermost first
     padded = np.empty([shape[axis] for axis in order], x.dtype).transpose(np.argsort(order))
-    padded[(slice(None),) * lead + tuple(slice(b, b + n) for b, n in zip(before, sizes,
-                                                                        strict=True))] = x
-    for axis, (b, n) in enumerate(zip(before, sizes, strict=True), start=lead):
-        lead_slices = (slice(None),) * axis
-        for start, end in ((0, b), (b + n, shape[axis])):
-            position = start
-            while position < end:
-                source = (position - b) % n
-                count = min(n - source, end - position)
-                padded[lead_slices + (slice(position, position + count),)] = padded[
-                    lead_slices + (slice(b + source, b + source + count),)]
-                position += count
+    five = (slice(None),) * 2 + (None,) * (3 - ndim)
+    front = (0,) * (3 - ndim) + tuple(before)
+    operand = dispatch.operand(x[five])
+    dispatch.choose("circular", "pad", None, operand)(x[five], front, padded[five])
     return padded
 
 

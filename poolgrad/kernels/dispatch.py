@@ -55,6 +55,8 @@ Run signatures (one per op and direction)::
                                                y (N, C); copy as for "gem";
     ("gem_global", "backward")  run(x, y, dy, eps, p, whole, with_dp, dx, terms)  plan
                                                None
+    ("circular", "pad")    run(x, before, padded)  5-d, stored alike; before: per axis;
+                                               plan None
 
 This is the NumPy (CPU) backend's dispatch. The CUDA backend's, for torch tensors, is
 :mod:`poolgrad.torch.triton.dispatch`, beside the code that uses it, with the same

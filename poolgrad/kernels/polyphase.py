@@ -266,3 +266,19 @@ def phase_scatter_channels_last(dy, steps, phases, dx):
                     target = dx[n, :, xd, xh, _wrapped(e + k * steps[2], width)]
                     for c in range(n_chan):
                         target[c] = source[c]
+
+
+@parallel_kernel
+def circular_pad_rows(x, rows_from, runs, padded):
+    """``padded`` := ``x`` padded circularly, both as 2-d C-contiguous arrays of rows
+    (the NCHW planes' rows, or a channels-last array's rows of pixels): output row
+    ``i`` is copied from row ``rows_from[i]`` of ``x`` in ``runs`` ``(K, 3)``, each
+    ``(at, start, length)``: ``padded[i, at:at + length] = x[rows_from[i],
+    start:start + length]``. The runs along W are the same for every row, and the
+    caller computes both tables once per call."""
+    for row in prange(padded.shape[0]):
+        target, source = padded[row], x[rows_from[row]]
+        for run in range(runs.shape[0]):
+            at, start, length = runs[run, 0], runs[run, 1], runs[run, 2]
+            for k in range(length):
+                target[at + k] = source[start + k]
