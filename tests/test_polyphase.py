@@ -367,9 +367,9 @@ def test_the_circular_pad_is_numpys_wrap_in_the_inputs_layout(before, after, siz
     expected = np.pad(x, [(0, 0)] * 2 + list(zip(before, after, strict=True)), mode="wrap")
     five = (slice(None), slice(None)) + (None,) * (3 - ndim)
     # the kernel for NCHW and channels-last float32/64; slices for float16 and others
-    for stored, kernel in ((x, "polyphase.circular_pad_rows"),
-                           (channels_last(x), "polyphase.circular_pad_rows"),
-                           (channels_last(x).astype(np.float32), "polyphase.circular_pad_rows"),
+    for stored, kernel in ((x, "layouts.circular_pad_rows"),
+                           (channels_last(x), "layouts.circular_pad_rows"),
+                           (channels_last(x).astype(np.float32), "layouts.circular_pad_rows"),
                            (x.astype(np.float16), "numpy.slices"),
                            (np.flip(x, axis=1), "numpy.slices")):
         operand = dispatch.operand(stored[five])

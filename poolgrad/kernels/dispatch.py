@@ -70,7 +70,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import blocks, gather_rows, kind_rules, row_passes, sum_pool, tiled
+from . import blocks, gather_rows, kind_rules, layouts, row_passes, sum_pool, tiled
 from . import channels_last as cl
 from . import max_pool as general_max
 from . import unpool as unpool_kernels
@@ -476,6 +476,10 @@ _RULES = {
               operand.layout == "nchw", _global_avg_back)] + _AVG_BACKWARD,
     ("lp", "forward"): [_Rule("sum_pool.lp_pool_forward", _always, _lp)],
     ("lp", "backward"): [_Rule("sum_pool.lp_pool_backward", _always, _lp_back)],
+    ("circular", "pad"): [
+        _Rule("layouts.circular_pad_rows", layouts.pads_by_rows,
+              lambda plan: layouts.circular_pad),
+        _Rule("numpy.slices", _always, lambda plan: layouts.circular_pad_by_slices)],
     ("unpool", "forward"): [_Rule("unpool.max_unpool_forward", _always, _unpool)],
     ("unpool", "backward"): [_Rule("unpool.max_unpool_backward", _always, _unpool_back)],
 }

@@ -2,10 +2,10 @@
 pooling (:mod:`.blur`), the weighted window averages (:mod:`.weighted`), the blends
 of maximum and mean (:mod:`.blend`: mixed and gated pooling), attention pooling
 (:mod:`.attention`, on ``(N, C, L)`` views, as global GeM), fractional
-max pooling (:mod:`.fractional`, whose windows come with each call) and GeM
+max pooling (:mod:`.fractional`, whose windows come with each call), GeM
 (:mod:`.power_mean`: global on ``(N, C, L)`` views, channels innermost or planes, and
-over sliding windows). Each has one kernel per pass and layout; the run signatures are
-in :mod:`.dispatch`."""
+over sliding windows) and adaptive polyphase sampling (:mod:`.polyphase`). Each has one
+kernel per pass and layout; the run signatures are in :mod:`.dispatch`."""
 
 from __future__ import annotations
 
@@ -457,74 +457,6 @@ def _fractional_on_planes(plan):
     return run
 
 
-# a channels-last APS task's channels where there are too few examples to share out
-# whole, and the most columns (W x channels) a whole example's task keeps
-_APS_CHANNEL_BLOCK = 64
-_APS_COLUMNS = 2**16
-
-
-def _phase_norms_channels_last(x, steps, norm, partials):
-    """Bind ``phase_norms_channels_last`` to the ``(N, D, H, W, C)`` view of ``x``: a
-    task per example (its rows one flat loop each) where there are examples enough for
-    every thread twice and their columns are at most ``_APS_COLUMNS``, else per block of
-    ``_APS_CHANNEL_BLOCK`` channels. The bits are the same either way."""
-    n_batch, n_chan, width = x.shape[0], x.shape[1], x.shape[4]
-    whole = n_batch >= 2 * numba.get_num_threads() and width * n_chan <= _APS_COLUMNS
-    polyphase.phase_norms_channels_last(x.transpose(0, 2, 3, 4, 1), steps, norm,
-                                        n_chan if whole else _APS_CHANNEL_BLOCK, partials)
-
-
-def _rows_to_pad(plan, operand, record):
-    """An NCHW or channels-last float array: rows the pad kernel copies whole."""
-    return operand.layout in ("nchw", "channels_last") and operand.dtype.kind == "f" and (
-        operand.dtype.itemsize >= 4)
-
-
-def _circular_pad_rows(x, before, padded):
-    """Bind ``circular_pad_rows`` to 5-d ``x`` and ``padded`` stored alike: NCHW as
-    rows of W, channels-last as rows of W pixels of C, with the tables of which row
-    and which runs of a row each output row copies."""
-    if x.size == 0:  # nothing to copy
-        return
-    if x.flags.c_contiguous:
-        outer, inner = x.shape[0] * x.shape[1], 1
-        (depth, height, width), (out_d, out_h, out_w) = x.shape[2:], padded.shape[2:]
-    else:  # channels-last: its (N, D, H, W, C) views
-        x, padded = x.transpose(0, 2, 3, 4, 1), padded.transpose(0, 2, 3, 4, 1)
-        outer, inner = x.shape[0], x.shape[4]
-        (depth, height, width), (out_d, out_h, out_w) = x.shape[1:4], padded.shape[1:4]
-    d_from = (np.arange(out_d) - before[0]) % depth
-    h_from = (np.arange(out_h) - before[1]) % height
-    rows_from = ((np.arange(outer)[:, None, None] * depth + d_from[:, None]) * height
-                 + h_from).ravel()
-    runs, position = [], 0
-    while position < out_w:
-        start = (position - before[2]) % width
-        length = min(width - start, out_w - position)
-        runs.append((position * inner, start * inner, length * inner))
-        position += length
-    polyphase.circular_pad_rows(x.reshape(-1, width * inner), rows_from,
-                                np.array(runs, np.int64), padded.reshape(-1, out_w * inner))
-
-
-def _pad_by_slices(x, before, padded):
-    """Any other array: x copied into the middle, then each axis's bands from the
-    middle, in runs of at most its length."""
-    sizes = x.shape[2:]
-    padded[(slice(None),) * 2 + tuple(slice(b, b + n) for b, n in zip(before, sizes,
-                                                                     strict=True))] = x
-    for axis, (b, n) in enumerate(zip(before, sizes, strict=True), start=2):
-        lead = (slice(None),) * axis
-        for start, end in ((0, b), (b + n, padded.shape[axis])):
-            position = start
-            while position < end:
-                source = (position - b) % n
-                count = min(n - source, end - position)
-                padded[lead + (slice(position, position + count),)] = padded[
-                    lead + (slice(b + source, b + source + count),)]
-                position += count
-
-
 def _bound(kernel):
     return lambda plan: kernel
 
@@ -648,12 +580,9 @@ RULES = {
                                       _bound(fractional.fractional_max_backward))],
     ("fractional", "indices"): [Rule("fractional.fractional_max_indices", always,
                                      _bound(fractional.fractional_max_indices))],
-    ("circular", "pad"): [
-        Rule("polyphase.circular_pad_rows", _rows_to_pad, lambda plan: _circular_pad_rows),
-        Rule("numpy.slices", always, lambda plan: _pad_by_slices)],
     ("polyphase", "norms"): [
         Rule("polyphase.phase_norms_channels_last", _channels_innermost,
-             lambda plan: _phase_norms_channels_last),
+             lambda plan: polyphase.phase_norms_pixels),
         Rule("polyphase.phase_norms", always, _bound(polyphase.phase_norms))],
     ("polyphase", "gather"): [
         Rule("polyphase.phase_gather_channels_last", _channels_innermost,

@@ -1,5 +1,6 @@
 """Copies between the channels-last layout and planes, for the kernels that run on
-``(N * C, D, H, W)`` planes (anti-aliased pooling's chain, fractional max pooling).
+``(N * C, D, H, W)`` planes (anti-aliased pooling's chain, fractional max pooling), and
+circular padding in either layout (:func:`circular_pad`).
 
 A channels-last 5-d array ``(N, C, D, H, W)`` is ``(N, L, C)`` in memory, and its planes
 are ``(N, C, L)``: the copy either way is a batch of 2-d transposes.
@@ -63,3 +64,73 @@ def store_planes(out: np.ndarray, planes: np.ndarray) -> None:
         transpose_batches(planes.reshape(out.shape[0], out.shape[1], -1), _as_batches(out))
     else:
         np.copyto(out, planes.reshape(out.shape))
+
+
+@parallel_kernel
+def circular_pad_rows(x, rows_from, runs, padded):
+    """``padded`` := ``x`` padded circularly, both as 2-d C-contiguous arrays of rows
+    (the NCHW planes' rows, or a channels-last array's rows of pixels): output row
+    ``i`` is copied from row ``rows_from[i]`` of ``x`` in ``runs`` ``(K, 3)``, each
+    ``(at, start, length)``: ``padded[i, at:at + length] = x[rows_from[i],
+    start:start + length]``. The runs along W are the same for every row."""
+    for row in prange(padded.shape[0]):
+        target, source = padded[row], x[rows_from[row]]
+        for run in range(runs.shape[0]):
+            at, start, length = runs[run, 0], runs[run, 1], runs[run, 2]
+            for k in range(length):
+                target[at + k] = source[start + k]
+
+
+def pads_by_rows(plan, operand, record) -> bool:
+    """Whether :func:`circular_pad` serves: an NCHW or channels-last float32/64 array."""
+    return operand.layout in ("nchw", "channels_last") and operand.dtype.kind == "f" and (
+        operand.dtype.itemsize >= 4)
+
+
+def _runs(length: int, before: int, padded_length: int) -> list[tuple[int, int, int]]:
+    """``(at, start, count)``: the padded positions ``at:at + count`` copy the source's
+    ``start:start + count``, in order (a band may wrap more than once)."""
+    runs, position = [], 0
+    while position < padded_length:
+        start = (position - before) % length
+        count = min(length - start, padded_length - position)
+        runs.append((position, start, count))
+        position += count
+    return runs
+
+
+def circular_pad(x, before, padded):
+    """``padded`` := the 5-d ``x`` padded circularly along D, H and W (``before`` of
+    each ahead of it), both stored alike: :func:`circular_pad_rows` on the NCHW planes'
+    rows of W, or a channels-last array's rows of W pixels of C, with the tables of
+    which row and which runs of it each output row copies."""
+    if x.size == 0:  # nothing to copy
+        return
+    if x.flags.c_contiguous:
+        outer, inner = x.shape[0] * x.shape[1], 1
+        (depth, height, width), (out_d, out_h, out_w) = x.shape[2:], padded.shape[2:]
+    else:  # channels-last: its (N, D, H, W, C) views
+        x, padded = x.transpose(0, 2, 3, 4, 1), padded.transpose(0, 2, 3, 4, 1)
+        outer, inner = x.shape[0], x.shape[4]
+        (depth, height, width), (out_d, out_h, out_w) = x.shape[1:4], padded.shape[1:4]
+    d_from = (np.arange(out_d) - before[0]) % depth
+    h_from = (np.arange(out_h) - before[1]) % height
+    rows_from = ((np.arange(outer)[:, None, None] * depth + d_from[:, None]) * height
+                 + h_from).ravel()
+    runs = np.array(_runs(width, before[2], out_w), np.int64) * inner
+    circular_pad_rows(x.reshape(-1, width * inner), rows_from, runs,
+                      padded.reshape(-1, out_w * inner))
+
+
+def circular_pad_by_slices(x, before, padded):
+    """:func:`circular_pad` for any other array: x copied into the middle, then each
+    axis's bands from the middle, in the runs of :func:`_runs`."""
+    sizes = x.shape[2:]
+    padded[(slice(None),) * 2 + tuple(slice(b, b + n) for b, n in zip(before, sizes,
+                                                                     strict=True))] = x
+    for axis, (b, n) in enumerate(zip(before, sizes, strict=True), start=2):
+        lead = (slice(None),) * axis
+        for at, start, count in _runs(n, b, padded.shape[axis]):
+            if not b <= at < b + n:  # the middle is x already
+                padded[lead + (slice(at, at + count),)] = padded[
+                    lead + (slice(b + start, b + start + count),)]

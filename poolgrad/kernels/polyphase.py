@@ -25,6 +25,7 @@ runs on one thread, so the caller, which adds the planes in channel order, gets 
 same bits at any thread count and in either layout.
 """
 
+import numba
 import numpy as np
 from numba import prange
 
@@ -195,6 +196,28 @@ def phase_scatter(dy, steps, phases, dx):
                     row[_wrapped(e + k * steps[2], width)] = source[k]
 
 
+# a channels-last task's channels where there are too few examples to share out whole,
+# and the most columns (W x channels) a whole example's task keeps
+CHANNEL_BLOCK = 64
+MOST_COLUMNS = 2**16
+
+
+def channels_per_task(n_batch: int, n_chan: int, width: int, threads: int) -> int:
+    """The ``block`` of :func:`phase_norms_channels_last`: a whole example (its rows
+    each one flat loop) where there are examples enough for every thread twice and
+    their columns are at most :data:`MOST_COLUMNS`, else :data:`CHANNEL_BLOCK`. The
+    bits are the same either way."""
+    whole = n_batch >= 2 * threads and width * n_chan <= MOST_COLUMNS
+    return n_chan if whole else CHANNEL_BLOCK
+
+
+def phase_norms_pixels(x, steps, norm, partials):
+    """:func:`phase_norms_channels_last` on the ``(N, D, H, W, C)`` view of the 5-d
+    channels-last ``x``, its tasks' channels from :func:`channels_per_task`."""
+    phase_norms_channels_last(x.transpose(0, 2, 3, 4, 1), steps, norm, channels_per_task(
+        x.shape[0], x.shape[1], x.shape[4], numba.get_num_threads()), partials)
+
+
 @parallel_kernel
 def phase_norms_channels_last(x, steps, norm, block, partials):
     """:func:`phase_norms` for ``x`` the ``(N, D, H, W, C)`` view of a channels-last
@@ -267,18 +290,3 @@ def phase_scatter_channels_last(dy, steps, phases, dx):
                     for c in range(n_chan):
                         target[c] = source[c]
 
-
-@parallel_kernel
-def circular_pad_rows(x, rows_from, runs, padded):
-    """``padded`` := ``x`` padded circularly, both as 2-d C-contiguous arrays of rows
-    (the NCHW planes' rows, or a channels-last array's rows of pixels): output row
-    ``i`` is copied from row ``rows_from[i]`` of ``x`` in ``runs`` ``(K, 3)``, each
-    ``(at, start, length)``: ``padded[i, at:at + length] = x[rows_from[i],
-    start:start + length]``. The runs along W are the same for every row, and the
-    caller computes both tables once per call."""
-    for row in prange(padded.shape[0]):
-        target, source = padded[row], x[rows_from[row]]
-        for run in range(runs.shape[0]):
-            at, start, length = runs[run, 0], runs[run, 1], runs[run, 2]
-            for k in range(length):
-                target[at + k] = source[start + k]
