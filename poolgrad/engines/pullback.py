@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from .. import _inputs as inputs
-from ..kernels import dispatch
+from ..kernels import dispatch, layouts
 
 
 class Pullback:
@@ -149,16 +149,11 @@ def fold_circular(dpad: np.ndarray, ndim: int, before, sizes) -> np.ndarray:
     for axis, (start, length) in enumerate(zip(before, sizes, strict=True)):
         axis += dx.ndim - ndim
         lead = (slice(None),) * axis
-        runs, position = [], 0
-        while position < dx.shape[axis]:
-            target = (position - start) % length
-            count = min(length - target, dx.shape[axis] - position)
-            runs.append((target, position, count))
-            position += count
+        runs = layouts.circular_runs(length, start, dx.shape[axis])  # (position, target, count)
         whole = next(run for run in runs if run[2] == length)  # the padding is short
-        folded = dx[lead + (slice(whole[1], whole[1] + length),)].copy()
-        for target, position, count in runs:
-            if (target, position, count) != whole:
+        folded = dx[lead + (slice(whole[0], whole[0] + length),)].copy()
+        for position, target, count in runs:
+            if (position, target, count) != whole:
                 folded[lead + (slice(target, target + count),)] += dx[
                     lead + (slice(position, position + count),)]
         dx = folded

@@ -87,9 +87,10 @@ def pads_by_rows(plan, operand, record) -> bool:
         operand.dtype.itemsize >= 4)
 
 
-def _runs(length: int, before: int, padded_length: int) -> list[tuple[int, int, int]]:
+def circular_runs(length: int, before: int, padded_length: int) -> list[tuple[int, int, int]]:
     """``(at, start, count)``: the padded positions ``at:at + count`` copy the source's
-    ``start:start + count``, in order (a band may wrap more than once)."""
+    ``start:start + count``, in order (a band may wrap more than once); the padding
+    ``before`` comes ahead of the source's ``length``. The middle is one run."""
     runs, position = [], 0
     while position < padded_length:
         start = (position - before) % length
@@ -117,20 +118,20 @@ def circular_pad(x, before, padded):
     h_from = (np.arange(out_h) - before[1]) % height
     rows_from = ((np.arange(outer)[:, None, None] * depth + d_from[:, None]) * height
                  + h_from).ravel()
-    runs = np.array(_runs(width, before[2], out_w), np.int64) * inner
+    runs = np.array(circular_runs(width, before[2], out_w), np.int64) * inner
     circular_pad_rows(x.reshape(-1, width * inner), rows_from, runs,
                       padded.reshape(-1, out_w * inner))
 
 
 def circular_pad_by_slices(x, before, padded):
     """:func:`circular_pad` for any other array: x copied into the middle, then each
-    axis's bands from the middle, in the runs of :func:`_runs`."""
+    axis's bands from the middle, in the runs of :func:`circular_runs`."""
     sizes = x.shape[2:]
     padded[(slice(None),) * 2 + tuple(slice(b, b + n) for b, n in zip(before, sizes,
                                                                      strict=True))] = x
     for axis, (b, n) in enumerate(zip(before, sizes, strict=True), start=2):
         lead = (slice(None),) * axis
-        for at, start, count in _runs(n, b, padded.shape[axis]):
+        for at, start, count in circular_runs(n, b, padded.shape[axis]):
             if not b <= at < b + n:  # the middle is x already
                 padded[lead + (slice(at, at + count),)] = padded[
                     lead + (slice(b + start, b + start + count),)]

@@ -85,22 +85,12 @@ def _add_row(row, norm, into):
 def _add_pixel_row(row, first, size, norm, into):
     """:func:`_add_row` for a channels-last row ``(W, C)``: ``into[w, c]`` folds in
     ``row[w, first + c]``, ``c < size``; a block of all the channels as one flat
-    loop."""
+    loop, else a pixel at a time."""
     if size == row.shape[1]:
         _add_row(row.reshape(row.size), norm, into.reshape(into.size))
         return
     for w in range(row.shape[0]):
-        pixel, column = row[w], into[w]
-        if norm == L2:
-            for c in range(size):
-                v = np.float64(pixel[first + c])
-                column[c] += v * v
-        elif norm == L1:
-            for c in range(size):
-                column[c] += abs(np.float64(pixel[first + c]))
-        else:
-            for c in range(size):
-                column[c] = _larger(abs(np.float64(pixel[first + c])), column[c])
+        _add_row(row[w, first:first + size], norm, into[w])
 
 
 @inlined
@@ -289,4 +279,3 @@ def phase_scatter_channels_last(dy, steps, phases, dx):
                     target = dx[n, :, xd, xh, _wrapped(e + k * steps[2], width)]
                     for c in range(n_chan):
                         target[c] = source[c]
-
