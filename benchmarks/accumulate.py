@@ -44,9 +44,10 @@ print(peaks[0] / 2**20)
 
 
 def weights(engine, folder):
+    path = f"{folder}/{checkpoints.CHECKPOINTS[engine]}"
     if engine == "numpy":
-        return checkpoints.load_numpy(f"{folder}/checkpoint.npz")[0]
-    state = checkpoints.load_torch(f"{folder}/checkpoint.pt")["model"]
+        return checkpoints.load_numpy(path)[0]
+    state = checkpoints.load_torch(path)["model"]
     return {key: value.numpy() for key, value in state.items()}
 
 

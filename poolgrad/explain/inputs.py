@@ -15,6 +15,13 @@ from .routing import ExplainError
 SOURCES = f"random, {', '.join(datasets.BUNDLED)}, a .npy file, or checkpoint:DIR"
 
 
+def test_indices(data, batch: int, seed: int) -> np.ndarray:
+    """The indices of ``batch`` test examples of ``data`` (all, if it has fewer), drawn
+    with ``seed`` without repeats: the examples every explain batch takes."""
+    return np.random.default_rng(seed).choice(len(data.y_test), size=min(batch, len(
+        data.y_test)), replace=False)
+
+
 def load_batch(source: str, batch: int = 16, seed: int = 0, channel: int = 0):
     """``(x, description, layer_settings)``: a batch of ``(N, H, W)`` or ``(N, L)`` maps
     from ``source`` (see :data:`SOURCES`); ``layer_settings`` is the checkpoint's pooling
@@ -26,7 +33,7 @@ def load_batch(source: str, batch: int = 16, seed: int = 0, channel: int = 0):
         return rng.standard_normal((batch, 6, 6)).round(2), f"{batch} random 6x6 maps", None
     if source in datasets.BUNDLED:
         data = datasets.load(source)
-        chosen = rng.choice(len(data.y_test), size=min(batch, len(data.y_test)), replace=False)
+        chosen = test_indices(data, batch, seed)
         x = data.x_test[chosen][:, 0]
         labels = " ".join(str(label) for label in data.y_test[chosen][:8])
         more = " ..." if len(chosen) > 8 else ""
@@ -80,8 +87,7 @@ def _checkpoint_batch(folder, batch, seed, channel):
         raise ExplainError(f"the model in {folder} has no max, avg or lp pooling layer "
                            f"(it was trained with --pool {settings['pool']})")
     layer = model.layers[pools[0]]
-    rng = np.random.default_rng(seed)
-    chosen = rng.choice(len(data.y_test), size=min(batch, len(data.y_test)), replace=False)
+    chosen = test_indices(data, batch, seed)
     features = nn.Sequential(*model.layers[:pools[0]]).eval().forward(data.x_test[chosen])
     if not 0 <= channel < features.shape[1]:
         raise ExplainError(f"channel must be in [0, {features.shape[1]}), got {channel}")

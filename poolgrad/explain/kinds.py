@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import kinds
 from ..autodiff import vjp
+from ..geometry import is_int
 from .routing import ExplainError
 
 WINDOW = 2  # 2-wide windows (or a 3-tap filter) with stride 2, as poolgrad train's menu
@@ -64,17 +65,6 @@ def _samples(x, seed):
     return np.random.default_rng(seed).random(x.shape[:2] + (2,))
 
 
-def fractional_windows(x: np.ndarray, seed: int) -> list:
-    """Per example, the fractional windows along H and along W: ``[(starts_h, starts_w)]``
-    (each window ``WINDOW`` long), from the draws the explained call used."""
-    from ..kinds.fractional import region_tables
-    spatial = x.shape[2:]
-    out = tuple(int(n * FRACTIONAL_RATIO) for n in spatial)
-    u = _samples(x, seed).reshape(-1, 2)
-    starts, _, _ = region_tables(spatial, (WINDOW, WINDOW), out, u, "pseudo_random", None)
-    return [(starts[n, -2, :out[0]], starts[n, -1, :out[1]]) for n in range(len(x))]
-
-
 def window_gradient(x: np.ndarray, kind: str, seed: int = 0, output=None) -> dict:
     """For ``(N, H, W)`` maps: ``kind`` pooled with 2-wide windows (see
     :data:`KIND_RULES`), and the gradient of one output (``output``, ``(i, j)``; default
@@ -97,8 +87,7 @@ def window_gradient(x: np.ndarray, kind: str, seed: int = 0, output=None) -> dic
     if output is None:
         output = tuple(n // 2 for n in out)
     if (not isinstance(output, (tuple, list)) or len(output) != 2
-            or not all(isinstance(o, (int, np.integer)) and not isinstance(o, bool)
-                       and 0 <= o < n for o, n in zip(output, out, strict=True))):
+            or not all(is_int(o) and 0 <= o < n for o, n in zip(output, out, strict=True))):
         raise ExplainError(f"output must be a position (i, j) of the {out[0]}x{out[1]} "
                            f"output, got {output!r}")
     output = tuple(int(o) for o in output)
@@ -108,8 +97,10 @@ def window_gradient(x: np.ndarray, kind: str, seed: int = 0, output=None) -> dic
     dx = dx[0] if isinstance(dx, tuple) else dx  # learned parameters' part aside
     numbers = {"kind": kind, "rule": rule, "x": x, "y": y[:, 0], "dx": dx[:, 0],
                "output": output, "seed": seed}
-    if kind == "fractional":
-        numbers["windows"] = fractional_windows(batch, seed)
+    if kind == "fractional":  # each example's window starts, as the pullback keeps them
+        starts = pullback.saved["starts"]
+        numbers["windows"] = [(starts[n, -2, :out[0]], starts[n, -1, :out[1]])
+                              for n in range(len(x))]
     if kind == "stochastic":  # the draw: each tap's probability, and the tap drawn
         i, j = (WINDOW * o for o in output)
         window = x[:, i:i + WINDOW, j:j + WINDOW]

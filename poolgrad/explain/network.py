@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import nn, ops, optim
+from .inputs import test_indices
 from .routing import ExplainError
 
 # the optimizers of the step that follows, with one learning rate, their running
@@ -240,8 +241,7 @@ def optimizer_steps(model: nn.Sequential, gradients: dict, warmup=(),
             holder, stepper = optimizer(name, state)
             holder.grads = dict(grads)
             stepper.step()
-            steps[name][route] = np.concatenate([np.ravel(holder.params[k] - weights[k])
-                                                 for k in weights])
+            steps[name][route] = _flat({k: holder.params[k] - weights[k] for k in weights})
     return steps
 
 
@@ -299,16 +299,14 @@ def swap_pooling(model: nn.Sequential, kind: str) -> nn.Sequential:
     for layer in model.layers:
         if isinstance(layer, (nn.MaxPool, nn.AvgPool)):
             options = {k: layer.options[k] for k in ("kernel_size", "stride", "padding")}
-            layer = nn.MaxPool(**options) if kind == "max" else nn.AvgPool(**options)
+            layer = nn.POOLING[kind](**options)
         layers.append(layer)
     return nn.Sequential(*layers)
 
 
 def test_batch(data, batch: int, seed: int):
     """``batch`` test examples drawn with ``seed`` (without repeats), and their labels."""
-    chosen = np.random.default_rng(seed).choice(len(data.y_test),
-                                                size=min(batch, len(data.y_test)),
-                                                replace=False)
+    chosen = test_indices(data, batch, seed)
     return data.x_test[chosen].astype(np.float64), data.y_test[chosen]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import ops
 from ..engines.pullback import circular_pad, fold_circular
-from ..geometry import output_length, per_dim
+from ..geometry import is_int, output_length, per_dim
 
 
 def _take_saved(owner, name: str, forward: str):
@@ -402,8 +402,7 @@ class SoftmaxCrossEntropy:
         examples instead of this batch's own: the batch's part of the mean over a larger
         step that it is one of (gradient accumulation, Caffe's ``iter_size``)."""
         size = len(getattr(self, "_labels", ()))
-        if count is not None and (not isinstance(count, (int, np.integer))
-                                  or isinstance(count, bool) or count < size):
+        if count is not None and (not is_int(count) or count < size):
             raise ValueError(f"count must be an integer >= the batch's {size} examples, "
                              f"got {count!r}")
         probs = _take_saved(self, "_probs", "a forward")
