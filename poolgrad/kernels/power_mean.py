@@ -93,7 +93,8 @@ def _plane_sum(row, eps, scale, p, whole, acc):
     """``sum (max(row, eps) * scale)^p`` over a contiguous plane, in the lanes of
     ``acc`` (the module docstring's order)."""
     length = row.shape[0]
-    acc[:] = 0.0
+    for k in range(LANES):  # a loop: a slice assignment is slower outside a prange
+        acc[k] = 0.0
     full = length - length % LANES
     for start in range(0, full, LANES):
         for k in range(LANES):
@@ -128,17 +129,26 @@ def gem_global_forward_planes(x, eps, p, whole, y, copy):
     both calls."""
     n_batch, n_chan, length = x.shape
     for plane in prange(n_batch * n_chan):
-        n, c = plane // n_chan, plane % n_chan
-        acc = np.empty(LANES, np.float64)
-        total = _plane_sum(x[n, c], eps, 1.0, p, whole, acc)
-        if copy.size != 0:
-            copy_row(x[n, c], copy[n, c])
-        if _in_range(total):
-            y[n, c] = root(total / length, p, whole, y.itemsize == 8)
-        else:
-            largest = _largest(x[n, c], eps)
-            total = _plane_sum(x[n, c], eps, 1.0 / largest, p, whole, acc)
-            y[n, c] = largest * root(total / length, p, whole, y.itemsize == 8)
+        # the body as a call (index cast: one signature): Numba's parallel passes copy
+        # a body over and over, and inlined, this one doubled the compile time
+        _gem_global_forward_planes_plane(x, eps, p, whole, y, copy, n_chan, length,
+                                         np.int64(plane))
+
+
+@jit()
+def _gem_global_forward_planes_plane(x, eps, p, whole, y, copy, n_chan, length, plane):
+    """One ``plane`` of :func:`gem_global_forward_planes` (its parallel loop's body)."""
+    n, c = plane // n_chan, plane % n_chan
+    acc = np.empty(LANES, np.float64)
+    total = _plane_sum(x[n, c], eps, 1.0, p, whole, acc)
+    if copy.size != 0:
+        copy_row(x[n, c], copy[n, c])
+    if _in_range(total):
+        y[n, c] = root(total / length, p, whole, y.itemsize == 8)
+    else:
+        largest = _largest(x[n, c], eps)
+        total = _plane_sum(x[n, c], eps, 1.0 / largest, p, whole, acc)
+        y[n, c] = largest * root(total / length, p, whole, y.itemsize == 8)
 
 
 @parallel_kernel
@@ -147,26 +157,34 @@ def gem_global_forward_channels_last(x, eps, p, whole, y, copy):
     ``x``, or an empty array: no copy, one compiled kernel for both calls) gets each
     position's channels once they are summed."""
     n_batch, length, n_chan = x.shape
-    for n in prange(n_batch):
-        acc = np.zeros((LANES, n_chan), np.float64)
-        for i in range(length):
-            lane, row = acc[i % LANES], x[n, i]
-            for c in range(n_chan):
-                z = clamped(np.float64(row[uint64(c)]), eps)
-                lane[uint64(c)] += raised(z, p, whole)
-            if copy.size != 0:
-                copy_row(row, copy[n, i])
-        lanes = np.empty(LANES, np.float64)
+    for n in prange(n_batch):  # the body as a call, as in gem_global_forward_planes
+        _gem_global_forward_channels_last_n(x, eps, p, whole, y, copy, length, n_chan,
+                                            np.int64(n))
+
+
+@jit()
+def _gem_global_forward_channels_last_n(x, eps, p, whole, y, copy, length, n_chan, n):
+    """One ``n`` of :func:`gem_global_forward_channels_last` (its parallel loop's body)."""
+    acc = np.zeros((LANES, n_chan), np.float64)
+    for i in range(length):
+        lane, row = acc[i % LANES], x[n, i]
         for c in range(n_chan):
-            lanes[:] = acc[:, c]
-            total = _halved(lanes)
-            if _in_range(total):
-                y[n, c] = root(total / length, p, whole, y.itemsize == 8)
-                continue
-            column = np.ascontiguousarray(x[n, :, c])
-            largest = _largest(column, eps)
-            total = _plane_sum(column, eps, 1.0 / largest, p, whole, lanes)
-            y[n, c] = largest * root(total / length, p, whole, y.itemsize == 8)
+            z = clamped(np.float64(row[uint64(c)]), eps)
+            lane[uint64(c)] += raised(z, p, whole)
+        if copy.size != 0:
+            copy_row(row, copy[n, i])
+    lanes = np.empty(LANES, np.float64)
+    for c in range(n_chan):
+        for k in range(LANES):
+            lanes[k] = acc[k, c]
+        total = _halved(lanes)
+        if _in_range(total):
+            y[n, c] = root(total / length, p, whole, y.itemsize == 8)
+            continue
+        column = np.ascontiguousarray(x[n, :, c])
+        largest = _largest(column, eps)
+        total = _plane_sum(column, eps, 1.0 / largest, p, whole, lanes)
+        y[n, c] = largest * root(total / length, p, whole, y.itemsize == 8)
 
 
 @inlined
