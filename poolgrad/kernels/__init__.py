@@ -45,7 +45,10 @@ import functools
 import numba
 import numpy as np
 
+from . import compile_speed
 from .disk_cache import ProcessSafeCache
+
+compile_speed.install()  # before any kernel compiles
 
 # Set in one place. Never "nnan"/"ninf": max pooling must see and propagate NaN and
 # -inf. No "reassoc" (sums keep their order) and no "contract" (no fused multiply-add,

@@ -1,0 +1,114 @@
+"""poolgrad.kernels.compile_speed: the faster deepcopy returns what copy.deepcopy returns,
+and Numba compiles the same machine code with it."""
+
+import copy
+import random
+import re
+
+import numba
+import numpy as np
+import pytest
+from numba.core import ir_utils
+
+import poolgrad.kernels  # noqa: F401  (installs the faster deepcopy)
+from poolgrad.kernels import compile_speed
+
+
+def _table(rng: random.Random, blocks: int, names: int) -> dict:
+    """A copy-propagation table: block labels to sets of (name, name) copies."""
+    pool = [f"v{i}.{j}" for i in range(names) for j in range(2)]
+    return {label: {(rng.choice(pool), rng.choice(pool)) for _ in range(rng.randrange(8))}
+            for label in range(blocks)}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_table_copies_as_deepcopy_copies_it(seed):
+    table = _table(random.Random(seed), 40, 30)
+    table["names"] = {"a", ("b", "c")}  # str keys and bare names too
+    copied = compile_speed.deepcopy(table)
+    assert copied == copy.deepcopy(table)
+    assert list(copied) == list(table)  # the same key order
+    for key, items in table.items():
+        assert copied[key] is not items  # new sets: the copy's changes stay its own
+        copied[key].add(("new", "copy"))
+        assert ("new", "copy") not in items
+
+
+def test_a_set_under_two_keys_is_copied_once_as_deepcopy_copies_it():
+    shared = {("a", "b")}
+    copied = compile_speed.deepcopy({1: shared, 2: shared, 3: {("c", "d")}})
+    expected = copy.deepcopy({1: shared, 2: shared, 3: {("c", "d")}})
+    assert (copied[1] is copied[2]) and (expected[1] is expected[2])
+    assert copied[1] is not shared and copied == expected
+
+
+class _Mutable:
+    def __init__(self, value):
+        self.value = value
+
+
+@pytest.mark.parametrize("value", [
+    {1: [("a", "b")]},  # not a set
+    {1: {("a", 2)}},  # a tuple of something other than names
+    {1: {_Mutable(3)}},  # an object deepcopy copies
+    {(1, 2): {"a"}},  # a tuple key
+    [{"a"}],  # not a dict
+])
+def test_anything_else_is_deepcopy(value):
+    copied = compile_speed.deepcopy(value)
+    assert type(copied) is type(value)
+    if isinstance(value, dict) and any(isinstance(i, _Mutable) for i in value.get(1, ())):
+        (item,) = copied[1]
+        assert isinstance(item, _Mutable) and item not in value[1]  # a copy, as deepcopy
+    else:
+        assert copied == copy.deepcopy(value)
+
+
+def test_a_memo_goes_to_deepcopy():
+    memo = {}
+    table = {1: {("a", "b")}}
+    copied = compile_speed.deepcopy(table, memo)
+    assert copied == table and id(table) in memo  # deepcopy's own memo was used
+
+
+def _normalized_asm(dispatcher) -> str:
+    """The machine code, without the addresses and the version counters (``B2v1``)
+    that Numba puts in its functions' names."""
+    (library,) = [cres.library for cres in dispatcher.overloads.values()]
+    return re.sub(r"0x[0-9a-f]+|B\d+v\d+", "N", library.get_asm_str())
+
+
+def _branchy(x, out):
+    for i in numba.prange(x.shape[0]):
+        total = 0.0
+        for j in range(x.shape[1]):
+            v = x[i, j]
+            if v > 1.0:
+                total += v * v
+            elif v < -1.0:
+                total -= v
+            else:
+                total += 0.5 * v
+        out[i] = total
+
+
+def test_numba_uses_it_and_compiles_the_same_code(monkeypatch):
+    calls = []
+
+    def counted(value, memo=None):
+        calls.append(type(value))
+        return compile_speed.deepcopy(value, memo)
+
+    assert isinstance(ir_utils.copy, compile_speed._CopyModule)
+    monkeypatch.setattr(ir_utils.copy, "deepcopy", counted)
+    x, out = np.linspace(-3, 3, 40).reshape(5, 8), np.empty(5)
+    faster = numba.njit(parallel=True)(_branchy)
+    faster(x, out)
+    # a Numba whose copy propagation no longer deep-copies makes this module dead code
+    assert dict in calls, "Numba's copy propagation no longer calls copy.deepcopy"
+    monkeypatch.setattr(ir_utils, "copy", copy)
+    plain = numba.njit(parallel=True)(_branchy)
+    expected = np.empty(5)
+    plain(x, expected)
+    np.testing.assert_array_equal(out, expected)
+    assert _normalized_asm(faster) == _normalized_asm(plain)
