@@ -22,13 +22,14 @@ The backward, given ``dy`` ``(M, C)`` and the forward's ``attn``:
   ``(N, R, C)``), which the caller adds in order: the same bits at any thread count.
 
 Arithmetic runs in float64; ``attn`` is float64, ``y`` and ``dx`` take their arrays'
-dtypes. Sums over channels are pairwise: the terms padded with zeros to a power of 2,
-then the upper half added into the lower until one is left. Sums over positions run in
-:data:`LANES` lanes, lane ``k`` adding the positions ``l = k (mod LANES)`` in
-increasing ``l``, the lanes then added by halving. ``attention_planes_*`` take
-``(N, C, L)`` arrays, positions contiguous (NCHW; any strides work), and pair channels
-over blocks of :data:`BLOCK` positions; ``attention_pixels_*`` take ``(N, L, C)``
-ones, channels contiguous (channels-last). Both give the same bits.
+dtypes. Every sum over positions, and over channels (the scores and ``da``), runs in
+:data:`LANES` lanes: lane ``k`` adds the terms ``k (mod LANES)`` in increasing order
+from +0, and the lanes are then added by halving (lane ``k`` += lane ``k + h`` for
+``h = LANES/2, ..., 1``), the order of :func:`~.simd.lane_dot`. ``attention_planes_*``
+take ``(N, C, L)`` arrays, positions contiguous (NCHW; any strides work), and sum
+channels for blocks of :data:`BLOCK` positions at once, the lanes as rows;
+``attention_pixels_*`` take ``(N, L, C)`` ones, channels contiguous (channels-last),
+and sum a pixel's channels as one vector of lanes. Both give the same bits.
 
 Each pass reads an example's features twice (the scores, then the readout; the
 scores' gradient, then ``dx``), the second time from cache while they fit in it.
@@ -42,17 +43,8 @@ from .simd import lane_dot
 from .walk import inlined
 
 LANES = 16  # the partial sums over positions (a power of 2)
-BLOCK = 128  # positions whose channel sums the NCHW kernels pair at a time
+BLOCK = 128  # positions whose channel sums the NCHW kernels take at a time
 _LANES_WITNESS = np.empty((0,) * LANES, np.uint8)  # LANES as lane_dot takes it
-
-
-@inlined
-def _width(count):
-    """The smallest power of 2 at least ``count`` (and 1)."""
-    width = 1
-    while width < count:
-        width *= 2
-    return width
 
 
 @inlined
@@ -94,28 +86,17 @@ def _lane_dot(a, b):
 
 
 @inlined
-def _channel_sums(coefficients, features, start, count, terms, width):
-    """Row 0 of ``terms`` ``(width, BLOCK)`` := for each of ``count`` positions from
-    ``start``, the pairwise sum over channels ``k`` of ``coefficients[k] features[k,
-    position]`` (:func:`_pairwise`'s order, its first level added as the terms are
-    formed)."""
-    channels, half = coefficients.shape[0], width // 2
-    if half == 0:
-        weight, row, out = np.float64(coefficients[0]), features[0, start:], terms[0]
+def _channel_sums(coefficients, features, start, count, terms):
+    """Row 0 of ``terms`` ``(LANES, BLOCK)`` := for each of ``count`` positions from
+    ``start``, the sum over channels ``k`` of ``coefficients[k] features[k, position]``
+    in :func:`_lane_dot`'s order: lane ``k mod LANES`` (a row of ``terms``) adds them in
+    increasing ``k`` from +0, then the rows are added by halving."""
+    terms[:, :count] = 0.0
+    for k in range(coefficients.shape[0]):
+        weight, row, lane = np.float64(coefficients[k]), features[k, start:], terms[k % LANES]
         for j in range(count):
-            out[uint64(j)] = weight * np.float64(row[uint64(j)])
-        return
-    for k in range(half):
-        weight, row, out = np.float64(coefficients[k]), features[k, start:], terms[k]
-        if k + half < channels:
-            other, far = np.float64(coefficients[k + half]), features[k + half, start:]
-            for j in range(count):
-                out[uint64(j)] = (weight * np.float64(row[uint64(j)])
-                                  + other * np.float64(far[uint64(j)]))
-        else:
-            for j in range(count):
-                out[uint64(j)] = weight * np.float64(row[uint64(j)])
-    _pairwise_rows(terms, half, count)
+            lane[uint64(j)] += weight * np.float64(row[uint64(j)])
+    _pairwise_rows(terms, LANES, count)
 
 
 @inlined
@@ -170,14 +151,13 @@ def attention_planes_forward(x, projected, heads, y, attn):
     """``x`` ``(N, C, L)``: ``y`` ``(N, M, C)`` and ``attn`` ``(N, R, L)``."""
     n_batch, n_chan, length = x.shape
     rows, d = projected.shape[0], n_chan // heads
-    width = _width(n_chan)
     for n in prange(n_batch):
         scores = attn[n]
-        terms = np.empty((max(width // 2, 1), BLOCK), np.float64)
+        terms = np.empty((LANES, BLOCK), np.float64)
         for start in range(0, length, BLOCK):
             count = min(BLOCK, length - start)
             for r in range(rows):
-                _channel_sums(projected[r], x[n], start, count, terms, width)
+                _channel_sums(projected[r], x[n], start, count, terms)
                 scores[r, start:start + count] = terms[0, :count]
         acc = np.empty(LANES, np.float64)
         for r in range(rows):
@@ -192,17 +172,13 @@ def attention_pixels_forward(x, projected, heads, y, attn):
     """``x`` ``(N, L, C)``: ``y`` ``(N, M, C)`` and ``attn`` ``(N, R, L)``."""
     n_batch, length, n_chan = x.shape
     rows, d = projected.shape[0], n_chan // heads
-    queries, width = rows // heads, _width(n_chan)
+    queries = rows // heads
     for n in prange(n_batch):
         scores = attn[n]
-        terms = np.zeros(width, np.float64)
         for i in range(length):
             features = x[n, i]
             for r in range(rows):
-                weight = projected[r]
-                for c in range(n_chan):
-                    terms[uint64(c)] = weight[uint64(c)] * np.float64(features[uint64(c)])
-                scores[r, i] = _pairwise(terms, width)
+                scores[r, i] = _lane_dot(projected[r], features)
         acc = np.empty(LANES, np.float64)
         for r in range(rows):
             _softmax(scores[r], acc)
@@ -225,17 +201,17 @@ def attention_planes_backward(x, dy, projected, attn, heads, dx, partials):
     """``x`` and ``dx`` ``(N, C, L)``; ``partials`` ``(N, R, C)``."""
     n_batch, n_chan, length = x.shape
     rows, d = projected.shape[0], n_chan // heads
-    queries, width = rows // heads, _width(d)
+    queries = rows // heads
     for n in prange(n_batch):
         weights = attn[n]
         grad = np.empty((rows, length), np.float64)
-        terms = np.empty((max(width // 2, 1), BLOCK), np.float64)
+        terms = np.empty((LANES, BLOCK), np.float64)
         for start in range(0, length, BLOCK):
             count = min(BLOCK, length - start)
             for m in range(queries):
                 for h in range(heads):
                     block = slice(h * d, (h + 1) * d)
-                    _channel_sums(dy[n, m, block], x[n, block], start, count, terms, width)
+                    _channel_sums(dy[n, m, block], x[n, block], start, count, terms)
                     grad[m * heads + h, start:start + count] = terms[0, :count]
         _scores_gradient(weights, grad)
         total = np.empty(length, np.float64)
@@ -261,19 +237,17 @@ def attention_pixels_backward(x, dy, projected, attn, heads, dx, partials):
     """``x`` and ``dx`` ``(N, L, C)``; ``partials`` ``(N, R, C)``."""
     n_batch, length, n_chan = x.shape
     rows, d = projected.shape[0], n_chan // heads
-    queries, width = rows // heads, _width(d)
+    queries = rows // heads
     for n in prange(n_batch):
         weights = attn[n]
         grad = np.empty((rows, length), np.float64)
-        terms = np.zeros(width, np.float64)
+        upstream = dy[n].astype(np.float64)  # (M, C): lane_dot's float64 operand
         for i in range(length):
             features = x[n, i]
             for m in range(queries):
                 for h in range(heads):
-                    for t in range(d):
-                        terms[uint64(t)] = (np.float64(dy[n, m, h * d + t])
-                                            * np.float64(features[uint64(h * d + t)]))
-                    grad[m * heads + h, i] = _pairwise(terms, width)
+                    grad[m * heads + h, i] = _lane_dot(upstream[m, h * d:(h + 1) * d],
+                                                       features[h * d:(h + 1) * d])
         _scores_gradient(weights, grad)
         acc = np.empty(LANES, np.float64)
         total = np.empty(n_chan, np.float64)
