@@ -36,6 +36,49 @@ def test_equals_pytorch_given_the_same_samples(dtype, shape, out, kernel):
     np.testing.assert_array_equal(pullback(dy.numpy()), x.grad.numpy())
 
 
+def _tables_by_boundaries(spatial, kernel, out, u):
+    """The pseudo-random sequence's windows from :func:`boundaries` in NumPy, as
+    ``region_tables`` built them before its kernel."""
+    ndim, planes = len(spatial), u.shape[0]
+    starts = np.zeros((planes, 3, max(out)), np.int64)
+    lengths = np.ones((planes, 3, max(out)), np.int64)
+    extent = [1, 1, 1]
+    for axis, (length, k, o) in enumerate(zip(spatial, kernel, out, strict=True)):
+        row, draws = 3 - ndim + axis, u[:, 1 - axis if ndim == 2 else axis]
+        if isinstance(k, str):
+            b = boundaries(draws, length, o, "pseudo_random", None)
+            ends = np.minimum(b[:, 1:] + 1, length) if k == "overlapping" else b[:, 1:]
+            starts[:, row, :o], lengths[:, row, :o] = b[:, :o], ends - b[:, :o]
+        else:
+            starts[:, row, :o] = boundaries(draws, length - k, o - 1, "pseudo_random", None)
+            lengths[:, row, :o] = k
+        extent[row] = int(lengths[:, row, :o].max(initial=1))
+    return starts, lengths, extent
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spatial, kernel, out", [
+    ((56, 56), (2, 2), (28, 28)),
+    ((9, 7), ("disjoint", "overlapping"), (5, 4)),
+    ((5, 6, 7), (2, "disjoint", 3), (3, 4, 2)),
+    ((10,), (3,), (1,)),  # one window: no steps
+    ((8,), ("overlapping",), (8,)),  # regions of one
+])
+@pytest.mark.parametrize("planes", [0, 1, 37])
+def test_the_pseudo_random_windows_kernel_gives_the_boundaries_of_numpy(
+        dtype, spatial, kernel, out, planes):
+    """``region_tables`` builds the pseudo-random windows in a kernel, in the draws'
+    dtype: the same starts, lengths and extent as the NumPy steps of :func:`boundaries`,
+    with no planes too."""
+    u = np.random.default_rng(planes + len(spatial)).random((planes, len(spatial)))
+    u = u.astype(dtype)
+    starts, lengths, extent = region_tables(spatial, kernel, out, u, "pseudo_random", None)
+    expected = _tables_by_boundaries(spatial, kernel, out, u)
+    np.testing.assert_array_equal(starts, expected[0])
+    np.testing.assert_array_equal(lengths, expected[1])
+    assert list(extent) == expected[2]
+
+
 def test_output_ratio_truncates_as_pytorch():
     x = np.zeros((1, 1, 10, 10))
     assert pg.fractional_max_pool(x, 3, output_ratio=(0.55, 0.77), rng=0).shape == (1, 1, 5, 7)

@@ -155,6 +155,36 @@ def test_fractional_regions_equal_numpy_and_seeds_repeat():
     assert torch.equal(first, again)
 
 
+def test_fractional_backward_takes_its_forwards_tables_kept_by_value():
+    """The CPU ops keep the last few calls' windows by the contents of their samples and
+    orders: a backward reuses its forward's, equal samples in another tensor find them,
+    other samples (or another sequence's orders) build their own."""
+    from poolgrad.torch import _cpu
+
+    window = _kind_ops.fractional_geometry((2, 2), (3, 4), "pseudo_random")
+    size = [2, 3, 7, 9]
+    samples = torch.rand(2, 3, 2)
+    orders = torch.empty((6, 0), dtype=torch.float64)
+    tables = _cpu._fractional_tables(window, size, samples, orders)
+    assert _cpu._fractional_tables(window, size, samples.clone(), orders.clone()) is tables
+    other = _cpu._fractional_tables(window, size, samples.flip(0), orders)
+    assert other is not tables
+    expected = fractional.region_tables((7, 9), (2, 2), (3, 4), samples.flip(0).numpy()
+                                        .reshape(6, 2), "pseudo_random", None)
+    for got, want in zip(other, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    for k in range(_cpu._TABLES_KEPT):  # the oldest go once more are kept
+        _cpu._fractional_tables(window, size, samples + k + 1, orders)
+    assert _cpu._fractional_tables(window, size, samples, orders) is not tables
+    x = torch.rand(2, 3, 7, 9, requires_grad=True)
+    y = pt.fractional_max_pool(x, 2, (3, 4), samples=samples)
+    y.backward(torch.ones_like(y))
+    x_numpy = x.detach().numpy()
+    expected_dx = pg.vjp(pg.fractional_max_pool, x_numpy, 2, (3, 4),
+                         samples=samples.numpy())[1](np.ones(y.shape, np.float32))
+    np.testing.assert_array_equal(x.grad.numpy(), expected_dx)
+
+
 def test_stochastic_draws_follow_the_numpy_rule_and_route_there():
     x = np.random.default_rng(10).random((2, 3, 7, 8))
     x[0, 0, :3, :3] = 0  # a window of zeros draws its first real tap
