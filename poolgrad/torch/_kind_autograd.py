@@ -30,6 +30,8 @@ from ._kind_ops import (
     blur_pool,
     blur_pool_backward,
     blur_pool_values,
+    circular_fold,
+    circular_pad,
     fractional_max_pool,
     fractional_max_pool_backward,
     fractional_max_pool_indices,
@@ -394,3 +396,29 @@ def _scatter_grad(ctx, dx):
 
 
 register_autograd(aps_scatter, _scatter_grad, _scatter_setup)
+
+
+# ---------------------------------------------------------------- circular padding
+
+
+def _pad_setup(ctx, inputs, output):
+    x, ctx.pads = inputs
+    ctx.x_size = list(x.shape)
+
+
+def _pad_grad(ctx, dy):
+    return call(circular_fold, dy, ctx.pads, ctx.x_size), None
+
+
+register_autograd(circular_pad, _pad_grad, _pad_setup)
+
+
+def _fold_setup(ctx, inputs, output):
+    _, ctx.pads, _ = inputs
+
+
+def _fold_grad(ctx, dx):
+    return call(circular_pad, dx, ctx.pads), None, None
+
+
+register_autograd(circular_fold, _fold_grad, _fold_setup)

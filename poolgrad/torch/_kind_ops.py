@@ -25,6 +25,9 @@ operator                          what it computes                       its gra
                               largest norm, and its phase
 ``aps_gather``                the components of given phases         ``aps_scatter``
 ``aps_scatter``               ``dy`` at the chosen positions         ``aps_gather``
+``circular_pad``              x padded circularly (CPU)              ``circular_fold``
+``circular_fold``             each padded position's ``dy`` added    ``circular_pad``
+                              onto the element it copies (CPU)
 ================================  =====================================  ==================
 """
 
@@ -373,4 +376,38 @@ def aps_scatter(dy: Tensor, phases: Tensor, steps: list[int], x_size: list[int])
 
 @aps_scatter.register_fake
 def _(dy, phases, steps, x_size):
+    return empty(x_size, dy, memory_format(dy))
+
+
+# -------------------------------------------------------------- circular padding (CPU)
+
+
+def padded_shape(x_size, pads) -> list[int]:
+    """``x_size`` with each spatial dim grown by its ``(before, after)`` in ``pads``."""
+    return [*x_size[:2], *(int(n) + pads[2 * i] + pads[2 * i + 1]
+                           for i, n in enumerate(x_size[2:]))]
+
+
+@define
+def circular_pad(x: Tensor, pads: list[int]) -> Tensor:
+    """``x`` padded circularly, ``pads`` the ``before, after`` of each spatial dim in
+    order (each at most the dim's length), stored as x is. CPU only: on CUDA
+    :func:`poolgrad.torch.max_aps_pool` pads with ``F.pad``."""
+    refuse_device(x)
+
+
+@circular_pad.register_fake
+def _(x, pads):
+    return empty(padded_shape(x.shape, pads), x, memory_format(x))
+
+
+@define
+def circular_fold(dy: Tensor, pads: list[int], x_size: list[int]) -> Tensor:
+    """The transpose of :func:`circular_pad`: each padded position's ``dy`` added onto
+    the element of an ``x_size`` tensor it copies, stored as dy is."""
+    refuse_device(dy)
+
+
+@circular_fold.register_fake
+def _(dy, pads, x_size):
     return empty(x_size, dy, memory_format(dy))
