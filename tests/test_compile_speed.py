@@ -1,6 +1,7 @@
 """poolgrad.kernels.compile_speed: the faster deepcopy returns what copy.deepcopy returns,
 and Numba compiles the same machine code with it."""
 
+import collections
 import copy
 import random
 import re
@@ -25,9 +26,11 @@ def _table(rng: random.Random, blocks: int, names: int) -> dict:
 def test_a_table_copies_as_deepcopy_copies_it(seed):
     table = _table(random.Random(seed), 40, 30)
     table["names"] = {"a", ("b", "c")}  # str keys and bare names too
-    copied = compile_speed.deepcopy(table)
-    assert copied == copy.deepcopy(table)
+    copied, expected = compile_speed.deepcopy(table), copy.deepcopy(table)
+    assert copied == expected
     assert list(copied) == list(table)  # the same key order
+    for key in table:  # and each set iterates in deepcopy's order
+        assert list(copied[key]) == list(expected[key])
     for key, items in table.items():
         assert copied[key] is not items  # new sets: the copy's changes stay its own
         copied[key].add(("new", "copy"))
@@ -40,6 +43,23 @@ def test_a_set_under_two_keys_is_copied_once_as_deepcopy_copies_it():
     expected = copy.deepcopy({1: shared, 2: shared, 3: {("c", "d")}})
     assert (copied[1] is copied[2]) and (expected[1] is expected[2])
     assert copied[1] is not shared and copied == expected
+
+
+class _Name(str):
+    pass
+
+
+@pytest.mark.parametrize("value", [
+    {1: {"x"}, 2: {_Name("x")}},  # equal to a str, yet deepcopy copies it
+    {1: {("a", "b")}, 2: {collections.namedtuple("Pair", "a b")("a", "b")}},
+    {1: {("a", "b")}, 2: {(_Name("a"), "b")}},
+])
+def test_an_item_equal_to_a_name_but_of_another_type_is_deepcopied(value):
+    """Every set's items are checked, not their union, where an equal item of another
+    type would hide behind a plain one."""
+    copied = compile_speed.deepcopy(value)
+    (item,), (original,) = copied[2], value[2]
+    assert item == original and item is not original  # a copy, as deepcopy makes
 
 
 class _Mutable:

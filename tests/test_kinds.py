@@ -460,6 +460,7 @@ def test_attention_pool_zero_queries_is_global_average_and_unbatched_works():
 @pytest.mark.parametrize("shape, heads, queries, dtype", [
     ((3, 6, 11, 13), 2, 3, np.float64),  # 143 positions: a block of 128 and a short one
     ((2, 5, 17), 1, 2, np.float32),  # 5 channels, fewer than the 16 lanes
+    ((2, 40, 5, 6), 2, 2, np.float64),  # 20 channels a head: a lane adds twice
     ((2, 12, 3, 4, 5), 3, 1, np.float64),
 ])
 def test_attention_pool_runs_its_fused_kernels_with_the_same_bits_in_either_layout(

@@ -12,8 +12,9 @@ CHANGELOG).
 :func:`install` gives ``ir_utils`` a ``copy`` module whose ``deepcopy`` copies such a
 table as ``{label: set(copies)}``. That is a dict of int or str keys to sets of str and
 tuples of str, and for it the result is exactly what ``copy.deepcopy`` returns:
-``deepcopy`` returns a string, and a tuple of strings, as itself, and a set seen twice
-is copied once (the memo), as here. Anything else goes to ``copy.deepcopy``. Numba
+``deepcopy`` returns a string, and a tuple of strings, as itself, rebuilds a set from
+the list of its items (so the copy iterates in the same order), and copies a set seen
+twice once (the memo), as here. Anything else goes to ``copy.deepcopy``. Numba
 compiles the same code as before; only the time it takes changes.
 """
 
@@ -40,24 +41,21 @@ def deepcopy(value, memo=None):
     names (copy propagation's tables)."""
     if memo is not None or type(value) is not dict:
         return copy.deepcopy(value, memo)
-    sets = value.values()
     for key in value:
         if type(key) is not int and type(key) is not str:
             return copy.deepcopy(value)
-    for items in sets:
-        if type(items) is not set:
-            return copy.deepcopy(value)
-    # the union holds each name once, however many blocks share it
-    if not _names_only(set().union(*sets)):
-        return copy.deepcopy(value)
     copies: dict[int, set] = {}  # by id: a set under two keys is copied once
-    result = {}
-    for key, items in value.items():
-        copied = copies.get(id(items))
-        if copied is None:
-            copied = copies[id(items)] = items.copy()
-        result[key] = copied
-    return result
+    for items in value.values():
+        if id(items) in copies:
+            continue
+        # every item checked (a union would keep one of two equal items, and a str
+        # subclass equals its str)
+        if type(items) is not set or not _names_only(items):
+            return copy.deepcopy(value)
+        # deepcopy rebuilds a set from a list of its items, as here: the same
+        # iteration order (items.copy() would keep the old table's)
+        copies[id(items)] = set(list(items))
+    return {key: copies[id(items)] for key, items in value.items()}
 
 
 class _CopyModule(types.ModuleType):

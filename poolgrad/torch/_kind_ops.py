@@ -391,8 +391,9 @@ def padded_shape(x_size, pads) -> list[int]:
 @define
 def circular_pad(x: Tensor, pads: list[int]) -> Tensor:
     """``x`` padded circularly, ``pads`` the ``before, after`` of each spatial dim in
-    order (each at most the dim's length), stored as x is. CPU only: on CUDA
-    :func:`poolgrad.torch.max_aps_pool` pads with ``F.pad``."""
+    order, stored as x is; a pad longer than its dim wraps round again, as the NumPy
+    operators pad. CPU only: on CUDA :func:`poolgrad.torch.max_aps_pool` pads with
+    ``F.pad``, which wraps at most once."""
     refuse_device(x)
 
 

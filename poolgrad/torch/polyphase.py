@@ -118,6 +118,12 @@ def _circular_pad(x: Tensor, ndim: int, pads) -> Tensor:
     pads at most three dims."""
     if x.device.type == "cpu":  # the NumPy operators' kernel, and its transpose
         return call(kind_ops.circular_pad, x, [p for pair in pads for p in pair])
+    sizes = tuple(x.shape[2:])
+    if any(max(pair) > n for pair, n in zip(pads, sizes, strict=True)):
+        raise ValueError(f"max_aps_pool: on {x.device.type} the circular padding "
+                         f"{[tuple(pair) for pair in pads]} must be at most the spatial "
+                         f"size {sizes} (F.pad wraps once); a smaller kernel_size, or "
+                         f"the CPU, pads further")
     flat = [p for before, after in reversed(pads) for p in (before, after)]
     if not is_channels_last(x):
         return torch.nn.functional.pad(x, flat, mode="circular")
