@@ -36,9 +36,21 @@ def test_equals_pytorch_given_the_same_samples(dtype, shape, out, kernel):
     np.testing.assert_array_equal(pullback(dy.numpy()), x.grad.numpy())
 
 
+def _numpy_boundaries(u, span, steps):
+    """The pseudo-random sequence's boundaries in NumPy steps, in ``u``'s dtype, as
+    :func:`boundaries` computed them before its kernel."""
+    b = np.full((u.shape[0], steps + 1), span, np.int64)
+    if steps:
+        alpha = u.dtype.type(span) / u.dtype.type(steps)
+        index = np.arange(steps).astype(u.dtype)
+        b[:, :steps] = (((index + u[:, None]) * alpha).astype(np.int64)
+                        - (u * alpha).astype(np.int64)[:, None])
+    return b
+
+
 def _tables_by_boundaries(spatial, kernel, out, u):
-    """The pseudo-random sequence's windows from :func:`boundaries` in NumPy, as
-    ``region_tables`` built them before its kernel."""
+    """The pseudo-random sequence's windows from :func:`_numpy_boundaries`, as
+    ``region_tables`` builds them."""
     ndim, planes = len(spatial), u.shape[0]
     starts = np.zeros((planes, 3, max(out)), np.int64)
     lengths = np.ones((planes, 3, max(out)), np.int64)
@@ -46,11 +58,11 @@ def _tables_by_boundaries(spatial, kernel, out, u):
     for axis, (length, k, o) in enumerate(zip(spatial, kernel, out, strict=True)):
         row, draws = 3 - ndim + axis, u[:, 1 - axis if ndim == 2 else axis]
         if isinstance(k, str):
-            b = boundaries(draws, length, o, "pseudo_random", None)
+            b = _numpy_boundaries(draws, length, o)
             ends = np.minimum(b[:, 1:] + 1, length) if k == "overlapping" else b[:, 1:]
             starts[:, row, :o], lengths[:, row, :o] = b[:, :o], ends - b[:, :o]
         else:
-            starts[:, row, :o] = boundaries(draws, length - k, o - 1, "pseudo_random", None)
+            starts[:, row, :o] = _numpy_boundaries(draws, length - k, o - 1)
             lengths[:, row, :o] = k
         extent[row] = int(lengths[:, row, :o].max(initial=1))
     return starts, lengths, extent
@@ -65,11 +77,11 @@ def _tables_by_boundaries(spatial, kernel, out, u):
     ((8,), ("overlapping",), (8,)),  # regions of one
 ])
 @pytest.mark.parametrize("planes", [0, 1, 37])
-def test_the_pseudo_random_windows_kernel_gives_the_boundaries_of_numpy(
+def test_the_pseudo_random_kernel_gives_the_boundaries_of_numpy(
         dtype, spatial, kernel, out, planes):
-    """``region_tables`` builds the pseudo-random windows in a kernel, in the draws'
-    dtype: the same starts, lengths and extent as the NumPy steps of :func:`boundaries`,
-    with no planes too."""
+    """:func:`boundaries` computes the pseudo-random sequence in a kernel, in the
+    draws' dtype: ``region_tables`` gives the same starts, lengths and extent as with
+    the NumPy steps it replaced, with no planes too."""
     u = np.random.default_rng(planes + len(spatial)).random((planes, len(spatial)))
     u = u.astype(dtype)
     starts, lengths, extent = region_tables(spatial, kernel, out, u, "pseudo_random", None)

@@ -30,7 +30,6 @@ from .fractional import (
     fractional_kernels,
     fractional_planes,
     planes_in_layout,
-    pseudo_random_windows,
 )
 from .lp import lp_engine, lp_pullback
 from .maxima import TIE_RULES, max_engine, max_forward, max_gather, max_pullback, winner_indices
@@ -52,7 +51,6 @@ __all__ = ["Pullback", "TIE_RULES", "attention_backward", "attention_forward", "
            "fractional_backward", "fractional_forward", "fractional_forward_stored",
            "fractional_indices", "fractional_kernels", "fractional_planes", "gem_backward",
            "gem_forward", "gem_kernels", "lp_engine", "lp_pullback", "max_engine", "max_forward",
-           "max_gather", "max_pullback", "planes_in_layout", "pseudo_random_windows",
-           "require_probabilities",
+           "max_gather", "max_pullback", "planes_in_layout", "require_probabilities",
            "sample_kernel", "stochastic_sample", "weighted_backward", "weighted_forward",
            "weighted_kernels", "winner_indices"]

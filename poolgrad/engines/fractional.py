@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from .. import geometry
-from ..kernels import dispatch, fractional, layouts
+from ..kernels import dispatch, layouts
 from .pullback import empty
 
 
@@ -31,26 +31,6 @@ def fractional_kernels(xk: np.ndarray, in_spatial, out_spatial) -> tuple[str, st
     plan, planes = _plan_operand(in_spatial, out_spatial, xk.dtype)
     return (dispatch.choose("fractional", "forward", plan, dispatch.operand(xk)).name,
             dispatch.choose("fractional", "backward", plan, planes).name)
-
-
-def pseudo_random_windows(draws: np.ndarray, length: int, kernel, count: int,
-                          starts: np.ndarray, lengths: np.ndarray) -> int:
-    """One axis of every plane's ``count`` windows under the pseudo-random sequence, into
-    ``starts`` and ``lengths`` (``(P, count)`` or wider), from ``draws`` ``(P,)`` (float32
-    or float64, the arithmetic's dtype): ``kernel`` an int (PyTorch's windows) or
-    ``"disjoint"`` / ``"overlapping"`` (Graham's regions) over an axis of ``length``.
-    Returns the longest window (:func:`poolgrad.kinds.fractional.region_tables`)."""
-    dtype = draws.dtype.type
-    if isinstance(kernel, str):
-        span, steps, window = length, count, 0
-        overlap = int(kernel == "overlapping")
-    else:
-        span, steps, window, overlap = length - kernel, count - 1, kernel, 0
-        lengths[:, :count] = kernel
-    alpha = dtype(span) / dtype(steps) if steps else dtype(0)
-    index = np.arange(steps).astype(draws.dtype)
-    return int(fractional.pseudo_random_windows(draws, alpha, index, span, window, overlap,
-                                                length, starts, lengths))
 
 
 def fractional_planes(xk: np.ndarray) -> np.ndarray:

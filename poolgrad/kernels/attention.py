@@ -48,34 +48,27 @@ _LANES_WITNESS = np.empty((0,) * LANES, np.uint8)  # LANES as lane_dot takes it
 
 
 @inlined
-def _pairwise(terms, width):
-    """``terms[0]`` := the pairwise sum of ``terms[:width]``: the upper half added into
-    the lower until one is left (``terms[width // 2:]`` is left as it was)."""
-    half = width // 2
+def _halved(acc):
+    """The lanes' total: lane ``k`` += lane ``k + h`` for ``h = LANES/2, ..., 1``."""
+    half = LANES // 2
     while half >= 1:
         for k in range(half):
-            terms[uint64(k)] += terms[uint64(k + half)]
+            acc[uint64(k)] += acc[uint64(k + half)]
         half //= 2
-    return terms[0]
+    return acc[0]
 
 
 @inlined
-def _pairwise_rows(terms, width, count):
-    """:func:`_pairwise` down the rows of ``terms`` ``(width, BLOCK)``, for each of the
+def _halved_rows(terms, count):
+    """:func:`_halved` down the rows of ``terms`` ``(LANES, BLOCK)``, for each of the
     first ``count`` columns: row 0 then holds the sums."""
-    half = width // 2
+    half = LANES // 2
     while half >= 1:
         for k in range(half):
             low, high = terms[k], terms[k + half]
             for j in range(count):
                 low[uint64(j)] += high[uint64(j)]
         half //= 2
-
-
-@inlined
-def _halved(acc):
-    """The lanes' total: lane ``k`` += lane ``k + h`` for ``h = LANES/2, ..., 1``."""
-    return _pairwise(acc, LANES)
 
 
 @inlined
@@ -96,7 +89,7 @@ def _channel_sums(coefficients, features, start, count, terms):
         weight, row, lane = np.float64(coefficients[k]), features[k, start:], terms[k % LANES]
         for j in range(count):
             lane[uint64(j)] += weight * np.float64(row[uint64(j)])
-    _pairwise_rows(terms, LANES, count)
+    _halved_rows(terms, count)
 
 
 @inlined

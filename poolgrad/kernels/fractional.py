@@ -23,42 +23,16 @@ from .walk import helper, inlined
 
 
 @jit()
-def pseudo_random_windows(draws, alpha, index, span, window, overlap, limit, starts,
-                          lengths):
-    """One spatial axis of every plane's windows under the pseudo-random sequence
-    (:func:`poolgrad.kinds.fractional.boundaries`), in the draws' dtype: plane ``p``'s
-    boundaries are ``b[i] = int((index[i] + draws[p]) * alpha) - int(draws[p] * alpha)``
-    for ``i < steps`` (``index`` holds ``0, ..., steps - 1`` in that dtype, ``alpha`` the
-    span over the steps) and ``b[steps] = span``. With ``window > 0`` (PyTorch's windows
-    of that length) ``starts[p, :steps + 1] = b``; else (Graham's regions) ``starts[p, i]
-    = b[i]`` and ``lengths[p, i] = min(b[i + 1] + overlap, limit) - b[i]`` for ``i <
-    steps``. ``lengths`` is left alone for PyTorch's windows. Returns the longest window
-    (1 with no planes)."""
-    steps = index.shape[0]
-    longest = 1
+def pseudo_random_boundaries(draws, alpha, index, b):
+    """``b[p, i] := int((index[i] + draws[p]) * alpha) - int(draws[p] * alpha)`` for
+    every plane ``p`` and ``i < index.size``, in the draws' dtype (``index`` holds ``0,
+    1, ...`` in it): the pseudo-random sequence of
+    :func:`poolgrad.kinds.fractional.boundaries`, in one pass."""
     for p in range(draws.shape[0]):
         u = draws[p]
         offset = np.int64(u * alpha)
-        previous = offset - offset  # b[0]: 0
-        for i in range(steps):
-            b = np.int64((index[i] + u) * alpha) - offset
-            if window > 0:
-                starts[p, i] = b
-            elif i > 0:
-                starts[p, i - 1] = previous
-                length = min(b + overlap, limit) - previous
-                lengths[p, i - 1] = length
-                longest = max(longest, length)
-            previous = b
-        if window > 0:
-            starts[p, steps] = span
-            longest = max(longest, window)
-        elif steps > 0:
-            starts[p, steps - 1] = previous
-            length = min(span + overlap, limit) - previous
-            lengths[p, steps - 1] = length
-            longest = max(longest, length)
-    return longest
+        for i in range(index.shape[0]):
+            b[p, i] = np.int64((index[i] + u) * alpha) - offset
 
 
 @helper

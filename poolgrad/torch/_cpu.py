@@ -10,9 +10,7 @@ them.
 
 from __future__ import annotations
 
-import collections
 import functools
-import threading
 
 import numpy as np
 import torch
@@ -387,39 +385,32 @@ class _Columns:
         return self.orders[:, self.taken - shape[1]: self.taken]
 
 
-# The region tables of the last few calls, by the contents of what they are built from:
-# a backward finds its forward's (1.1 ms on the host for 32x64 planes, twice per step).
-# The key holds the samples' bytes (16 KB for 32x64 planes) and the random sequence's
-# orders (about 1.8 MB for 32x64 planes of 112x112): exact, and at most four kept
-_TABLES: collections.OrderedDict = collections.OrderedDict()
+# How many calls' region tables are kept: a backward finds its forward's (1.1 ms on the
+# host for 32x64 planes, twice per step)
 _TABLES_KEPT = 4
-_TABLES_LOCK = threading.Lock()
 
 
 def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
-    """The windows' ``(starts, lengths, extent)``, a function of the arguments alone: the
-    samples and orders are part of the key, by value. The kernels only read them, so
-    the forward, its backward and the indices share one set."""
+    """The windows' ``(starts, lengths, extent)``, a function of the arguments alone,
+    kept by their values: the samples' bytes (16 KB for 32x64 planes) and the random
+    sequence's orders (about 1.8 MB for 32x64 planes of 112x112). The kernels only read
+    them, so the forward, its backward and the indices share one set."""
     sample_values, order_values = _array(samples), _array(orders)
-    x_size = tuple(int(s) for s in x_size)
-    key = (tuple(fractional), x_size, sample_values.dtype.str, sample_values.shape,
-           sample_values.tobytes(), order_values.dtype.str, order_values.shape,
-           order_values.tobytes())
-    with _TABLES_LOCK:
-        tables = _TABLES.get(key)
-        if tables is not None:
-            _TABLES.move_to_end(key)
-            return tables
+    return _tables(tuple(fractional), tuple(int(s) for s in x_size),
+                   sample_values.dtype.str, sample_values.shape, sample_values.tobytes(),
+                   order_values.dtype.str, order_values.shape, order_values.tobytes())
+
+
+@functools.lru_cache(maxsize=_TABLES_KEPT)
+def _tables(fractional, x_size, sample_dtype, sample_shape, sample_bytes, order_dtype,
+            order_shape, order_bytes):
     kernel, out, sequence = _kind_ops.fractional_args(fractional)
-    u = numpy_fractional.in_sample_precision(
-        sample_values.reshape(x_size[0] * x_size[1], len(out)))
-    tables = numpy_fractional.region_tables(x_size[2:], kernel, out, u, sequence,
-                                            _Columns(order_values))
-    with _TABLES_LOCK:
-        _TABLES[key] = tables
-        while len(_TABLES) > _TABLES_KEPT:
-            _TABLES.popitem(last=False)
-    return tables
+    # writable, as the NumPy operator's (a read-only array is another kernel signature)
+    samples = np.frombuffer(sample_bytes, sample_dtype).reshape(sample_shape).copy()
+    orders = np.frombuffer(order_bytes, order_dtype).reshape(order_shape)
+    u = numpy_fractional.in_sample_precision(samples.reshape(x_size[0] * x_size[1], len(out)))
+    return numpy_fractional.region_tables(x_size[2:], kernel, out, u, sequence,
+                                          _Columns(orders))
 
 
 def _fractional_planes(a: np.ndarray, ndim: int) -> np.ndarray:
