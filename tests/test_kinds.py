@@ -324,6 +324,34 @@ def test_global_gem_rescales_planes_whose_sums_leave_the_range(scale, p):
     np.testing.assert_array_equal(pg.gem_pool(last, p, eps=eps), y)
 
 
+@pytest.mark.parametrize("kernel, stride", [(None, None), (2, None), (3, 1)],
+                         ids=["global", "2x2", "3x3 stride 1"])
+def test_gem_pool_of_an_infinite_input_is_infinite(monkeypatch, kernel, stride):
+    """A window (or plane) holding +inf has an infinite power mean, as the formula and
+    PyTorch's composition give (relative to its largest z, inf, the sum is NaN): the
+    global kernels, the 2x2 and rows kernels, and the general one, in either layout."""
+    from poolgrad.kernels import dispatch
+    x = np.random.default_rng(15).random((2, 3, 6, 6)).astype(np.float32) + 0.5
+    x[0, 1, 2, 3] = x[1, 0, 5, 5] = np.inf
+    z = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        if kernel is None:
+            expected = np.mean(z ** 3, axis=(2, 3), keepdims=True) ** (1 / 3)
+        else:
+            s, count = stride or kernel, (6 - kernel) // (stride or kernel) + 1
+            expected = np.array([[[[np.mean(z[n, c, i * s:i * s + kernel,
+                                              j * s:j * s + kernel] ** 3) ** (1 / 3)
+                                    for j in range(count)] for i in range(count)]
+                                  for c in range(3)] for n in range(2)])
+    assert np.isinf(expected).any()
+    last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    for choose in (dispatch.choose, dispatch.general):
+        monkeypatch.setattr(dispatch, "choose", choose)
+        for a in (x, last):
+            np.testing.assert_allclose(pg.gem_pool(a, 3.0, kernel, stride), expected,
+                                       rtol=1e-6)
+
+
 @pytest.mark.parametrize("op, args", [
     (pg.gem_pool, (3.0,)), (pg.gem_pool, (3.0, 2)), (pg.mixed_pool, (2, None, 0, 0.3)),
     (pg.gated_pool, (np.array([[0.5, -1.0], [2.0, 0.3]]), 2)),

@@ -244,6 +244,19 @@ def test_gem_forward_backward_and_p_terms_match_the_cpu(name, ndim, window, dtyp
         assert not on_cpu(untaken).any()
 
 
+@pytest.mark.parametrize("name,ndim,window", GEM_WINDOWS[:2], ids=[w[0] for w in GEM_WINDOWS[:2]])
+def test_gem_of_an_infinite_input_is_infinite_as_on_the_cpu(name, ndim, window):
+    """A window holding +inf: inf, not the NaN of a sum taken relative to inf."""
+    x = torch.rand(SHAPES[ndim], generator=torch.Generator().manual_seed(13)) + 0.5
+    x.view(-1)[::17] = float("inf")
+    p = torch.tensor(3.0)
+    for _, xs in layouts(x):
+        y = cpu("gem_pool")(xs, p, 1e-6, window)
+        assert y.isinf().any() and not y.isnan().any()
+        ty = triton_impl("gem_pool")(on_device(xs), on_device(p), 1e-6, window)
+        torch.testing.assert_close(on_cpu(ty), y, rtol=2e-6, atol=1e-6)
+
+
 WEIGHTED_WINDOWS = [("2x2", 2, sliding(2, 2, 2, 0, 0, 1, False)),
                     ("3x3 stride 2 padded ceil", 2, sliding(2, 3, 2, 1, 1, 1, True)),
                     ("1-d 3 stride 1", 1, sliding(1, 3, 1, 1, 0, 1, False))]

@@ -122,6 +122,15 @@ def _in_range(total):
     return not (total < TINY or total == np.inf)
 
 
+@inlined
+def _relative_mean(largest, total, count, p, whole, precise):
+    """The power mean of a sum taken relative to its ``largest`` term: an infinite one
+    makes the mean infinite (relative to it, the sum is NaN)."""
+    if largest == np.inf:
+        return largest
+    return largest * root(total / count, p, whole, precise)
+
+
 @parallel_kernel
 def gem_global_forward_planes(x, eps, p, whole, y, copy):
     """``copy`` (or an empty array: no copy) gets each plane once it is summed, still in
@@ -148,7 +157,7 @@ def _gem_global_forward_planes_plane(x, eps, p, whole, y, copy, n_chan, length, 
     else:
         largest = _largest(x[n, c], eps)
         total = _plane_sum(x[n, c], eps, 1.0 / largest, p, whole, acc)
-        y[n, c] = largest * root(total / length, p, whole, y.itemsize == 8)
+        y[n, c] = _relative_mean(largest, total, length, p, whole, y.itemsize == 8)
 
 
 @parallel_kernel
@@ -184,7 +193,7 @@ def _gem_global_forward_channels_last_n(x, eps, p, whole, y, copy, length, n_cha
         column = np.ascontiguousarray(x[n, :, c])
         largest = _largest(column, eps)
         total = _plane_sum(column, eps, 1.0 / largest, p, whole, lanes)
-        y[n, c] = largest * root(total / length, p, whole, y.itemsize == 8)
+        y[n, c] = _relative_mean(largest, total, length, p, whole, y.itemsize == 8)
 
 
 @inlined
@@ -281,7 +290,7 @@ def _window_mean(total, count, p, whole, precise, x, n, c, d0, d1, h0, h1, w0, w
             for xw in range(w0, w1):
                 total += raised(clamped(np.float64(x[n, c, xd, xh, xw]), eps) * scale, p,
                                  whole)
-    return largest * root(total / count, p, whole, precise)
+    return _relative_mean(largest, total, count, p, whole, precise)
 
 
 @parallel_kernel
@@ -396,7 +405,7 @@ def _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p,
                 z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
                                           (ow * steps[2] + t) * inner + c]), eps)
                 total += raised(z * scale, p, whole)
-    return largest * root(total / count, p, whole, precise)
+    return _relative_mean(largest, total, count, p, whole, precise)
 
 
 @parallel_kernel

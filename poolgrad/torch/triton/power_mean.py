@@ -45,6 +45,7 @@ def gem_forward(x, y, power, clamp, total, C, axes, xs, ys,
         acc = tl.where(real, acc + walk.power(z / largest, p), acc)
     count = walk.divisor(windows, 0, 1, ACC)
     result = largest * walk.power(acc / count, 1.0 / p)
+    result = tl.where(largest == float("inf"), largest, result)  # relative to inf: NaN
     tl.store(y + walk.at(ys, n, c, od, oh, ow), walk.narrow(result, y.dtype.element_ty), mask=live)
 
 
