@@ -686,6 +686,53 @@ def _gem_passes(choose, xs, stored, plan, operand, eps, p):
     return (forward.name, backward.name), y, dx, terms
 
 
+def test_lp_runs_gems_rows_kernels_with_the_general_kernels_bits():
+    """Lp pooling over windows inside x runs GeM's rows kernels with ``eps`` None
+    (``|x|``, the sum not divided, the gradient signed), the backward where windows do
+    not overlap. Against the general Lp kernels on random geometries in 1-3 dims, both
+    layouts, whole and other powers, zeros (whole windows of them), negative values,
+    NaN, +inf, and sums that underflow or overflow (summed again relative to the
+    largest |x|): the same bits for y and dx."""
+    rng = np.random.default_rng(24)
+    assert dispatch.names("lp", "forward") == ["power_mean.gem_quads_forward",
+                                               "power_mean.gem_rows_forward",
+                                               "sum_pool.lp_pool_forward"]
+    assert dispatch.names("lp", "backward") == ["power_mean.gem_rows_backward",
+                                                "sum_pool.lp_pool_backward"]
+    seen = set()
+    for trial in range(36):
+        ndim, kernel, stride, spatial, lead = _random_windows(rng, trial)
+        # a whole power (multiplied) and another (exp and log); few, as each compiles
+        p, dtype = ((2.0, np.float32), (2.5, np.float64))[trial % 2]
+        x = rng.standard_normal(lead + spatial)
+        x[(0, 0) + (slice(0, 3),) * ndim] = 0.0  # a corner of zeros
+        if trial % 6 == 0:
+            x.flat[rng.integers(0, x.size)] = np.nan
+        if trial % 5 == 0:
+            x.flat[rng.integers(0, x.size)] = np.inf
+        if trial % 7 == 0:  # a corner whose |x|^p underflows float64, one that overflows
+            x[(0, -1) + (slice(0, 2),) * ndim] = 1e-200 if dtype == np.float64 else 1e-30
+            x[(-1, 0) + (slice(0, 2),) * ndim] = 1e200 if dtype == np.float64 else 3e38
+        x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
+        seen.add(_same_bits_as_the_window_kernels(
+            _rows_and_window_kernels(x, ndim, kernel, stride, _lp_passes, p=p),
+            "power_mean.gem_rows", "sum_pool.lp_pool",
+            "power_mean.gem_quads_forward" if _quad(kernel) else None))
+    assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
+                    for apart in (True, False)}
+
+
+def _lp_passes(choose, xs, stored, plan, operand, p):
+    forward = choose("lp", "forward", plan, operand)
+    y = empty(_out_shape(xs, plan), xs.dtype, stored)
+    forward(xs, y, p)
+    dy = np.nan_to_num(y, posinf=3.0) * 0.5 - 0.25
+    backward = choose("lp", "backward", plan, operand)
+    dx = empty(xs.shape, xs.dtype, stored)
+    backward(xs, y, dy, p, dx)
+    return (forward.name, backward.name), y, dx
+
+
 def test_weighted_rows_kernels_match_the_window_kernels():
     """SoftPool and stochastic pooling's mean run on rows kernels
     (``weighted.weighted_rows_*``: each tap of an output row's windows gathered, then

@@ -70,7 +70,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import blocks, gather_rows, kind_rules, layouts, row_passes, sum_pool, tiled
+from . import (
+    blocks,
+    gather_rows,
+    kind_rules,
+    layouts,
+    power_mean,
+    row_passes,
+    sum_pool,
+    tiled,
+)
 from . import channels_last as cl
 from . import max_pool as general_max
 from . import unpool as unpool_kernels
@@ -391,12 +400,26 @@ def _global_avg_back(plan):
 
 
 def _lp(plan):
-    return lambda x, y, p: sum_pool.lp_pool_forward(x, plan.table, plan.dilation, p, y)
+    return lambda x, y, p: sum_pool.lp_pool_forward(x, plan.table, plan.dilation, float(p),
+                                                    power_mean.power_form(p), y)
 
 
 def _lp_back(plan):
     ptr, outs, _ = plan.cover
-    return lambda x, y, dy, p, dx: sum_pool.lp_pool_backward(x, y, dy, p, ptr, outs, dx)
+    return lambda x, y, dy, p, dx: sum_pool.lp_pool_backward(
+        x, y, dy, float(p), power_mean.power_form(p), ptr, outs, dx)
+
+
+def _lp_as_gem(bind, direction):
+    """``bind``, which binds a GeM rows kernel, for Lp: its ``eps`` None (``|x|``, the
+    sum not divided; :mod:`.powers`), with Lp's ``run`` arguments."""
+    def lp(plan):
+        run = bind(plan)
+        if direction == "forward":
+            return lambda x, y, p: run(x, None, float(p), power_mean.power_form(p), y)
+        return lambda x, y, dy, p, dx: run(x, y, dy, None, float(p),
+                                           power_mean.power_form(p), dx)
+    return lp
 
 
 def _unpool(plan):
@@ -474,8 +497,17 @@ _RULES = {
     ("global_avg", "backward"): [
         _Rule("sum_pool.global_avg_backward", lambda plan, operand, record:
               operand.layout == "nchw", _global_avg_back)] + _AVG_BACKWARD,
-    ("lp", "forward"): [_Rule("sum_pool.lp_pool_forward", _always, _lp)],
-    ("lp", "backward"): [_Rule("sum_pool.lp_pool_backward", _always, _lp_back)],
+    # windows inside x without dilation: GeM's rows kernels, with the general ones' bits
+    ("lp", "forward"): [
+        _Rule("power_mean.gem_quads_forward", kind_rules.quads,
+              _lp_as_gem(kind_rules.gem_quads, "forward")),
+        _Rule("power_mean.gem_rows_forward", kind_rules.full_windows, _lp_as_gem(
+            kind_rules.gem_rows(power_mean.gem_rows_forward, "forward"), "forward")),
+        _Rule("sum_pool.lp_pool_forward", _always, _lp)],
+    ("lp", "backward"): [
+        _Rule("power_mean.gem_rows_backward", kind_rules.apart, _lp_as_gem(
+            kind_rules.gem_rows(power_mean.gem_rows_backward, "backward"), "backward")),
+        _Rule("sum_pool.lp_pool_backward", _always, _lp_back)],
     ("circular", "pad"): [
         _Rule("layouts.circular_pad_rows", layouts.pads_by_rows,
               lambda plan: layouts.circular_pad),

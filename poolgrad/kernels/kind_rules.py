@@ -229,7 +229,7 @@ def _gem_p_terms(plan):
         x, y, dy, plan.table, eps, p, whole, terms)
 
 
-def _full_windows(plan, operand, record) -> bool:
+def full_windows(plan, operand, record) -> bool:
     """The rows kernels (GeM's, the weighted averages'): a contiguous layout, and
     windows that are all inside x, with no dilation (what gem_pool's plans are)."""
     return operand.layout in ("nchw", "channels_last") and all(
@@ -238,20 +238,20 @@ def _full_windows(plan, operand, record) -> bool:
         for a in plan.kernel_axes)
 
 
-def _quads(plan, operand, record) -> bool:
+def quads(plan, operand, record) -> bool:
     """Full 2x2 windows (the blends' one-loop forward)."""
-    return _full_windows(plan, operand, record) and tuple(
+    return full_windows(plan, operand, record) and tuple(
         a.extent for a in plan.kernel_axes) == (1, 2, 2)
 
 
 def _quads_apart(plan, operand, record) -> bool:
     """Full 2x2 windows that do not overlap."""
-    return _quads(plan, operand, record) and _apart(plan, operand, record)
+    return quads(plan, operand, record) and apart(plan, operand, record)
 
 
-def _apart(plan, operand, record) -> bool:
+def apart(plan, operand, record) -> bool:
     """Full windows that do not overlap (stride >= kernel on every axis)."""
-    return _full_windows(plan, operand, record) and all(
+    return full_windows(plan, operand, record) and all(
         a.rule[1] >= a.extent for a in plan.kernel_axes)
 
 
@@ -288,7 +288,7 @@ def _rows_like(x: np.ndarray, *arrays: np.ndarray) -> tuple:
     return (inner, x_rows, *(_window_rows(a, channels_last)[0] for a in arrays))
 
 
-def _gem_rows(kernel, pass_name):
+def gem_rows(kernel, pass_name):
     """Bind a ``gem_rows_*`` kernel."""
     def bind(plan):
         window, steps, covered = _rows_geometry(plan)
@@ -313,7 +313,7 @@ def _no_copy(like: np.ndarray) -> np.ndarray:
     return np.empty((0,) * like.ndim, like.dtype)
 
 
-def _gem_quads(plan):
+def gem_quads(plan):
     """Bind ``gem_quads_forward``, which copies the rows it reads into ``copy`` where
     the windows cover x."""
     window, steps, covered = _rows_geometry(plan)
@@ -494,7 +494,7 @@ def _positions_outer(kernel, forward: bool):
 
 # the backwards of both weighted kinds where no 2x2 kernel serves
 _WEIGHTED_BACKWARDS = (
-    Rule("weighted.weighted_rows_backward", _apart,
+    Rule("weighted.weighted_rows_backward", apart,
          _weighted_rows(weighted.weighted_rows_backward, False)),
     Rule("weighted.weighted_pool_backward", always, _weighted_back))
 
@@ -512,17 +512,17 @@ RULES = {
         Rule("power_mean.gem_global_backward_planes", always,
              _bound(power_mean.gem_global_backward_planes))],
     ("gem", "forward"): [
-        Rule("power_mean.gem_quads_forward", _quads, _gem_quads),
-        Rule("power_mean.gem_rows_forward", _full_windows,
-             _then_copied(_gem_rows(power_mean.gem_rows_forward, "forward"))),
+        Rule("power_mean.gem_quads_forward", quads, gem_quads),
+        Rule("power_mean.gem_rows_forward", full_windows,
+             _then_copied(gem_rows(power_mean.gem_rows_forward, "forward"))),
         Rule("power_mean.gem_window_forward", always, _then_copied(_gem))],
     ("gem", "backward"): [
-        Rule("power_mean.gem_rows_backward", _apart,
-             _gem_rows(power_mean.gem_rows_backward, "backward")),
+        Rule("power_mean.gem_rows_backward", apart,
+             gem_rows(power_mean.gem_rows_backward, "backward")),
         Rule("power_mean.gem_window_backward", always, _gem_back)],
     ("gem", "p_terms"): [
-        Rule("power_mean.gem_rows_p_terms", _full_windows,
-             _gem_rows(power_mean.gem_rows_p_terms, "p_terms")),
+        Rule("power_mean.gem_rows_p_terms", full_windows,
+             gem_rows(power_mean.gem_rows_p_terms, "p_terms")),
         Rule("power_mean.gem_window_p_terms", always, _gem_p_terms)],
     ("blur", "forward"): [
         Rule("blur_rows.blur_rows_forward", _rows_channels_last, _blur_rows(True),
@@ -534,9 +534,9 @@ RULES = {
         Rule("blur_rows.blur_rows_backward", streams_rows, _blur_rows_back(False)),
         Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
-        Rule("weighted.weighted_quads_forward", _quads,
+        Rule("weighted.weighted_quads_forward", quads,
              _weighted_quads),
-        Rule("weighted.weighted_rows_forward", _full_windows,
+        Rule("weighted.weighted_rows_forward", full_windows,
              _then_copied(_weighted_rows(weighted.weighted_rows_forward, True))),
         Rule("weighted.weighted_pool_forward", always, _then_copied(_weighted))],
     ("weighted", "backward"): [
@@ -548,12 +548,12 @@ RULES = {
              needs_outputs=False),
         *_WEIGHTED_BACKWARDS],
     ("blend", "forward"): [
-        Rule("blend.blend_quads_forward", _quads,
+        Rule("blend.blend_quads_forward", quads,
              _blend_rows(True, blend.blend_quads_forward)),
-        Rule("blend.blend_rows_forward", _full_windows, _blend_rows(True)),
+        Rule("blend.blend_rows_forward", full_windows, _blend_rows(True)),
         Rule("blend.blend_window_forward", always, _blend_window(True))],
     ("blend", "backward"): [
-        Rule("blend.blend_rows_backward", _apart, _blend_rows(False)),
+        Rule("blend.blend_rows_backward", apart, _blend_rows(False)),
         Rule("blend.blend_window_backward", always, _blend_window(False))],
     ("attention", "forward"): [
         Rule("attention.attention_pixels_forward", _channels_innermost,
@@ -568,7 +568,7 @@ RULES = {
     ("stochastic", "check"): [
         Rule("stochastic.negative_or_nan", always, lambda plan: stochastic.negative_or_nan)],
     ("stochastic", "sample"): [
-        Rule("stochastic.stochastic_quads_sample", _quads, _sample_quads, records=True),
+        Rule("stochastic.stochastic_quads_sample", quads, _sample_quads, records=True),
         Rule("stochastic.stochastic_pool_sample", always, _sample, records=True)],
     ("fractional", "forward"): [Rule("fractional.fractional_max_forward_channels_last",
                                      _channels_innermost, _fractional_channels_last,

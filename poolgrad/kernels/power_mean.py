@@ -25,7 +25,7 @@ Three families:
   :data:`LANES` partial sums, lane ``k`` adding the taps ``i = k mod LANES`` in
   increasing ``i``, the lanes then added by halving (lane ``k`` += lane ``k + h``, for
   ``h = LANES/2, ..., 1``): one order for both layouts, so they give the same bits.
-  Where that sum overflows or falls below :data:`TINY` (terms may have underflowed),
+  Where that sum overflows or falls below :data:`.powers.TINY` (terms may have underflowed),
   the plane is summed again as ``m^p sum (z/m)^p``, ``m`` its largest ``z``, so a large
   ``p`` neither overflows nor underflows. The backward multiplies by ``1/y`` rather
   than dividing, and writes ``dx`` and, with ``with_dp``, each plane's ``p`` term in
@@ -37,6 +37,8 @@ Three families:
   as rows (their docstrings), and the backward only windows that do not overlap, with
   the ``gem_window_*`` kernels' bits.
 
+With ``eps`` None, the window and rows kernels pool Lp norms instead (:mod:`.powers`).
+
 The window kernels sum each window in tap order (row-major), unscaled, and sum it again relative to
 its largest ``z`` only where that sum left the range, as the planes do. The root
 ``mean^(1/p)`` is :func:`.powers.root`'s.
@@ -46,7 +48,17 @@ import numpy as np
 from numba import prange, uint64
 
 from . import constant, elementary, jit, parallel_kernel
-from .powers import clamped, raised, raised_less_one, root
+from .powers import (
+    clamped,
+    divisor,
+    in_range,
+    passes,
+    raised,
+    raised_less_one,
+    relative_mean,
+    root,
+    sign_of,
+)
 from .walk import (
     copy_row,
     gather_tap,
@@ -60,7 +72,6 @@ from .walk import (
 
 MULTIPLIED_UP_TO = 8  # a whole power up to this is raised by multiplying
 LANES = 32  # the partial sums of a whole plane (a power of 2)
-TINY = 2.0 ** -960  # a plane's sum below this may have lost terms to underflow
 @inlined
 def _p_term(dy, y, p, s0, s1):
     return dy * (y / p) * (s1 / s0)
@@ -115,22 +126,6 @@ def _largest(row, eps):
     return largest
 
 
-@inlined
-def _in_range(total):
-    """Whether a plane's unscaled sum is exact enough to use (NaN passes: it is the
-    answer)."""
-    return not (total < TINY or total == np.inf)
-
-
-@inlined
-def _relative_mean(largest, total, count, p, whole, precise):
-    """The power mean of a sum taken relative to its ``largest`` term: an infinite one
-    makes the mean infinite (relative to it, the sum is NaN)."""
-    if largest == np.inf:
-        return largest
-    return largest * root(total / count, p, whole, precise)
-
-
 @parallel_kernel
 def gem_global_forward_planes(x, eps, p, whole, y, copy):
     """``copy`` (or an empty array: no copy) gets each plane once it is summed, still in
@@ -152,12 +147,12 @@ def _gem_global_forward_planes_plane(x, eps, p, whole, y, copy, n_chan, length, 
     total = _plane_sum(x[n, c], eps, 1.0, p, whole, acc)
     if copy.size != 0:
         copy_row(x[n, c], copy[n, c])
-    if _in_range(total):
+    if in_range(total):
         y[n, c] = root(total / length, p, whole, y.itemsize == 8)
     else:
         largest = _largest(x[n, c], eps)
         total = _plane_sum(x[n, c], eps, 1.0 / largest, p, whole, acc)
-        y[n, c] = _relative_mean(largest, total, length, p, whole, y.itemsize == 8)
+        y[n, c] = relative_mean(largest, total, length, p, whole, y.itemsize == 8)
 
 
 @parallel_kernel
@@ -187,13 +182,13 @@ def _gem_global_forward_channels_last_n(x, eps, p, whole, y, copy, length, n_cha
         for k in range(LANES):
             lanes[k] = acc[k, c]
         total = _halved(lanes)
-        if _in_range(total):
+        if in_range(total):
             y[n, c] = root(total / length, p, whole, y.itemsize == 8)
             continue
         column = np.ascontiguousarray(x[n, :, c])
         largest = _largest(column, eps)
         total = _plane_sum(column, eps, 1.0 / largest, p, whole, lanes)
-        y[n, c] = _relative_mean(largest, total, length, p, whole, y.itemsize == 8)
+        y[n, c] = relative_mean(largest, total, length, p, whole, y.itemsize == 8)
 
 
 @inlined
@@ -275,13 +270,13 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
 def _window_mean(total, count, p, whole, precise, x, n, c, d0, d1, h0, h1, w0, w1, eps):
     """A window's power mean from its unscaled sum, or, where that sum left the range,
     summed again relative to the window's largest ``z`` (tap order, from x)."""
-    if _in_range(total):
-        return root(total / count, p, whole, precise)
-    largest = eps
+    if in_range(total):
+        return root(total / divisor(count, eps), p, whole, precise)
+    largest = 0.0
     for xd in range(d0, d1):
         for xh in range(h0, h1):
             for xw in range(w0, w1):
-                z = np.float64(x[n, c, xd, xh, xw])
+                z = clamped(np.float64(x[n, c, xd, xh, xw]), eps)
                 largest = z if z > largest else largest
     scale = 1.0 / largest
     total = 0.0
@@ -290,7 +285,7 @@ def _window_mean(total, count, p, whole, precise, x, n, c, d0, d1, h0, h1, w0, w
             for xw in range(w0, w1):
                 total += raised(clamped(np.float64(x[n, c, xd, xh, xw]), eps) * scale, p,
                                  whole)
-    return _relative_mean(largest, total, count, p, whole, precise)
+    return relative_mean(largest, total, divisor(count, eps), p, whole, precise)
 
 
 @parallel_kernel
@@ -344,7 +339,7 @@ def gem_window_backward(x, y, dy, table, eps, p, whole, cover_ptr, cover_out, dx
         n, c, i_d, ih = row_index(row, n_chan, in_d, in_h)
         for iw in range(in_w):
             v = np.float64(x[n, c, i_d, ih, iw])
-            if not v >= eps:  # NaN too: the clamp's comparison is false
+            if not passes(v, eps):  # GeM's NaN too: the clamp's comparison is false
                 dx[n, c, i_d, ih, iw] = zero
                 continue
             total = 0.0
@@ -357,10 +352,10 @@ def gem_window_backward(x, y, dy, table, eps, p, whole, cover_ptr, cover_out, dx
                     for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
                         ow = cover_out[2, e]
                         count = count_h * (table[2, 2, ow] - table[2, 1, ow])
-                        r = v * (1.0 / np.float64(y[n, c, od, oh, ow]))
-                        total += np.float64(dy[n, c, od, oh, ow]) / count * raised_less_one(
-                            r, p, whole)
-            dx[n, c, i_d, ih, iw] = total
+                        r = clamped(v, eps) * (1.0 / np.float64(y[n, c, od, oh, ow]))
+                        total += np.float64(dy[n, c, od, oh, ow]) / divisor(
+                            count, eps) * raised_less_one(r, p, whole)
+            dx[n, c, i_d, ih, iw] = total * sign_of(v, eps)
 
 
 # ------------------------------------------------------------- sliding windows, rows
@@ -391,12 +386,12 @@ def _add_tap(powered, start, step, inner, acc):
 @jit()  # a call: the rare path, kept out of the kernels that inline the common one
 def _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, whole,
                    precise):
-    largest = eps
+    largest = 0.0
     for a in range(window[0]):
         for b in range(window[1]):
             for t in range(window[2]):
-                z = np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
-                                 (ow * steps[2] + t) * inner + c])
+                z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
+                                         (ow * steps[2] + t) * inner + c]), eps)
                 largest = z if z > largest else largest
     scale, total = 1.0 / largest, 0.0
     for a in range(window[0]):
@@ -405,7 +400,7 @@ def _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p,
                 z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
                                           (ow * steps[2] + t) * inner + c]), eps)
                 total += raised(z * scale, p, whole)
-    return _relative_mean(largest, total, count, p, whole, precise)
+    return relative_mean(largest, total, divisor(count, eps), p, whole, precise)
 
 
 @parallel_kernel
@@ -433,9 +428,10 @@ def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
                         _add_tap(powered, t, steps[2], inner, acc)
             out = y[plane, od, oh]
             for o in range(out_l):
-                out[uint64(o)] = root(acc[uint64(o)] / count, p, whole, y.itemsize == 8)
+                out[uint64(o)] = root(acc[uint64(o)] / divisor(count, eps), p, whole,
+                                      y.itemsize == 8)
             for o in range(out_l):
-                if not _in_range(acc[o]):  # rare: redo the window relative to its maximum
+                if not in_range(acc[o]):  # rare: redo the window relative to its maximum
                     ow, c = o // inner, o % inner
                     out[o] = _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps,
                                             count, eps, p, whole, y.itemsize == 8)
@@ -492,9 +488,9 @@ def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, 
             out = y[plane, od, oh]
             for o in range(out_l):
                 at = uint64(o)
-                out[at] = root(sums[at] / 4, p, whole, precise)
+                out[at] = root(sums[at] / divisor(4, eps), p, whole, precise)
             for o in range(out_l):
-                if not _in_range(sums[o]):  # rare: redo the window relative to its maximum
+                if not in_range(sums[o]):  # rare: redo the window relative to its maximum
                     out[o] = _rows_rescaled(x, plane, o % inner, inner, od, oh, o // inner,
                                             window, steps, 4, eps, p, whole, precise)
             if copy.size != 0:
@@ -522,7 +518,8 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
             at = uint64(o)
             v = gathered[at]
             share = raised_less_one(clamped(v, eps) * inverse[at], p, whole)
-            gathered[at] = 0.0 + scale[at] * share if v >= eps else 0.0
+            gathered[at] = (0.0 + scale[at] * share) * sign_of(v, eps) if passes(
+                v, eps) else 0.0
         scatter_tap(gathered, start, step, inner, out)
         return
     for ow in range(inverse.shape[0] // inner):  # channels innermost: contiguous already
@@ -531,7 +528,7 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
             at, o = uint64(base + c), uint64(first + c)
             v = np.float64(src[at])
             share = raised_less_one(clamped(v, eps) * inverse[o], p, whole)
-            out[at] = 0.0 + scale[o] * share if v >= eps else 0.0
+            out[at] = (0.0 + scale[o] * share) * sign_of(v, eps) if passes(v, eps) else 0.0
 
 
 @inlined
@@ -561,7 +558,8 @@ def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, who
         gathered = np.empty(out_l, np.float64)
         for row in range(first, end):
             od, oh = row // out_h, row % out_h
-            _row_factors(y[plane, od, oh], dy[plane, od, oh], count, inverse, scale)
+            _row_factors(y[plane, od, oh], dy[plane, od, oh], divisor(count, eps), inverse,
+                         scale)
             for a in range(window[0]):
                 for b in range(window[1]):
                     src = x[plane, od * steps[0] + a, oh * steps[1] + b]

@@ -1,6 +1,11 @@
 """Whole and real powers, and the roots of power means, as GeM's kernels
 (:mod:`.power_mean`) take them: without calls or branches, so that the loops around
-them vectorize (:mod:`.elementary`'s ``exp`` and ``log`` for the others)."""
+them vectorize (:mod:`.elementary`'s ``exp`` and ``log`` for the others).
+
+The same kernels pool Lp norms (:mod:`.sum_pool`'s general ones share their arithmetic)
+when their ``eps`` is None, a compile-time choice: then ``z = |x|`` (:func:`clamped`),
+the sum is not divided by the count (:func:`divisor`), and a tap's gradient is
+``sign(x)`` times GeM's, 0 at ``x = 0`` (:func:`passes`, :func:`sign_of`)."""
 
 import numpy as np
 
@@ -36,9 +41,56 @@ def raised_less_one(base, p, whole):
     return result
 
 
+# a sum below this may have lost terms to underflow: it is summed again relative to its
+# largest term
+TINY = 2.0 ** -960
+
+
 @inlined
 def clamped(v, eps):
+    """GeM's ``max(v, eps)`` (NaN kept), or with ``eps`` None Lp's ``|v|``."""
+    if eps is None:
+        return abs(v)
     return eps if v < eps else v
+
+
+@inlined
+def divisor(count, eps):
+    """What a window's sum of ``z^p`` is divided by: its count (GeM's mean), or 1 (Lp)."""
+    if eps is None:
+        return 1.0
+    return np.float64(count)
+
+
+@inlined
+def passes(v, eps):
+    """Whether a tap passes a gradient: above GeM's clamp (not NaN), or, for Lp, not 0."""
+    if eps is None:
+        return v != 0
+    return v >= eps
+
+
+@inlined
+def sign_of(v, eps):
+    """The factor ``dz/dx`` adds to a passing tap's gradient: Lp's sign of ``v``."""
+    if eps is None:
+        return 1.0 if v > 0 else -1.0
+    return 1.0
+
+
+@inlined
+def in_range(total):
+    """Whether an unscaled sum is exact enough to use (NaN passes: it is the answer)."""
+    return not (total < TINY or total == np.inf)
+
+
+@inlined
+def relative_mean(largest, total, count, p, whole, precise):
+    """The power mean of a sum taken relative to its ``largest`` term: an infinite one
+    makes the mean infinite (relative to it, the sum is NaN), and all zeros (Lp's) 0."""
+    if largest == np.inf or largest == 0:
+        return largest
+    return largest * root(total / count, p, whole, precise)
 
 
 @inlined

@@ -10,8 +10,9 @@ import numpy as np
 from numba import prange, uint64
 
 from . import parallel_kernel
+from .powers import in_range, raised, raised_less_one, relative_mean, root
 from .simd import PREFETCH_BYTES, prefetch
-from .walk import row_index, row_windows
+from .walk import inlined, row_index, row_windows
 
 
 @parallel_kernel
@@ -55,93 +56,80 @@ def avg_pool_backward(dy, divisor, cover_ptr, cover_out, dx):
             dx[n, c, i_d, ih, iw] = total
 
 
-@parallel_kernel
-def lp_pool_forward(x, table, dilation, p, y):
-    """``y = (sum over real taps of |x|^p) ** (1/p)``; padding adds 0.
+@inlined
+def _lp_window_sum(x, n, c, xd0, first_d, end_d, dil_d, xh0, first_h, end_h, dil_h, xw0,
+                   first_w, end_w, dil_w, scale, p, whole):
+    """``sum (|x| * scale)^p`` over a window's real taps, in tap order from +0."""
+    total = 0.0
+    for jd in range(first_d, end_d):
+        xd = xd0 + jd * dil_d
+        for jh in range(first_h, end_h):
+            xh = xh0 + jh * dil_h
+            for jw in range(first_w, end_w):
+                total += raised(abs(np.float64(x[n, c, xd, xh, xw0 + jw * dil_w])) * scale,
+                                p, whole)
+    return total
 
-    Computed as ``m * (sum (|x|/m)^p) ** (1/p)`` with ``m`` the window's largest ``|x|``,
-    so that large ``p`` neither overflows nor underflows (``p = 1`` needs no scaling).
-    """
-    n_batch, n_chan = x.shape[0], x.shape[1]
+
+@parallel_kernel
+def lp_pool_forward(x, table, dilation, p, whole, y):
+    """``y = (sum over real taps of |x|^p) ** (1/p)``; padding adds 0. ``p`` float64,
+    ``whole`` :func:`.power_mean.power_form`'s. The sum runs in float64 in tap order,
+    unscaled, and again relative to the window's largest ``|x|`` where it left the range:
+    the arithmetic of :mod:`.power_mean`'s kernels with ``eps`` None, which serve
+    the windows they can with these bits."""
+    n_chan = x.shape[1]
     out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
-    zero = np.zeros(1, y.dtype)[0]
-    one = np.ones(1, y.dtype)[0]
-    inverse_p = one / p
-    for row in prange(n_batch * n_chan * out_d * out_h):
+    precise = y.itemsize == 8
+    for row in prange(x.shape[0] * n_chan * out_d * out_h):
         n, c, od, oh = row_index(row, n_chan, out_d, out_h)
         start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
         for ow in range(out_w):
             start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
-            scale = one
-            if p != 1:
-                largest = zero
-                for jd in range(first_d, end_d):
-                    xd = start_d + jd * dil_d
-                    for jh in range(first_h, end_h):
-                        xh = start_h + jh * dil_h
-                        for jw in range(first_w, end_w):
-                            v = abs(x[n, c, xd, xh, start_w + jw * dil_w])
-                            if v > largest:
-                                largest = v
-                # all zeros, or an inf: no scaling (the sum gives 0, inf or NaN)
-                if largest > 0 and largest < np.inf:
-                    scale = largest
-            total = zero
+            total = _lp_window_sum(x, n, c, start_d, first_d, end_d, dil_d, start_h, first_h,
+                                   end_h, dil_h, start_w, first_w, end_w, dil_w, 1.0, p, whole)
+            if in_range(total):
+                y[n, c, od, oh, ow] = root(total, p, whole, precise)
+                continue
+            largest = 0.0
             for jd in range(first_d, end_d):
-                xd = start_d + jd * dil_d
                 for jh in range(first_h, end_h):
-                    xh = start_h + jh * dil_h
                     for jw in range(first_w, end_w):
-                        v = abs(x[n, c, xd, xh, start_w + jw * dil_w]) / scale
-                        if p == 2:
-                            total += v * v
-                        elif p == 1:
-                            total += v
-                        else:
-                            total += v ** p
-            if p == 2:
-                y[n, c, od, oh, ow] = scale * np.sqrt(total)
-            elif p == 1:
-                y[n, c, od, oh, ow] = total
-            else:
-                y[n, c, od, oh, ow] = scale * total ** inverse_p
+                        z = abs(np.float64(x[n, c, start_d + jd * dil_d, start_h + jh * dil_h,
+                                             start_w + jw * dil_w]))
+                        largest = z if z > largest else largest
+            total = _lp_window_sum(x, n, c, start_d, first_d, end_d, dil_d, start_h, first_h,
+                                   end_h, dil_h, start_w, first_w, end_w, dil_w, 1.0 / largest,
+                                   p, whole)
+            y[n, c, od, oh, ow] = relative_mean(largest, total, 1.0, p, whole, precise)
 
 
 @parallel_kernel
-def lp_pool_backward(x, y, dy, p, cover_ptr, cover_out, dx):
-    """``dx[i]`` = sum over windows ``o`` reading ``i`` of
-    ``dy[o] * sign(x[i]) * (|x[i]| / y[o])^(p-1)``; a window with ``y = 0`` sends 0
-    (the subgradient at 0)."""
-    n_batch, n_chan, in_d, in_h, in_w = dx.shape
+def lp_pool_backward(x, y, dy, p, whole, cover_ptr, cover_out, dx):
+    """``dx[i]`` = sum over windows ``o`` reading ``i`` (in increasing order) of
+    ``dy[o] * (|x[i]| / y[o])^(p-1)``, times ``sign(x[i])``; 0 where ``x[i]`` is 0 (the
+    subgradient). In float64, as :mod:`.power_mean`'s kernels with ``eps`` None."""
+    n_chan, in_d, in_h, in_w = dx.shape[1], dx.shape[2], dx.shape[3], dx.shape[4]
     zero = np.zeros(1, dx.dtype)[0]
-    one = np.ones(1, dx.dtype)[0]
-    for row in prange(n_batch * n_chan * in_d * in_h):
+    for row in prange(dx.shape[0] * n_chan * in_d * in_h):
         n, c, i_d, ih = row_index(row, n_chan, in_d, in_h)
         for iw in range(in_w):
-            value = x[n, c, i_d, ih, iw]
-            total = zero
-            if value != 0:
-                magnitude = abs(value)
-                sign = 1 if value > 0 else -1
-                for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
-                    od = cover_out[0, a]
-                    for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
-                        oh = cover_out[1, b]
-                        for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
-                            ow = cover_out[2, e]
-                            norm = y[n, c, od, oh, ow]
-                            if norm != 0:
-                                if p == 2:
-                                    share = magnitude / norm
-                                elif p == 1:
-                                    share = one
-                                else:
-                                    share = (magnitude / norm) ** (p - 1)
-                                total += dy[n, c, od, oh, ow] * share
-                if sign < 0:
-                    total = -total
-            dx[n, c, i_d, ih, iw] = total
+            v = np.float64(x[n, c, i_d, ih, iw])
+            if v == 0:
+                dx[n, c, i_d, ih, iw] = zero
+                continue
+            total = 0.0
+            for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+                od = cover_out[0, a]
+                for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                    oh = cover_out[1, b]
+                    for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
+                        ow = cover_out[2, e]
+                        r = abs(v) * (1.0 / np.float64(y[n, c, od, oh, ow]))
+                        total += np.float64(dy[n, c, od, oh, ow]) * raised_less_one(
+                            r, p, whole)
+            dx[n, c, i_d, ih, iw] = total * (1.0 if v > 0 else -1.0)
 
 
 @parallel_kernel
