@@ -1,6 +1,6 @@
-"""``poolgrad bench --kinds``: every pooling kind of :mod:`poolgrad.kinds`, through
-poolgrad's NumPy API and through poolgrad.torch, against plain PyTorch and kornia, in
-one process at the same thread count.
+"""``poolgrad bench --kinds``: every pooling kind of :mod:`poolgrad.kinds`, and Lp
+pooling, through poolgrad's NumPy API and through poolgrad.torch, against plain PyTorch and
+kornia, in one process at the same thread count.
 
 Each row of :data:`KINDS` is a kind with its settings, timed on one layer (default
 :data:`SHAPE`, float32, drawn from a standard normal; after a ReLU for stochastic
@@ -69,6 +69,7 @@ SEED = 0  # the draws of the check
 _QUICK_COMPILED_KINDS = 1
 
 GEM_P, GEM_EPS = 3.0, 1e-6
+LP_P = 2.0  # even: PyTorch's lp_pool, which takes no absolute value, is the same function
 MIXED_ALPHA = 0.5
 KORNIA_PADS_ZEROS = "kornia pads with zeros, poolgrad's default reflects"
 
@@ -78,7 +79,7 @@ class Kind:
     """One row of the suite: a pooling kind with its settings, as each implementation
     calls it. Both of poolgrad's APIs take ``(x, *parameters, *args, **kwargs)``, and
     ``rng`` (NumPy) or ``generator`` (torch) where the kind draws at random."""
-    function: str  # the NumPy operator's name in poolgrad.kinds; poolgrad.torch's too
+    function: str  # the NumPy operator's name (poolgrad.kinds, else poolgrad.ops)
     settings: str  # what the table shows after the name
     args: tuple
     reference: Callable  # plain PyTorch, (x, draws, *parameters) -> y: the same function
@@ -88,6 +89,7 @@ class Kind:
     kornia: Callable | None = None  # (the kornia module) -> its layer
     kornia_differs: str | None = None  # how kornia's layer's function differs, if it does
     non_negative: bool = False  # x after a ReLU (stochastic pooling's probabilities)
+    torch_function: str | None = None  # poolgrad.torch's name, where it is not function's
 
     @property
     def name(self) -> str:
@@ -189,6 +191,12 @@ def _gem_reference(x, draws, *, kernel):
                         kernel or tuple(x.shape[2:])).pow(1 / GEM_P)
 
 
+def _lp_reference(x, draws):
+    """PyTorch's own: ``(sum x^p)^(1/p)``, without ONNX's (and poolgrad's) absolute
+    value, which an even p does not need."""
+    return F.lp_pool2d(x, LP_P, 2)
+
+
 def _mixed_reference(x, draws):
     return MIXED_ALPHA * F.max_pool2d(x, 2) + (1 - MIXED_ALPHA) * F.avg_pool2d(x, 2)
 
@@ -272,6 +280,7 @@ KINDS = (
          {"eps": GEM_EPS}),
     Kind("gem_pool", "2x2 p3", (GEM_P, 2), functools.partial(_gem_reference, kernel=2),
          {"eps": GEM_EPS}),
+    Kind("lp_pool", "2x2 p2", (LP_P, 2), _lp_reference, torch_function="lp_pool2d"),
     Kind("mixed_pool", "2x2 alpha 0.5", (2, None, 0, MIXED_ALPHA), _mixed_reference),
     Kind("gated_pool", "2x2", (2,), _gated_reference, params=_gate),
     Kind("attention_pool", "global 1 query", (), _attention_reference,
@@ -289,13 +298,14 @@ def numpy_call(kind: Kind, params, rng):
     operator and for :func:`poolgrad.vjp`; ``rng`` (a seed or a Generator) where it
     draws."""
     kwargs = {**kind.kwargs, "rng": rng} if kind.draws else kind.kwargs
-    return getattr(numpy_kinds, kind.function), (*params, *kind.args), kwargs
+    operator = getattr(numpy_kinds, kind.function, None) or getattr(ops, kind.function)
+    return operator, (*params, *kind.args), kwargs
 
 
 def front_end_call(kind: Kind, front_end, params, generator):
     """poolgrad.torch's call of ``kind``, a function of x; ``generator`` (a seed or a
     torch.Generator) where it draws."""
-    function = getattr(front_end, kind.function)
+    function = getattr(front_end, kind.torch_function or kind.function)
     kwargs = {**kind.kwargs, "generator": generator} if kind.draws else kind.kwargs
     return lambda t: function(t, *params, *kind.args, **kwargs)
 
