@@ -287,6 +287,25 @@ def test_lps_pool_is_the_definition(shape, stride):
         lps_reference(x, weights, stride, noise, 0.5), rtol=1e-12)
 
 
+def test_lps_pool_in_evaluation_takes_the_chosen_component_whatever_the_others_hold():
+    """The hard choice is the chosen component itself: infinities in the others do not
+    reach it (weighted by 0, they would give NaN), in NumPy and in poolgrad.torch."""
+    x = np.random.default_rng(0).uniform(0.1, 2, (2, 3, 6, 6))
+    x[0, 1, 1, 2], x[1, 0, 0, 1] = -np.inf, np.inf  # the first chosen, the second not
+    weights = scorer(3)
+    with np.errstate(invalid="ignore"):  # the scores of the infinite components
+        y, phases = pg.lps_pool(x, weights, 2, return_indices=True)
+        expected = lps_reference(x, weights, 2, None, 1.0)
+    np.testing.assert_array_equal(y, expected)
+    assert np.isinf(y).sum() == 1 and not np.isnan(y).any()
+    torch = pytest.importorskip("torch")
+    from poolgrad.torch import polyphase
+    ty, tphases = polyphase.lps_pool(torch.from_numpy(x), tuple(map(torch.from_numpy, weights)),
+                                     2, return_indices=True)
+    np.testing.assert_array_equal(ty.numpy(), expected)
+    np.testing.assert_array_equal(tphases.numpy(), phases)
+
+
 def test_lps_pool_in_evaluation_is_invariant_to_every_circular_shift():
     x = np.random.default_rng(12).standard_normal((2, 3, 6, 4))
     weights = scorer(3)

@@ -252,9 +252,10 @@ def _lps_pool(x, weights, stride=2, *, training=False, temperature=1.0, rng=None
     if training:
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities = shifted / shifted.sum(axis=1, keepdims=True)
-    else:  # the hard choice
+        mixed = np.einsum("np,np...->n...", probabilities, comps)
+    else:  # the hard choice, taken (weighted by 0, an infinite component would give NaN)
         probabilities = np.eye(count)[phases]
-    mixed = np.einsum("np,np...->n...", probabilities, comps)
+        mixed = comps[np.arange(n), phases]
     y = mixed.astype(x.dtype) if batched else mixed[0].astype(x.dtype)
     chosen = phases if batched else phases[0]
     result = (y, chosen) if return_indices else y
