@@ -53,7 +53,7 @@ compile_speed.install()  # before any kernel compiles
 # Set in one place. Never "nnan"/"ninf": max pooling must see and propagate NaN and
 # -inf. No "reassoc" (sums keep their order) and no "contract" (no fused multiply-add,
 # whose use would depend on the CPU): results are the same on every x86-64 machine
-# except where libm's pow differs (Lp pooling with p other than 1 or 2).
+# (real powers and roots are :mod:`.elementary`'s own exp and log, not libm's pow).
 # Numba's disk cache is keyed on each kernel file's timestamp, not on these flags or
 # JIT_OPTIONS: after changing them, delete the caches (__pycache__/*.nbi, *.nbc) so
 # every kernel recompiles.
