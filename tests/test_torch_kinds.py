@@ -263,7 +263,7 @@ def test_gem_is_an_operator_with_gradients_in_x_and_p(kernel_size, stride):
     if kernel_size is None:
         return  # (compiling both windows would cost the suite seconds for nothing new)
     module = pt.GeMPool(3.0, kernel_size, stride)
-    xc = torch.rand(2, 4, 8, 9).contiguous(memory_format=torch.channels_last)
+    xc = torch.rand(2, 4, 8, 9, generator=g).contiguous(memory_format=torch.channels_last)
     compiled = torch.compile(module, fullgraph=True)(xc.requires_grad_())
     compiled.sum().backward()
     dp = module.p.grad.clone()

@@ -9,7 +9,7 @@ The divisor is ``divisor[0, od] * divisor[1, oh] * divisor[2, ow]`` (see
 import numpy as np
 from numba import prange, uint64
 
-from . import parallel_kernel
+from . import jit, parallel_kernel
 from .powers import in_range, raised, raised_less_one, relative_mean, root
 from .simd import PREFETCH_BYTES, prefetch
 from .walk import inlined, row_index, row_windows
@@ -74,35 +74,41 @@ def _lp_window_sum(x, n, c, xd0, first_d, end_d, dil_d, xh0, first_h, end_h, dil
 @parallel_kernel
 def lp_pool_forward(x, table, dilation, p, whole, y):
     """``y = (sum over real taps of |x|^p) ** (1/p)``; padding adds 0. ``p`` float64,
-    ``whole`` :func:`.power_mean.power_form`'s. The sum runs in float64 in tap order,
-    unscaled, and again relative to the window's largest ``|x|`` where it left the range:
-    the arithmetic of :mod:`.power_mean`'s kernels with ``eps`` None, which serve
-    the windows they can with these bits."""
-    n_chan = x.shape[1]
-    out_d, out_h, out_w = y.shape[2], y.shape[3], y.shape[4]
+    ``whole`` a compile-time power (:func:`.power_mean.power_form`) or None. The sum runs
+    in float64 in tap order, unscaled, and again relative to the window's largest ``|x|``
+    where it left the range: the arithmetic of :mod:`.power_mean`'s kernels with ``eps``
+    None, which serve the windows they can with these bits."""
+    for row in prange(x.shape[0] * x.shape[1] * y.shape[2] * y.shape[3]):
+        # the body as a call (the index cast: one signature): Numba's parallel passes
+        # copy a body over and over, and this scalar kernel gains nothing from inlining
+        _lp_forward_row(x, table, dilation, p, whole, y, np.int64(row))
+
+
+@jit()
+def _lp_forward_row(x, table, dilation, p, whole, y, row):
+    """One row of outputs of :func:`lp_pool_forward` (its parallel loop's body)."""
     dil_d, dil_h, dil_w = dilation[0], dilation[1], dilation[2]
     precise = y.itemsize == 8
-    for row in prange(x.shape[0] * n_chan * out_d * out_h):
-        n, c, od, oh = row_index(row, n_chan, out_d, out_h)
-        start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
-        for ow in range(out_w):
-            start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
-            total = _lp_window_sum(x, n, c, start_d, first_d, end_d, dil_d, start_h, first_h,
-                                   end_h, dil_h, start_w, first_w, end_w, dil_w, 1.0, p, whole)
-            if in_range(total):
-                y[n, c, od, oh, ow] = root(total, p, whole, precise)
-                continue
-            largest = 0.0
-            for jd in range(first_d, end_d):
-                for jh in range(first_h, end_h):
-                    for jw in range(first_w, end_w):
-                        z = abs(np.float64(x[n, c, start_d + jd * dil_d, start_h + jh * dil_h,
-                                             start_w + jw * dil_w]))
-                        largest = z if z > largest else largest
-            total = _lp_window_sum(x, n, c, start_d, first_d, end_d, dil_d, start_h, first_h,
-                                   end_h, dil_h, start_w, first_w, end_w, dil_w, 1.0 / largest,
-                                   p, whole)
-            y[n, c, od, oh, ow] = relative_mean(largest, total, 1.0, p, whole, precise)
+    n, c, od, oh = row_index(row, x.shape[1], y.shape[2], y.shape[3])
+    start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
+    for ow in range(y.shape[4]):
+        start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+        total = _lp_window_sum(x, n, c, start_d, first_d, end_d, dil_d, start_h, first_h,
+                               end_h, dil_h, start_w, first_w, end_w, dil_w, 1.0, p, whole)
+        if in_range(total):
+            y[n, c, od, oh, ow] = root(total, p, whole, precise)
+            continue
+        largest = 0.0
+        for jd in range(first_d, end_d):
+            for jh in range(first_h, end_h):
+                for jw in range(first_w, end_w):
+                    z = abs(np.float64(x[n, c, start_d + jd * dil_d, start_h + jh * dil_h,
+                                         start_w + jw * dil_w]))
+                    largest = z if z > largest else largest
+        total = _lp_window_sum(x, n, c, start_d, first_d, end_d, dil_d, start_h, first_h,
+                               end_h, dil_h, start_w, first_w, end_w, dil_w, 1.0 / largest,
+                               p, whole)
+        y[n, c, od, oh, ow] = relative_mean(largest, total, 1.0, p, whole, precise)
 
 
 @parallel_kernel
@@ -110,26 +116,31 @@ def lp_pool_backward(x, y, dy, p, whole, cover_ptr, cover_out, dx):
     """``dx[i]`` = sum over windows ``o`` reading ``i`` (in increasing order) of
     ``dy[o] * (|x[i]| / y[o])^(p-1)``, times ``sign(x[i])``; 0 where ``x[i]`` is 0 (the
     subgradient). In float64, as :mod:`.power_mean`'s kernels with ``eps`` None."""
-    n_chan, in_d, in_h, in_w = dx.shape[1], dx.shape[2], dx.shape[3], dx.shape[4]
+    for row in prange(dx.shape[0] * dx.shape[1] * dx.shape[2] * dx.shape[3]):
+        # the body as a call, as in lp_pool_forward
+        _lp_backward_row(x, y, dy, p, whole, cover_ptr, cover_out, dx, np.int64(row))
+
+
+@jit()
+def _lp_backward_row(x, y, dy, p, whole, cover_ptr, cover_out, dx, row):
+    """One row of inputs of :func:`lp_pool_backward` (its parallel loop's body)."""
     zero = np.zeros(1, dx.dtype)[0]
-    for row in prange(dx.shape[0] * n_chan * in_d * in_h):
-        n, c, i_d, ih = row_index(row, n_chan, in_d, in_h)
-        for iw in range(in_w):
-            v = np.float64(x[n, c, i_d, ih, iw])
-            if v == 0:
-                dx[n, c, i_d, ih, iw] = zero
-                continue
-            total = 0.0
-            for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
-                od = cover_out[0, a]
-                for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
-                    oh = cover_out[1, b]
-                    for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
-                        ow = cover_out[2, e]
-                        r = abs(v) * (1.0 / np.float64(y[n, c, od, oh, ow]))
-                        total += np.float64(dy[n, c, od, oh, ow]) * raised_less_one(
-                            r, p, whole)
-            dx[n, c, i_d, ih, iw] = total * (1.0 if v > 0 else -1.0)
+    n, c, i_d, ih = row_index(row, dx.shape[1], dx.shape[2], dx.shape[3])
+    for iw in range(dx.shape[4]):
+        v = np.float64(x[n, c, i_d, ih, iw])
+        if v == 0:
+            dx[n, c, i_d, ih, iw] = zero
+            continue
+        total = 0.0
+        for a in range(cover_ptr[0, i_d], cover_ptr[0, i_d + 1]):
+            od = cover_out[0, a]
+            for b in range(cover_ptr[1, ih], cover_ptr[1, ih + 1]):
+                oh = cover_out[1, b]
+                for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
+                    ow = cover_out[2, e]
+                    r = abs(v) * (1.0 / np.float64(y[n, c, od, oh, ow]))
+                    total += np.float64(dy[n, c, od, oh, ow]) * raised_less_one(r, p, whole)
+        dx[n, c, i_d, ih, iw] = total * (1.0 if v > 0 else -1.0)
 
 
 @parallel_kernel
