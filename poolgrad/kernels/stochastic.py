@@ -28,14 +28,14 @@ GOLDEN_GAMMA, MIX_1, MIX_2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB1
 @parallel_kernel
 def negative_or_nan(values, flags):
     """``flags[k]``: whether part ``k`` of ``flags.size`` equal parts of the 1-d
-    ``values`` holds a negative number, +inf or a NaN (stochastic pooling's inputs must
-    be probabilities' weights); one pass, vectorized, without stopping early."""
+    ``values`` holds a negative number or a NaN (stochastic pooling's inputs must be
+    probabilities' weights); one pass, vectorized, without stopping early."""
     parts = flags.size
     for part in prange(parts):
         bad = False
         for i in range(part * values.size // parts, (part + 1) * values.size // parts):
             v = values[uint64(i)]
-            bad |= _not_a_weight(v)
+            bad |= (v < 0) | (v != v)
         flags[part] = bad
 
 
@@ -119,15 +119,9 @@ def _drawn(v0, v1, v2, v3, draw, zero):
 
 
 @inlined
-def _not_a_weight(v):
-    """Negative, NaN or +inf: with an infinite tap, ``x / sum(x)`` is no probability
-    (the running sum never passes ``u * S``)."""
-    return (v < 0) | (v != v) | (v == np.inf)
-
-
-@inlined
 def _negative_or_nan(v0, v1, v2, v3):
-    return _not_a_weight(v0) | _not_a_weight(v1) | _not_a_weight(v2) | _not_a_weight(v3)
+    return (v0 < 0) | (v0 != v0) | (v1 < 0) | (v1 != v1) | (v2 < 0) | (v2 != v2) | (
+        v3 < 0) | (v3 != v3)
 
 
 @inlined

@@ -197,9 +197,8 @@ def _quad(top, bottom, i, j, soft, real):
         return weighted / total, total, largest
     total = (((zero + v0) + v1) + v2) + v3
     weighted = (((zero + v0 * v0) + v1 * v1) + v2 * v2) + v3 * v3
-    # 1 where every tap is a valid weight (>= 0 and finite: not NaN), for the kernel's check
-    valid = real((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero) & (
-        v0 < np.inf) & (v1 < np.inf) & (v2 < np.inf) & (v3 < np.inf))
+    # 1 where every tap is a valid weight (>= 0, not NaN), for the kernel's check
+    valid = real((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero))
     return _finish(zero, total, weighted, SELF, real) + (valid,)
 
 
