@@ -399,15 +399,20 @@ def _global_avg_back(plan):
 # ------------------------------------------------------------------------- lp, unpool
 
 
+def _lp_power(p) -> tuple:
+    """``(p, whole)`` as Lp's kernels take them: float64, and the compile-time power."""
+    return float(p), power_mean.power_form(p)
+
+
 def _lp(plan):
-    return lambda x, y, p: sum_pool.lp_pool_forward(x, plan.table, plan.dilation, float(p),
-                                                    power_mean.power_form(p), y)
+    return lambda x, y, p: sum_pool.lp_pool_forward(x, plan.table, plan.dilation,
+                                                    *_lp_power(p), y)
 
 
 def _lp_back(plan):
     ptr, outs, _ = plan.cover
-    return lambda x, y, dy, p, dx: sum_pool.lp_pool_backward(
-        x, y, dy, float(p), power_mean.power_form(p), ptr, outs, dx)
+    return lambda x, y, dy, p, dx: sum_pool.lp_pool_backward(x, y, dy, *_lp_power(p), ptr,
+                                                             outs, dx)
 
 
 def _lp_as_gem(bind, direction):
@@ -416,9 +421,8 @@ def _lp_as_gem(bind, direction):
     def lp(plan):
         run = bind(plan)
         if direction == "forward":
-            return lambda x, y, p: run(x, None, float(p), power_mean.power_form(p), y)
-        return lambda x, y, dy, p, dx: run(x, y, dy, None, float(p),
-                                           power_mean.power_form(p), dx)
+            return lambda x, y, p: run(x, None, *_lp_power(p), y)
+        return lambda x, y, dy, p, dx: run(x, y, dy, None, *_lp_power(p), dx)
     return lp
 
 

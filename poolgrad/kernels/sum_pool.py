@@ -10,7 +10,16 @@ import numpy as np
 from numba import prange, uint64
 
 from . import jit, parallel_kernel
-from .powers import in_range, raised, raised_less_one, relative_mean, root
+from .powers import (
+    clamped,
+    in_range,
+    passes,
+    raised,
+    raised_less_one,
+    relative_mean,
+    root,
+    sign_of,
+)
 from .simd import PREFETCH_BYTES, prefetch
 from .walk import inlined, row_index, row_windows
 
@@ -66,8 +75,8 @@ def _lp_window_sum(x, n, c, xd0, first_d, end_d, dil_d, xh0, first_h, end_h, dil
         for jh in range(first_h, end_h):
             xh = xh0 + jh * dil_h
             for jw in range(first_w, end_w):
-                total += raised(abs(np.float64(x[n, c, xd, xh, xw0 + jw * dil_w])) * scale,
-                                p, whole)
+                z = clamped(np.float64(x[n, c, xd, xh, xw0 + jw * dil_w]), None)
+                total += raised(z * scale, p, whole)
     return total
 
 
@@ -102,8 +111,8 @@ def _lp_forward_row(x, table, dilation, p, whole, y, row):
         for jd in range(first_d, end_d):
             for jh in range(first_h, end_h):
                 for jw in range(first_w, end_w):
-                    z = abs(np.float64(x[n, c, start_d + jd * dil_d, start_h + jh * dil_h,
-                                         start_w + jw * dil_w]))
+                    z = clamped(np.float64(x[n, c, start_d + jd * dil_d, start_h + jh * dil_h,
+                                             start_w + jw * dil_w]), None)
                     largest = z if z > largest else largest
         total = _lp_window_sum(x, n, c, start_d, first_d, end_d, dil_d, start_h, first_h,
                                end_h, dil_h, start_w, first_w, end_w, dil_w, 1.0 / largest,
@@ -115,7 +124,8 @@ def _lp_forward_row(x, table, dilation, p, whole, y, row):
 def lp_pool_backward(x, y, dy, p, whole, cover_ptr, cover_out, dx):
     """``dx[i]`` = sum over windows ``o`` reading ``i`` (in increasing order) of
     ``dy[o] * (|x[i]| / y[o])^(p-1)``, times ``sign(x[i])``; 0 where ``x[i]`` is 0 (the
-    subgradient). In float64, as :mod:`.power_mean`'s kernels with ``eps`` None."""
+    subgradient). In float64, as :mod:`.power_mean`'s kernels with ``eps`` None, whose
+    Lp arithmetic (:mod:`.powers`) both kernels call."""
     for row in prange(dx.shape[0] * dx.shape[1] * dx.shape[2] * dx.shape[3]):
         # the body as a call, as in lp_pool_forward
         _lp_backward_row(x, y, dy, p, whole, cover_ptr, cover_out, dx, np.int64(row))
@@ -128,7 +138,7 @@ def _lp_backward_row(x, y, dy, p, whole, cover_ptr, cover_out, dx, row):
     n, c, i_d, ih = row_index(row, dx.shape[1], dx.shape[2], dx.shape[3])
     for iw in range(dx.shape[4]):
         v = np.float64(x[n, c, i_d, ih, iw])
-        if v == 0:
+        if not passes(v, None):
             dx[n, c, i_d, ih, iw] = zero
             continue
         total = 0.0
@@ -138,9 +148,9 @@ def _lp_backward_row(x, y, dy, p, whole, cover_ptr, cover_out, dx, row):
                 oh = cover_out[1, b]
                 for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
                     ow = cover_out[2, e]
-                    r = abs(v) * (1.0 / np.float64(y[n, c, od, oh, ow]))
+                    r = clamped(v, None) * (1.0 / np.float64(y[n, c, od, oh, ow]))
                     total += np.float64(dy[n, c, od, oh, ow]) * raised_less_one(r, p, whole)
-        dx[n, c, i_d, ih, iw] = total * (1.0 if v > 0 else -1.0)
+        dx[n, c, i_d, ih, iw] = total * sign_of(v, None)
 
 
 @parallel_kernel

@@ -48,15 +48,9 @@ def boundaries(u: np.ndarray, span: int, steps: int, sequence: str, rng) -> np.n
     if steps == 0:
         return b
     if sequence == "pseudo_random":
-        dtype = u.dtype.type
-        alpha = dtype(span) / dtype(steps)
-        index = np.arange(steps).astype(u.dtype)
-        if u.dtype in (np.float32, np.float64):  # one pass in a kernel: region_tables
-            # of 32x64 planes took 1.75 ms with the NumPy steps, 1.10 with it
-            pseudo_random_boundaries(u, alpha, index, b)
-        else:
-            b[:, :steps] = (((index + u[:, None]) * alpha).astype(np.int64)
-                            - (u * alpha).astype(np.int64)[:, None])
+        dtype = u.dtype.type  # float32 or float64 (in_sample_precision)
+        pseudo_random_boundaries(u, dtype(span) / dtype(steps),
+                                 np.arange(steps).astype(u.dtype), b)
     else:
         short, longer = divmod(span, steps)
         rank = np.argsort(rng.random((planes, steps)), axis=1)
