@@ -132,3 +132,80 @@ def test_numba_uses_it_and_compiles_the_same_code(monkeypatch):
     plain(x, expected)
     np.testing.assert_array_equal(out, expected)
     assert _normalized_asm(faster) == _normalized_asm(plain)
+
+
+@numba.njit(inline="always")
+def _clipped_square(v, low):
+    if v < low:
+        v = low
+    elif v > 2.0:
+        v = 2.0 + 0.5 * (v - 2.0)
+    return v * v
+
+
+def _with_inlined_helpers(x, out):
+    for i in numba.prange(x.shape[0]):
+        total = 0.0
+        for j in range(x.shape[1]):
+            total += _clipped_square(x[i, j], -1.0) + _clipped_square(-x[i, j], 0.5)
+        out[i] = total
+
+
+def test_inlining_copies_each_scope_once_and_compiles_the_same_code(monkeypatch):
+    """The blocks of an inlined helper share one copy of its scope (every block copied
+    once, in order), and the machine code is what Numba's own copies give."""
+    from numba.core import inline_closurecall, ir
+
+    module = inline_closurecall.copy
+    assert isinstance(module, compile_speed._InlineCopyModule)
+    assert inline_closurecall.InlineWorker.inline_ir.shares_scope_copies
+    copied = []
+
+    def recorded(value, memo=None):
+        result = compile_speed._InlineCopyModule.deepcopy(module, value, memo)
+        if type(value) is ir.Block:
+            copied.append((module.memos, value, result))  # the memos of one inlining
+        return result
+
+    monkeypatch.setattr(module, "deepcopy", recorded)
+    x, out = np.linspace(-3, 3, 40).reshape(5, 8), np.empty(5)
+    faster = numba.njit(parallel=True)(_with_inlined_helpers)
+    faster(x, out)
+    assert copied, "Numba's inliner no longer copies blocks with copy.deepcopy"
+    assert all(memos is not None for memos, _, _ in copied)
+    copies = collections.defaultdict(set)  # per inlining and scope, the scopes of the copies
+    for memos, source, result in copied:
+        copies[id(memos), id(source.scope)].add(id(result.scope))
+    assert all(len(scopes) == 1 for scopes in copies.values())
+    assert len(copies) < len(copied)  # blocks did share a copy
+
+    monkeypatch.setattr(inline_closurecall, "copy", copy)
+    monkeypatch.setattr(inline_closurecall.InlineWorker, "inline_ir",
+                        inline_closurecall.InlineWorker.inline_ir.__wrapped__)
+    plain = numba.njit(parallel=True)(_with_inlined_helpers)
+    expected = np.empty(5)
+    plain(x, expected)
+    np.testing.assert_array_equal(out, expected)
+    assert _normalized_asm(faster) == _normalized_asm(plain)
+
+
+def test_a_block_copied_again_gets_a_copy_of_its_own():
+    """Within one inlining, a block copied a second time is a new copy (deepcopy's
+    answer), not the first copy again."""
+    from numba.core import inline_closurecall, ir
+
+    module = inline_closurecall.copy
+    scope = ir.Scope(None, ir.Loc("f", 1))
+    block = ir.Block(scope, ir.Loc("f", 1))
+    block.append(ir.Assign(ir.Const(1, ir.Loc("f", 1)), scope.define("a", ir.Loc("f", 1)),
+                           ir.Loc("f", 1)))
+    other = ir.Block(scope, ir.Loc("f", 2))
+    module.memos = {}
+    try:
+        first, second, again = (module.deepcopy(block), module.deepcopy(other),
+                                module.deepcopy(block))
+    finally:
+        module.memos = None
+    assert first.scope is second.scope and first.scope is not scope
+    assert again is not first and again.scope is not first.scope
+    assert str(again.body[0]) == str(first.body[0]) == "a = const(int, 1)"
