@@ -20,8 +20,13 @@ torch = pytest.importorskip("torch")
 CUDA = torch.cuda.is_available()
 # tests/conftest.py sets TRITON_INTERPRET=1 without a GPU, before Triton is imported
 assert CUDA or os.environ.get("TRITON_INTERPRET") == "1"
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
+tl = triton.language
 DEVICE = "cuda" if CUDA else "cpu"
+if not CUDA:
+    from triton_interpreter import install  # noqa: E402
+
+    install()  # the interpreter without its repeated patches (see the module)
 
 from poolgrad import geometry  # noqa: E402
 from poolgrad.torch import _cuda, _kind_ops, _ops  # noqa: E402
@@ -733,3 +738,48 @@ def test_cuda_ops_compile_with_fullgraph_and_capture_in_a_cuda_graph():
     static.copy_(x * 2)
     graph.replay()
     same_bits(out, pool(x * 2))
+
+
+@triton.jit
+def _twice(v):
+    return v + v
+
+
+@triton.jit
+def _doubled_squares(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < n
+    v = tl.load(src + offs, mask=live)
+    tl.store(dst + offs, _twice(v * v) + _twice(v), mask=live)
+
+
+@pytest.mark.skipif(CUDA, reason="the interpreter's patches (no GPU)")
+def test_the_interpreter_patches_the_language_once_per_launch(monkeypatch):
+    """tests/triton_interpreter.py: a launch patches triton.language once, its helpers'
+    calls reuse that patch, and the kernel computes what it computes with a patch per
+    helper call."""
+    from triton.runtime import interpreter
+
+    assert interpreter._patch_lang.skips_repeats
+    real = interpreter._patch_lang.__wrapped__
+    patched = []
+
+    def counted(fn):
+        patched.append(fn)
+        return real(fn)
+
+    src = torch.arange(-7.0, 9.0)
+    results = []
+    for wrapped in (True, False):
+        patched.clear()
+        if wrapped:  # the patches it makes
+            monkeypatch.setattr(interpreter._patch_lang, "__wrapped__", counted)
+        else:  # every call Triton makes, each patching
+            monkeypatch.setattr(interpreter, "_patch_lang", counted)
+        dst = torch.empty_like(src)
+        _doubled_squares[(4,)](src, dst, src.numel(), BLOCK=4)
+        results.append((dst, len(patched)))
+    (skipping, launches), (every, calls) = results
+    assert launches == 1 and calls == 1 + 4 * 2  # the launch, then each program's helpers
+    same_bits(skipping, every)
+    same_bits(skipping, 2 * src * src + 2 * src)
