@@ -198,45 +198,63 @@ def test_poolgrad_extras_match_the_numpy_api():
 # ------------------------------------------------------------------- registration
 
 
-def _op_cases():
-    x2 = torch.randn(2, 3, 8, 7).contiguous(memory_format=torch.channels_last)
-    x1 = torch.randn(2, 3, 11, dtype=torch.float64)
-    x3 = torch.randn(1, 2, 5, 6, 4, dtype=torch.float64)
-    cases = []
-    for x, window in [(x2, window2d()), (x1, window2d(3, 2, 1, 2, True, ndim=1)),
-                      (x3, window2d(2, 2, 0, ndim=3)), (x2, O.adaptive_window((3, 5)))]:
-        grad = x.detach().clone().requires_grad_()
-        y, winners = O.max_pool(x, window, "first")
-        dy = torch.randn_like(y, requires_grad=True)
-        size = list(x.shape)
-        cases += [(O.max_pool, (grad, window, "first")), (O.max_pool_values, (grad, window)),
-                  (O.max_pool_backward, (dy, winners, window, size)),
-                  (O.max_pool_gather, (torch.randn_like(grad), winners, window)),
-                  (O.max_pool_indices, (winners, window, size)),
-                  (O.avg_pool, (grad, window, True, None)),
-                  (O.avg_pool_backward, (dy, window, size, True, None,
-                                         O.memory_format(x) != torch.contiguous_format))]
-        if window[0] == O.SLIDING:
-            positive = (x.abs() + 0.1).requires_grad_()
-            cases += [(O.max_pool, (grad, window, "split")),
-                      (O.max_pool_split_backward, (dy, x, window)),
-                      (O.avg_pool, (grad, window, False, 3)),
-                      (O.lp_pool, (positive, 2.5, window)),
-                      (O.lp_pool_backward, (dy, positive,
-                                            O.lp_pool(positive, 2.5, window).detach(),
-                                            2.5, window))]
-    y, indices = F.max_pool2d(x2, 2, return_indices=True)
-    unpool = window2d(2, 2, 0)
-    cases += [(O.max_unpool, (y.requires_grad_(), indices, unpool, [8, 7])),
-              (O.max_unpool_backward, (torch.randn(2, 3, 8, 7, requires_grad=True), indices,
-                                       unpool))]
+def _channels_last_image():
+    return torch.randn(2, 3, 8, 7).contiguous(memory_format=torch.channels_last)
+
+
+def _opcheck_inputs():
+    """Per input of the opcheck cases: its name, a function making it, and its window
+    (made at collection, which runs no kernel)."""
+    return [("2-d channels-last", _channels_last_image, window2d()),
+            ("1-d float64", lambda: torch.randn(2, 3, 11, dtype=torch.float64),
+             window2d(3, 2, 1, 2, True, ndim=1)),
+            ("3-d float64", lambda: torch.randn(1, 2, 5, 6, 4, dtype=torch.float64),
+             window2d(2, 2, 0, ndim=3)),
+            ("2-d adaptive channels-last", _channels_last_image, O.adaptive_window((3, 5))),
+            ("unpool", None, None)]
+
+
+def _op_cases(x, window):
+    """``(op, args)`` for every op on ``x`` and ``window`` (or, without them, unpooling)."""
+    if x is None:
+        y, indices = F.max_pool2d(_channels_last_image(), 2, return_indices=True)
+        unpool = window2d(2, 2, 0)
+        return [(O.max_unpool, (y.requires_grad_(), indices, unpool, [8, 7])),
+                (O.max_unpool_backward, (torch.randn(2, 3, 8, 7, requires_grad=True),
+                                         indices, unpool))]
+    grad = x.detach().clone().requires_grad_()
+    y, winners = O.max_pool(x, window, "first")
+    dy = torch.randn_like(y, requires_grad=True)
+    size = list(x.shape)
+    cases = [(O.max_pool, (grad, window, "first")), (O.max_pool_values, (grad, window)),
+             (O.max_pool_backward, (dy, winners, window, size)),
+             (O.max_pool_gather, (torch.randn_like(grad), winners, window)),
+             (O.max_pool_indices, (winners, window, size)),
+             (O.avg_pool, (grad, window, True, None)),
+             (O.avg_pool_backward, (dy, window, size, True, None,
+                                    O.memory_format(x) != torch.contiguous_format))]
+    if window[0] == O.SLIDING:
+        positive = (x.abs() + 0.1).requires_grad_()
+        cases += [(O.max_pool, (grad, window, "split")),
+                  (O.max_pool_split_backward, (dy, x, window)),
+                  (O.avg_pool, (grad, window, False, 3)),
+                  (O.lp_pool, (positive, 2.5, window)),
+                  (O.lp_pool_backward, (dy, positive,
+                                        O.lp_pool(positive, 2.5, window).detach(),
+                                        2.5, window))]
     return cases
 
 
-@pytest.mark.parametrize("case", range(len(_op_cases())))
-def test_opcheck(case):
-    op, args = _op_cases()[case]
-    torch.library.opcheck(op, args)
+@pytest.mark.parametrize("name, make, window", _opcheck_inputs(),
+                         ids=[case[0] for case in _opcheck_inputs()])
+def test_opcheck(name, make, window):
+    """torch.library.opcheck on every op, per input (the inputs are made in the test:
+    collection, in every pytest-xdist worker, runs no kernel)."""
+    for op, args in _op_cases(None if make is None else make(), window):
+        try:
+            torch.library.opcheck(op, args)
+        except Exception as error:
+            raise AssertionError(f"{op} on {name}: {error}") from error
 
 
 # --------------------------------------------------------------- gradients, 2nd order
