@@ -422,6 +422,7 @@ def test_each_kinds_contender_gets_dy_stored_as_its_own_output(monkeypatch):
     "max_blur_pool 2x2 3-tap/2 zeros", "avg_blur_pool 2x2 3-tap/2", "soft_pool 2x2",
     "stochastic_pool 2x2 training", "stochastic_pool 2x2 evaluation",
     "fractional_max_pool k2 ratio 0.5", "gem_pool global p3", "gem_pool 2x2 p3",
+    "gem_pool 2x2 learned p",
     "mixed_pool 2x2 alpha 0.5", "gated_pool 2x2", "attention_pool global 1 query",
     "aps_pool stride 2", "max_aps_pool 2x2/2"])
 def test_each_plain_pytorch_reference_is_poolgrads_function(name):

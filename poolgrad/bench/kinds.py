@@ -69,6 +69,10 @@ SEED = 0  # the draws of the check
 _QUICK_COMPILED_KINDS = 1
 
 GEM_P, GEM_EPS = 3.0, 1e-6
+# GeM's p as training leaves it: a parameter a step away from its start. A whole p is
+# raised by multiplying (poolgrad's kernels and compiled PyTorch's alike); this one
+# takes exp and log, and PyTorch a pow with a tensor exponent
+GEM_LEARNED_P = 3.01
 LP_P = 2.0  # even: PyTorch's lp_pool, which takes no absolute value, is the same function
 MIXED_ALPHA = 0.5
 KORNIA_PADS_ZEROS = "kornia pads with zeros, poolgrad's default reflects"
@@ -183,12 +187,17 @@ def _fractional_reference(x, draws):
     return F.fractional_max_pool2d(x, 2, output_ratio=(0.5, 0.5), _random_samples=draws)
 
 
-def _gem_reference(x, draws, *, kernel):
+def _gem_reference(x, draws, p=GEM_P, *, kernel):
     """Radenovic et al.'s formulation, ``avg_pool(clamp(x, eps)^p)^(1/p)``, over
-    ``kernel`` windows or (None) the whole plane. poolgrad scales each window by its
-    maximum first (no overflow for large p): the same function, rounded otherwise."""
-    return F.avg_pool2d(x.clamp(min=GEM_EPS).pow(GEM_P),
-                        kernel or tuple(x.shape[2:])).pow(1 / GEM_P)
+    ``kernel`` windows or (None) the whole plane; ``p`` a number, or the learned
+    parameter (a 0-d tensor). poolgrad scales each window by its maximum first (no
+    overflow for large p): the same function, rounded otherwise."""
+    return F.avg_pool2d(x.clamp(min=GEM_EPS).pow(p), kernel or tuple(x.shape[2:])).pow(1 / p)
+
+
+def _gem_learned_p(channels, rng, dtype):
+    """GeM's learned ``p`` (:data:`GEM_LEARNED_P`), a 0-d parameter."""
+    return np.array(GEM_LEARNED_P, dtype),
 
 
 def _lp_reference(x, draws):
@@ -280,6 +289,8 @@ KINDS = (
          {"eps": GEM_EPS}),
     Kind("gem_pool", "2x2 p3", (GEM_P, 2), functools.partial(_gem_reference, kernel=2),
          {"eps": GEM_EPS}),
+    Kind("gem_pool", "2x2 learned p", (2,), functools.partial(_gem_reference, kernel=2),
+         {"eps": GEM_EPS}, params=_gem_learned_p),
     Kind("lp_pool", "2x2 p2", (LP_P, 2), _lp_reference, torch_function="lp_pool2d"),
     Kind("mixed_pool", "2x2 alpha 0.5", (2, None, 0, MIXED_ALPHA), _mixed_reference),
     Kind("gated_pool", "2x2", (2,), _gated_reference, params=_gate),
@@ -299,6 +310,8 @@ def numpy_call(kind: Kind, params, rng):
     draws."""
     kwargs = {**kind.kwargs, "rng": rng} if kind.draws else kind.kwargs
     operator = getattr(numpy_kinds, kind.function, None) or getattr(ops, kind.function)
+    # a 0-d parameter (GeM's p) is a number to the NumPy API, a tensor to the others
+    params = tuple(p.item() if np.ndim(p) == 0 else p for p in params)
     return operator, (*params, *kind.args), kwargs
 
 
