@@ -22,7 +22,7 @@ use). To inline a call, Numba's ``InlineWorker.inline_ir`` deep-copies the calle
 IR block by block, each block with a memo of its own. Every block refers to the
 function's one ``Scope``, which holds every variable of the function, so each block
 copied the whole scope again: blocks times variables. The GeM 2x2 forward spent a
-quarter of its compile there. Here the blocks that one untyped inlining copies share a
+fifth of its compile there. Here the blocks that one untyped inlining copies share a
 memo per scope, so the scope is copied once and every copied block refers to that
 copy, as the blocks it was copied from all refer to one scope. Numba then gives every
 block the caller's scope and renames every callee variable to a caller variable, so
