@@ -584,9 +584,49 @@ def test_rank_3_is_a_batch_of_1d_signals_unless_spatial_dims_or_a_per_dim_argume
     np.testing.assert_array_equal(pg.gem_pool(x, 3.0, (2, 2)), pg.gem_pool(x[None], 3.0, 2)[0])
 
 
+def _with_taps(value, taps, layout, dtype=np.float32):
+    """A 1x2x4x4 plane of ones with ``taps`` of its first row set to ``value``."""
+    x = np.ones((1, 2, 4, 4), dtype)
+    x[:, :, 0, :taps] = value
+    if layout == "channels_last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return x
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("kernel", [2, 3])
+def test_stochastic_pool_refuses_infinite_weights(kernel, training, layout):
+    """+inf is no weight: a draw cannot take it with probability inf / inf, nor the mean
+    inf^2 / inf. It once drew a finite tap in training and gave NaN in evaluation."""
+    x = _with_taps(np.inf, 1, layout)
+    snap = x.copy()
+    with pytest.raises(ValueError, match=r"finite and not NaN; got a minimum of 1\.0 and a "
+                                         r"maximum of inf"):
+        pg.stochastic_pool(x, kernel, training=training, rng=1)
+    np.testing.assert_array_equal(x, snap)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("value, training", [(2e38, True), (2e38, False), (1e20, False)])
+def test_stochastic_pool_refuses_2x2_sums_that_overflow(value, training, layout):
+    """Finite float32 weights whose 2x2 window sums overflow: the sum (training's
+    threshold) or the sum of squares (evaluation's numerator) would be inf, and the
+    draw the last positive tap or the mean inf or NaN. The 2x2 kernels check each
+    window's sum once; float64 input pools them."""
+    x = _with_taps(value, 2, layout)
+    with pytest.raises(ValueError, match="each window's sums must be finite in float32"):
+        pg.stochastic_pool(x, 2, training=training, rng=1)
+    y = pg.stochastic_pool(x.astype(np.float64), 2, training=training, rng=1)
+    assert np.isfinite(y).all()
+    if not training:  # (2 v^2 + 2) / (2 v + 2), the first window of each channel
+        v = float(np.float32(value))
+        np.testing.assert_allclose(y[:, :, 0, 0], (2 * v**2 + 2) / (2 * v + 2), rtol=1e-12)
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda x: pg.stochastic_pool(x - 2, 2), ValueError, "x must be >= 0"),
-    (lambda x: pg.stochastic_pool(x * np.nan, 2), ValueError, "not NaN"),
+    (lambda x: pg.stochastic_pool(x * np.nan, 2), ValueError, "finite and not NaN"),
     (lambda x: pg.stochastic_pool(x, 2, rng="seed"), TypeError, "rng must be None"),
     (lambda x: pg.soft_pool(x, 2, padding="full"), ValueError, 'padding must be "valid"'),
     (lambda x: pg.gem_pool(x, p=0), ValueError, "p must be a finite number > 0"),

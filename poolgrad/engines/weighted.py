@@ -78,8 +78,8 @@ def weighted_backward(xk: np.ndarray, yk: np.ndarray | None, norm: np.ndarray | 
 
 
 def require_probabilities(xk: np.ndarray, plan) -> None:
-    """A ValueError if ``xk`` holds a negative number or a NaN, read in memory order
-    (stochastic pooling's inputs are the weights of its probabilities)."""
+    """A ValueError if ``xk`` holds a negative number, a NaN or +inf, read in memory
+    order (stochastic pooling's inputs are the weights of its probabilities)."""
     if not xk.size:
         return
     values = xk.ravel(order="K")  # a view for the layouts the kernels take
@@ -90,10 +90,16 @@ def require_probabilities(xk: np.ndarray, plan) -> None:
 
 
 def _refuse(xk: np.ndarray):
-    smallest = np.min(xk)  # only to name it
+    smallest, largest = np.min(xk), np.max(xk)  # only to name them
+    if smallest >= 0 and largest < np.inf:  # finite weights whose window sums overflow
+        raise ValueError(
+            f"stochastic_pool samples with probabilities x / sum(x) (and averages with "
+            f"x^2 / sum(x)), so each window's sums must be finite in {xk.dtype}; got a "
+            f"maximum of {largest}: pool a float64 array or scale x down")
     raise ValueError(
         f"stochastic_pool samples with probabilities x / sum(x), so x must be >= 0 "
-        f"(as after a ReLU) and not NaN; got a minimum of {smallest}")
+        f"(as after a ReLU), finite and not NaN; got a minimum of {smallest} and a "
+        f"maximum of {largest}")
 
 
 def sample_kernel(xk: np.ndarray, plan) -> str:

@@ -566,7 +566,7 @@ RULES = {
         Rule("attention.attention_planes_backward", always,
              _attention(attention.attention_planes_backward, False, False))],
     ("stochastic", "check"): [
-        Rule("stochastic.negative_or_nan", always, lambda plan: stochastic.negative_or_nan)],
+        Rule("stochastic.not_weights", always, lambda plan: stochastic.not_weights)],
     ("stochastic", "sample"): [
         Rule("stochastic.stochastic_quads_sample", quads, _sample_quads, records=True),
         Rule("stochastic.stochastic_pool_sample", always, _sample, records=True)],

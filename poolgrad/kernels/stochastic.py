@@ -12,7 +12,8 @@ with no padding, with the same draws and bits. The draws are given (an array sha
 i)``, the SplitMix64 output of ``seed + (i + 1) * 0x9E3779B97F4A7C15`` (Steele, Lea and
 Flood 2014), its top 53 bits over ``2**53``. Counted in the kernel, a draw costs a few
 integer operations where a generator's array of them cost more than the sampling.
-:func:`negative_or_nan` checks the inputs.
+:func:`not_weights` checks the inputs: a draw needs weights ``x >= 0`` that are finite,
+and the 2x2 kernel also checks that each window's sum ``S`` is finite in x's dtype.
 """
 
 import numpy as np
@@ -26,16 +27,16 @@ GOLDEN_GAMMA, MIX_1, MIX_2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB1
 
 
 @parallel_kernel
-def negative_or_nan(values, flags):
+def not_weights(values, flags):
     """``flags[k]``: whether part ``k`` of ``flags.size`` equal parts of the 1-d
-    ``values`` holds a negative number or a NaN (stochastic pooling's inputs must be
-    probabilities' weights); one pass, vectorized, without stopping early."""
+    ``values`` holds a negative number, a NaN or +inf (stochastic pooling's inputs must
+    be probabilities' weights); one pass, vectorized, without stopping early."""
     parts = flags.size
     for part in prange(parts):
         bad = False
         for i in range(part * values.size // parts, (part + 1) * values.size // parts):
             v = values[uint64(i)]
-            bad |= (v < 0) | (v != v)
+            bad |= not ((v >= 0) & (v < np.inf))
         flags[part] = bad
 
 
@@ -119,26 +120,29 @@ def _drawn(v0, v1, v2, v3, draw, zero):
 
 
 @inlined
-def _negative_or_nan(v0, v1, v2, v3):
-    return (v0 < 0) | (v0 != v0) | (v1 < 0) | (v1 != v1) | (v2 < 0) | (v2 != v2) | (
-        v3 < 0) | (v3 != v3)
+def _not_weights(v0, v1, v2, v3, zero):
+    """Whether the 2x2 window ``v0 .. v3`` is not a draw's weights: a tap negative or
+    NaN, or the sum ``S`` (as :func:`_drawn` adds it) +inf, from an infinite tap or an
+    overflow in x's dtype. One check of ``S``, not one per tap."""
+    total = (((zero + v0) + v1) + v2) + v3
+    return not ((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero) & (total < np.inf))
 
 
 @inlined
 def _sample_quad(top, bottom, i, j, draws, given, seed, first, at, values, taps, zero):
     """Window ``at`` of :func:`_sample_row`, its taps ``top[i], top[j], bottom[i],
-    bottom[j]``; whether one was negative or NaN."""
+    bottom[j]``; whether they are not weights (:func:`_not_weights`)."""
     v0, v1, v2, v3 = top[i], top[j], bottom[i], bottom[j]
     draw = draws[at] if given else counted_uniform(seed, first + at)
     values[at], taps[at] = _drawn(v0, v1, v2, v3, draw, zero)
-    return _negative_or_nan(v0, v1, v2, v3)
+    return _not_weights(v0, v1, v2, v3, zero)
 
 
 @inlined
 def _sample_row(top, bottom, draws, given, seed, first, values, taps, step, zero):
     """One NCHW output row of :func:`stochastic_quads_sample` (W stride ``step``), its
     draws ``draws`` if ``given``, else counted from ``seed`` for windows ``first,
-    first + 1, ...``; whether a tap it read was negative or NaN."""
+    first + 1, ...``; whether a window it read was not weights."""
     bad = False
     if step == 2:  # a constant stride: interleaved loads
         for ow in range(values.shape[0]):
@@ -161,7 +165,7 @@ def stochastic_quads_sample(x, inner, steps, chunks, tasks, draws, seed, y, pos,
     ``pos`` as rows ``(P, D, H, W * inner)`` (NCHW planes, ``inner`` 1, or channels-last
     images, ``inner`` C), ``draws`` (or an empty array: ``seed``'s) indexed ``(N, C, D,
     H, W)`` as the general kernel's; ``chunks`` parallel tasks per plane, ``tasks`` in
-    all. ``invalid[task]`` says whether a tap that task read was negative or NaN (the
+    all. ``invalid[task]`` says whether a window that task read was not weights (the
     whole check where the windows cover x)."""
     out_d, out_h, out_w = y.shape[1], y.shape[2], y.shape[3] // inner
     channels = draws.shape[1]  # NCHW planes' channels, where draws are given
@@ -192,5 +196,5 @@ def stochastic_quads_sample(x, inner, steps, chunks, tasks, draws, seed, y, pos,
                     draw = (draws[plane, c, od, oh, ow] if given else counted_uniform(
                         seed, number + uint64(c) * window_plane + uint64(ow)))
                     values[at], taps[at] = _drawn(v0, v1, v2, v3, draw, zero)
-                    bad |= _negative_or_nan(v0, v1, v2, v3)
+                    bad |= _not_weights(v0, v1, v2, v3, zero)
         invalid[task] = bad

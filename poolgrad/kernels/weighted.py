@@ -197,8 +197,11 @@ def _quad(top, bottom, i, j, soft, real):
         return weighted / total, total, largest
     total = (((zero + v0) + v1) + v2) + v3
     weighted = (((zero + v0 * v0) + v1 * v1) + v2 * v2) + v3 * v3
-    # 1 where every tap is a valid weight (>= 0, not NaN), for the kernel's check
-    valid = real((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero))
+    # 1 where every tap is a weight (>= 0, not NaN) and the sums are finite in x's
+    # dtype, for the kernel's check: x^2 overflows first, and an infinite tap makes
+    # inf / inf (checked once per window, not per tap)
+    valid = real((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero) & (
+        weighted < np.inf))
     return _finish(zero, total, weighted, SELF, real) + (valid,)
 
 
@@ -210,8 +213,8 @@ def _quads_row(top, bottom, means, sums, largest, norms, inner, steps, soft, rea
     ``keep``, a second loop over them (in L1) writes ``norms``: SoftPool's ``log`` in
     the first kept that loop scalar (6.5 ms against 3.8 on a channels-last layer), and a
     fifth array of the caller's did the same for NCHW (the stochastic mean's forward,
-    3.0 ms against 1.3). Returns whether a ``SELF`` window read a negative or NaN tap
-    (False for SoftPool)."""
+    3.0 ms against 1.3). Returns whether a ``SELF`` window was not weights (a negative or
+    NaN tap, or a sum that is infinite in x's dtype; False for SoftPool)."""
     if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
         for ow in range(means.shape[0]):
             at, i = uint64(ow), uint64(2 * ow)
@@ -254,8 +257,9 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
     neighbours; channels-last: along C).
 
     ``norm`` may be empty (a forward that no backward follows): it is then not written.
-    For ``SELF``, ``invalid[task]`` says whether a tap that task read was negative or
-    NaN (so that stochastic pooling checks its input in the same pass); SoftPool leaves
+    For ``SELF``, ``invalid[task]`` says whether a window that task read was not weights
+    (a negative or NaN tap, or an infinite sum; so that stochastic pooling checks its
+    input in the same pass); SoftPool leaves
     ``invalid`` as it is. ``invalid`` has ``tasks`` entries.
 
     ``copy`` (or an empty array) gets each pair of rows the windows read, copied while
