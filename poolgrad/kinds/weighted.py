@@ -137,7 +137,9 @@ def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True, rn
 
     Args:
         x: ``(N, C, *spatial)``, or ``(C, *spatial)`` where ``spatial_dims`` or a per-dim
-            argument gives their number; non-negative (as after a ReLU); float16/32/64.
+            argument gives their number; non-negative (as after a ReLU) and finite;
+            float16/32/64. A ValueError otherwise, and where a 2x2 window's sum (or, in
+            evaluation, sum of squares) overflows x's dtype.
         kernel_size, stride, padding, spatial_dims: as in :func:`soft_pool`.
         training: sample (True) or average (False).
         rng: an int seed or a ``numpy.random.Generator`` (advanced by the call); None
