@@ -619,6 +619,9 @@ def test_stochastic_pool_refuses_2x2_sums_that_overflow(value, training, layout)
         pg.stochastic_pool(x, 2, training=training, rng=1)
     y = pg.stochastic_pool(x.astype(np.float64), 2, training=training, rng=1)
     assert np.isfinite(y).all()
+    with pytest.raises(ValueError, match=r"finite in float64; got a maximum of 1\.5e\+308: "
+                                         r"scale x down$"):  # float64's own overflow
+        pg.stochastic_pool(_with_taps(1.5e308, 2, layout, np.float64), 2, training=training)
     if not training:  # (2 v^2 + 2) / (2 v + 2), the first window of each channel
         v = float(np.float32(value))
         np.testing.assert_allclose(y[:, :, 0, 0], (2 * v**2 + 2) / (2 * v + 2), rtol=1e-12)

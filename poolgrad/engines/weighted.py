@@ -95,7 +95,9 @@ def _refuse(xk: np.ndarray):
         raise ValueError(
             f"stochastic_pool samples with probabilities x / sum(x) (and averages with "
             f"x^2 / sum(x)), so each window's sums must be finite in {xk.dtype}; got a "
-            f"maximum of {largest}: pool a float64 array or scale x down")
+            f"maximum of {largest}: "
+            + ("scale x down" if xk.dtype == np.float64 else "pool a float64 array or scale "
+               "x down"))
     raise ValueError(
         f"stochastic_pool samples with probabilities x / sum(x), so x must be >= 0 "
         f"(as after a ReLU), finite and not NaN; got a minimum of {smallest} and a "
