@@ -202,26 +202,8 @@ def _channels_last_image():
     return torch.randn(2, 3, 8, 7).contiguous(memory_format=torch.channels_last)
 
 
-def _opcheck_inputs():
-    """Per input of the opcheck cases: its name, a function making it, and its window
-    (made at collection, which runs no kernel)."""
-    return [("2-d channels-last", _channels_last_image, window2d()),
-            ("1-d float64", lambda: torch.randn(2, 3, 11, dtype=torch.float64),
-             window2d(3, 2, 1, 2, True, ndim=1)),
-            ("3-d float64", lambda: torch.randn(1, 2, 5, 6, 4, dtype=torch.float64),
-             window2d(2, 2, 0, ndim=3)),
-            ("2-d adaptive channels-last", _channels_last_image, O.adaptive_window((3, 5))),
-            ("unpool", None, None)]
-
-
-def _op_cases(x, window):
-    """``(op, args)`` for every op on ``x`` and ``window`` (or, without them, unpooling)."""
-    if x is None:
-        y, indices = F.max_pool2d(_channels_last_image(), 2, return_indices=True)
-        unpool = window2d(2, 2, 0)
-        return [(O.max_unpool, (y.requires_grad_(), indices, unpool, [8, 7])),
-                (O.max_unpool_backward, (torch.randn(2, 3, 8, 7, requires_grad=True),
-                                         indices, unpool))]
+def _pooling_cases(x, window):
+    """``(op, args)`` for every pooling op on ``x`` and ``window``."""
     grad = x.detach().clone().requires_grad_()
     y, winners = O.max_pool(x, window, "first")
     dy = torch.randn_like(y, requires_grad=True)
@@ -245,16 +227,38 @@ def _op_cases(x, window):
     return cases
 
 
-@pytest.mark.parametrize("name, make, window", _opcheck_inputs(),
-                         ids=[case[0] for case in _opcheck_inputs()])
-def test_opcheck(name, make, window):
-    """torch.library.opcheck on every op, per input (the inputs are made in the test:
-    collection, in every pytest-xdist worker, runs no kernel)."""
-    for op, args in _op_cases(None if make is None else make(), window):
+def _unpool_cases():
+    """``(op, args)`` for unpooling and its backward."""
+    y, indices = F.max_pool2d(_channels_last_image(), 2, return_indices=True)
+    unpool = window2d(2, 2, 0)
+    return [(O.max_unpool, (y.requires_grad_(), indices, unpool, [8, 7])),
+            (O.max_unpool_backward, (torch.randn(2, 3, 8, 7, requires_grad=True), indices,
+                                     unpool))]
+
+
+# Per input, a function making its opcheck cases: called in the test, as collection (in
+# every pytest-xdist worker) runs no kernel
+_OPCHECK_CASES = [
+    pytest.param(lambda: _pooling_cases(_channels_last_image(), window2d()),
+                 id="2-d channels-last"),
+    pytest.param(lambda: _pooling_cases(torch.randn(2, 3, 11, dtype=torch.float64),
+                                        window2d(3, 2, 1, 2, True, ndim=1)), id="1-d float64"),
+    pytest.param(lambda: _pooling_cases(torch.randn(1, 2, 5, 6, 4, dtype=torch.float64),
+                                        window2d(2, 2, 0, ndim=3)), id="3-d float64"),
+    pytest.param(lambda: _pooling_cases(_channels_last_image(), O.adaptive_window((3, 5))),
+                 id="2-d adaptive channels-last"),
+    pytest.param(_unpool_cases, id="unpool"),
+]
+
+
+@pytest.mark.parametrize("make_cases", _OPCHECK_CASES)
+def test_opcheck(make_cases, request):
+    """torch.library.opcheck on every op, per input."""
+    for op, args in make_cases():
         try:
             torch.library.opcheck(op, args)
         except Exception as error:
-            raise AssertionError(f"{op} on {name}: {error}") from error
+            raise AssertionError(f"{op} on {request.node.callspec.id}: {error}") from error
 
 
 # --------------------------------------------------------------- gradients, 2nd order

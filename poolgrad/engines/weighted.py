@@ -92,12 +92,11 @@ def require_probabilities(xk: np.ndarray, plan) -> None:
 def _refuse(xk: np.ndarray):
     smallest, largest = np.min(xk), np.max(xk)  # only to name them
     if smallest >= 0 and largest < np.inf:  # finite weights whose window sums overflow
+        cure = "scale x down" if xk.dtype == np.float64 else "pool a float64 array or scale x down"
         raise ValueError(
             f"stochastic_pool samples with probabilities x / sum(x) (and averages with "
             f"x^2 / sum(x)), so each window's sums must be finite in {xk.dtype}; got a "
-            f"maximum of {largest}: "
-            + ("scale x down" if xk.dtype == np.float64 else "pool a float64 array or scale "
-               "x down"))
+            f"maximum of {largest}: {cure}")
     raise ValueError(
         f"stochastic_pool samples with probabilities x / sum(x), so x must be >= 0 "
         f"(as after a ReLU), finite and not NaN; got a minimum of {smallest} and a "

@@ -75,26 +75,29 @@ def deepcopy(value, memo=None):
 class _CopyModule(types.ModuleType):
     """The ``copy`` module with :func:`deepcopy` in place of its own."""
 
+    deepcopy = staticmethod(deepcopy)
+
     def __init__(self):
         super().__init__("copy", copy.__doc__)
-        self.deepcopy = deepcopy
 
     def __getattr__(self, name):  # copy.copy, copy.Error, ...
         return getattr(copy, name)
 
 
-class _InlineCopyModule(types.ModuleType):
+class _InlineCopyModule(_CopyModule):
     """The ``copy`` module for Numba's inliner: while :attr:`memos` is a dict (during
-    one untyped ``inline_ir``), the IR blocks it copies share one memo per scope."""
+    one untyped ``inline_ir``), the IR blocks it copies share one memo per scope;
+    anything else goes to ``copy.deepcopy``."""
 
     def __init__(self):
-        super().__init__("copy", copy.__doc__)
-        self.memos = None
-
-    def deepcopy(self, value, memo=None):
         from numba.core import ir
 
-        if memo is not None or self.memos is None or type(value) is not ir.Block:
+        super().__init__()
+        self.memos = None
+        self._block = ir.Block
+
+    def deepcopy(self, value, memo=None):
+        if memo is not None or self.memos is None or type(value) is not self._block:
             return copy.deepcopy(value, memo)
         scope = value.scope
         entry = self.memos.get(id(scope))

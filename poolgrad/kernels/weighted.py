@@ -258,9 +258,9 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
 
     ``norm`` may be empty (a forward that no backward follows): it is then not written.
     For ``SELF``, ``invalid[task]`` says whether a window that task read was not weights
-    (a negative or NaN tap, or an infinite sum; so that stochastic pooling checks its
-    input in the same pass); SoftPool leaves
-    ``invalid`` as it is. ``invalid`` has ``tasks`` entries.
+    (a negative or NaN tap, or an infinite sum), so that stochastic pooling checks its
+    input in the same pass; SoftPool leaves ``invalid`` as it is. ``invalid`` has
+    ``tasks`` entries.
 
     ``copy`` (or an empty array) gets each pair of rows the windows read, copied while
     they are in cache (a copy of x for a pullback, where the windows cover x). Empty,
