@@ -578,6 +578,57 @@ def test_float32_exp_and_log_are_within_one_unit_in_the_last_place():
     np.testing.assert_array_equal(got[ends], rounded[ends])
 
 
+def test_log2_and_exp2_for_float32_results_are_within_their_bound():
+    """kernels.elementary.log2_for_float32 and exp2_for_float32, which raise float32
+    inputs to a power that is not whole: log2 within 2**-35 absolute (every normal
+    float64 exponent, and near 1, where it is relative) and exp2 within 2**-35 relative
+    wherever the result is a normal float64; their special values exactly, and z**p
+    from them within (p + 1) 2**-35 relative over the float32 range."""
+    import numba
+
+    from poolgrad.kernels import elementary
+
+    @numba.njit(error_model="numpy")
+    def both(z, t, logs, exps):
+        for i in range(z.shape[0]):
+            logs[i] = elementary.log2_for_float32(z[i])
+            exps[i] = elementary.exp2_for_float32(t[i])
+
+    rng = np.random.default_rng(23)
+    n = 200000
+    z = np.concatenate([np.exp2(rng.uniform(-1022, 1024, n)), rng.uniform(0.5, 2, n),
+                        1 + rng.uniform(-1e-6, 1e-6, n),
+                        [0.0, np.inf, np.nan, -1.0, -np.inf, 1.0, 2.0, 2.0 ** -1022]])
+    t = np.concatenate([rng.uniform(-1080, 1030, n), rng.uniform(-1, 1, n),
+                        rng.uniform(-1e-9, 1e-9, n),
+                        [0.0, np.inf, -np.inf, np.nan, 1024.0, 1023.999, -1074.0, -1076.0]])
+    logs, exps = np.empty_like(z), np.empty_like(t)
+    both(z, t, logs, exps)
+    with np.errstate(all="ignore"):
+        want_logs, want_exps = np.log2(z), np.exp2(t)
+    finite = np.isfinite(want_logs)
+    assert np.max(np.abs(logs[finite] - want_logs[finite])) < 2.0 ** -35
+    near_one = slice(2 * n, 3 * n)  # relative where log2 z is small
+    assert np.max(np.abs(logs[near_one] - want_logs[near_one])
+                  / np.abs(want_logs[near_one])) < 1e-15
+    np.testing.assert_array_equal(logs[~finite], want_logs[~finite])
+    normal = np.isfinite(want_exps) & (want_exps >= np.finfo(np.float64).tiny)
+    assert np.max(np.abs(exps[normal] - want_exps[normal]) / want_exps[normal]) < 2.0 ** -35
+    ends = ~np.isfinite(want_exps) | (want_exps == 0)
+    np.testing.assert_array_equal(exps[ends], want_exps[ends])
+
+    x = np.concatenate([np.exp(rng.uniform(-103, 88, n)).astype(np.float32),
+                        np.float32([1e-45, 3.4e38])]).astype(np.float64)
+    logs = np.empty_like(x)
+    both(x, np.zeros_like(x), logs, np.empty_like(x))
+    for p in (0.5, 2.5, 3.01, 7.3):
+        raised = np.empty_like(x)
+        both(np.ones_like(x), p * logs, np.empty_like(x), raised)
+        want = x ** p
+        normal = (want >= np.finfo(np.float64).tiny) & np.isfinite(want)
+        assert np.max(np.abs(raised - want)[normal] / want[normal]) < (p + 1) * 2.0 ** -35
+
+
 def _random_windows(rng, trial):
     """``(ndim, kernel, stride, spatial, lead)`` for the rows-vs-window tests: windows
     with no padding, apart (stride >= kernel) or overlapping."""
@@ -649,12 +700,12 @@ def test_gem_rows_kernels_match_the_window_kernels():
     seen = set()
     for trial in range(40):
         ndim, kernel, stride, spatial, lead = _random_windows(rng, trial)
-        # a whole power (multiplied) and another (exp and log); few, as each compiles
-        # six kernels
-        p, dtype = ((3.0, np.float32), (4.5, np.float64))[trial % 2]
+        # a whole power (multiplied) and others (exp and log in float64, and for float32
+        # results exp2 and log2); few, as each compiles six kernels
+        p, dtype = ((3.0, np.float32), (4.5, np.float64), (2.5, np.float32))[trial % 3]
         x = rng.random(lead + spatial) + 0.01
         x.flat[rng.integers(0, x.size, 2)] = -1.0  # below eps: clamped, no gradient
-        if trial % 6 == 0:
+        if trial % 5 == 0:  # every power and dtype in turn
             x.flat[rng.integers(0, x.size)] = np.nan
         if trial % 7 == 0:  # a corner whose z^p underflows float64
             x[(0, 0) + (slice(0, 2),) * ndim] = 1e-120
@@ -671,7 +722,7 @@ def test_gem_rows_kernels_match_the_window_kernels():
 def _gem_passes(choose, xs, stored, plan, operand, eps, p):
     from poolgrad.kernels import power_mean
 
-    whole = power_mean.power_form(p)
+    whole = power_mean.power_form(p, xs.dtype)
     forward = choose("gem", "forward", plan, operand)
     y = empty(_out_shape(xs, plan), xs.dtype, stored)
     copy = np.full_like(xs, 7.0)  # the pullback's x, written as the forward reads x
@@ -702,11 +753,12 @@ def test_lp_runs_gems_rows_kernels_with_the_general_kernels_bits():
     seen = set()
     for trial in range(36):
         ndim, kernel, stride, spatial, lead = _random_windows(rng, trial)
-        # a whole power (multiplied) and another (exp and log); few, as each compiles
-        p, dtype = ((2.0, np.float32), (2.5, np.float64))[trial % 2]
+        # a whole power (multiplied) and others (exp and log in float64, and for float32
+        # results exp2 and log2); few, as each compiles
+        p, dtype = ((2.0, np.float32), (2.5, np.float64), (1.5, np.float32))[trial % 3]
         x = rng.standard_normal(lead + spatial)
         x[(0, 0) + (slice(0, 3),) * ndim] = 0.0  # a corner of zeros
-        if trial % 6 == 0:
+        if trial % 4 == 0:  # every power and dtype in turn
             x.flat[rng.integers(0, x.size)] = np.nan
         if trial % 5 == 0:
             x.flat[rng.integers(0, x.size)] = np.inf

@@ -25,9 +25,9 @@ def gem_kernels(xk: np.ndarray, plan) -> tuple[str, str]:
                  for direction in ("forward", "backward"))
 
 
-def _scalars(p: float, eps: float) -> tuple:
-    """The kernels' ``(eps, p, whole)``."""
-    return float(eps), float(p), power_mean.power_form(p)
+def _scalars(p: float, eps: float, dtype) -> tuple:
+    """The kernels' ``(eps, p, whole)`` for inputs and results of ``dtype``."""
+    return float(eps), float(p), power_mean.power_form(p, dtype)
 
 
 def gem_forward(xk: np.ndarray, plan, p: float, eps: float,
@@ -44,13 +44,13 @@ def gem_forward(xk: np.ndarray, plan, p: float, eps: float,
         target = None if copy is None else planes(copy)
         if target is not None and not np.shares_memory(target, copy):
             target = None  # a layout whose planes are not a view: copied below
-        forward(planes(xk), *_scalars(p, eps), y, copy=target)
+        forward(planes(xk), *_scalars(p, eps, xk.dtype), y, copy=target)
         if copy is not None and target is None:
             np.copyto(copy, xk)
         return y.reshape(xk.shape[:2] + (1, 1, 1))
     y = empty(xk.shape[:2] + tuple(a.count for a in plan.kernel_axes), xk.dtype,
               operand.layout == "channels_last")
-    forward(xk, *_scalars(p, eps), y, copy=copy)
+    forward(xk, *_scalars(p, eps, xk.dtype), y, copy=copy)
     return y
 
 
@@ -60,7 +60,7 @@ def gem_backward(xk: np.ndarray, yk: np.ndarray, dyk: np.ndarray, plan, p: float
     ``with_dp`` each window's term of ``dp`` (float64, ``y``'s shape: their sum is
     ``dp``)."""
     operand = dispatch.operand(xk)
-    scalars = _scalars(p, eps)
+    scalars = _scalars(p, eps, xk.dtype)
     backward = dispatch.choose(_op(plan), "backward", plan, operand)
     dx = empty(xk.shape, dyk.dtype, operand.layout == "channels_last")
     if plan is None:  # dx and the terms in one pass (the kernel writes 0s without dp)

@@ -47,7 +47,7 @@ Run signatures (one per op and direction)::
     ("fractional", "backward") run(dy, starts, extent, pos, dx)  (N*C, 1, D, H, W); the
     ("fractional", "indices")  run(starts, extent, pos, in_h, in_w, indices)  windows
                                                per plane; plan: a FractionalPlan
-    ("gem", "forward")     run(x, eps, p, whole, y, copy=None)   whole: power_form(p);
+    ("gem", "forward")     run(x, eps, p, whole, y, copy=None)   whole: power_form(p, dtype);
                            copy (keyword), if given, gets x (stored as x is)
     ("gem", "backward")    run(x, y, dy, eps, p, whole, dx)
     ("gem", "p_terms")     run(x, y, dy, eps, p, whole, terms)  each window's dp term
@@ -399,20 +399,21 @@ def _global_avg_back(plan):
 # ------------------------------------------------------------------------- lp, unpool
 
 
-def _lp_power(p) -> tuple:
-    """``(p, whole)`` as Lp's kernels take them: float64, and the compile-time power."""
-    return float(p), power_mean.power_form(p)
+def _lp_power(p, dtype) -> tuple:
+    """``(p, whole)`` as Lp's kernels take them for results of ``dtype``: float64, and
+    the power's compile-time form."""
+    return float(p), power_mean.power_form(p, dtype)
 
 
 def _lp(plan):
     return lambda x, y, p: sum_pool.lp_pool_forward(x, plan.table, plan.dilation,
-                                                    *_lp_power(p), y)
+                                                    *_lp_power(p, y.dtype), y)
 
 
 def _lp_back(plan):
     ptr, outs, _ = plan.cover
-    return lambda x, y, dy, p, dx: sum_pool.lp_pool_backward(x, y, dy, *_lp_power(p), ptr,
-                                                             outs, dx)
+    return lambda x, y, dy, p, dx: sum_pool.lp_pool_backward(
+        x, y, dy, *_lp_power(p, y.dtype), ptr, outs, dx)
 
 
 def _lp_as_gem(bind, direction):
@@ -421,8 +422,8 @@ def _lp_as_gem(bind, direction):
     def lp(plan):
         run = bind(plan)
         if direction == "forward":
-            return lambda x, y, p: run(x, None, *_lp_power(p), y)
-        return lambda x, y, dy, p, dx: run(x, y, dy, None, *_lp_power(p), dx)
+            return lambda x, y, p: run(x, None, *_lp_power(p, y.dtype), y)
+        return lambda x, y, dy, p, dx: run(x, y, dy, None, *_lp_power(p, y.dtype), dx)
     return lp
 
 

@@ -14,7 +14,8 @@ With ``z = max(x, eps)`` (NaN stays NaN) and a window ``W`` of ``K`` real taps:
 Sums run in float64 whatever the dtype, in a fixed order: the same bits at any thread
 count. A whole ``p`` up to 8 (3, GeM's usual start) is raised by multiplying, the
 number of factors compiled in (:func:`power_form`); any other by ``exp`` and ``log``,
-and ``dp``'s terms take ``log``, both from :mod:`.elementary`, so the loops vectorize.
+and ``dp``'s terms take ``log``, both from :mod:`.elementary`, so the loops vectorize
+(for float32 results, its base-2 ones within ``2**-35``: :mod:`.powers`).
 
 Three families:
 
@@ -38,20 +39,21 @@ Three families:
   the ``gem_window_*`` kernels' bits.
 
 With ``eps`` None, the window and rows kernels pool Lp norms instead (:mod:`.powers`).
-
-The window kernels sum each window in tap order (row-major), unscaled, and sum it again relative to
-its largest ``z`` only where that sum left the range, as the planes do. The root
+They sum each window in tap order (row-major), unscaled, and again relative to its
+largest ``z`` only where that sum left the range, as the planes do. The root
 ``mean^(1/p)`` is :func:`.powers.root`'s.
 """
 
 import numpy as np
 from numba import prange, uint64
 
-from . import constant, elementary, jit, parallel_kernel
+from . import constant, jit, parallel_kernel
 from .powers import (
+    FOR_FLOAT32,
     clamped,
     divisor,
     in_range,
+    natural_log,
     passes,
     raised,
     raised_less_one,
@@ -77,12 +79,13 @@ def _p_term(dy, y, p, s0, s1):
     return dy * (y / p) * (s1 / s0)
 
 
-def power_form(p: float):
-    """The ``whole`` argument of the kernels for the power ``p``: a compile-time
-    constant (:func:`poolgrad.kernels.constant`) of ``p`` when it is a whole number from
-    1 to :data:`MULTIPLIED_UP_TO`, else None."""
-    p = float(p)
-    return constant(int(p)) if p.is_integer() and 1 <= p <= MULTIPLIED_UP_TO else None
+def power_form(p: float, dtype) -> np.ndarray | None:
+    """The kernels' ``whole`` for the power ``p`` and results of ``dtype``: ``p`` as a
+    :func:`~poolgrad.kernels.constant` if it is whole, 1 to :data:`MULTIPLIED_UP_TO`;
+    else None for float64 results, :data:`.powers.FOR_FLOAT32` for narrower ones."""
+    if float(p).is_integer() and 1 <= p <= MULTIPLIED_UP_TO:
+        return constant(int(p))
+    return None if np.dtype(dtype).itemsize == 8 else FOR_FLOAT32
 
 
 # ----------------------------------------------------------------------- whole planes
@@ -219,7 +222,7 @@ def _plane_backward(row, dx, grad, mean, length, eps, p, whole, with_dp):
             dx[at], power, r = _tap_backward(np.float64(row[at]), eps, inverse, scale, p,
                                              whole, zero)
             s0[lane] += power
-            s1[lane] += power * elementary.log(r)
+            s1[lane] += power * natural_log(r, whole)
     return _p_term(grad, mean, p, _halved(s0), _halved(s1))
 
 
@@ -257,7 +260,7 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
                 if with_dp:
                     power = share * r
                     s0[at] += power
-                    s1[at] += power * elementary.log(r)
+                    s1[at] += power * natural_log(r, whole)
         for c in range(n_chan):
             terms[n, c] = (_p_term(np.float64(dy[n, c]), np.float64(y[n, c]), p, s0[c],
                                    s1[c]) if with_dp else 0.0)
@@ -326,7 +329,7 @@ def gem_window_p_terms(x, y, dy, table, eps, p, whole, terms):
                         r = clamped(np.float64(x[n, c, xd, xh, xw]), eps) * inverse
                         power = raised(r, p, whole)
                         s0 += power
-                        s1 += power * elementary.log(r)
+                        s1 += power * natural_log(r, whole)
             terms[n, c, od, oh, ow] = _p_term(np.float64(dy[n, c, od, oh, ow]), mean, p, s0, s1)
 
 
@@ -541,7 +544,7 @@ def _tap_terms(src, start, step, inner, eps, p, whole, inverse, s0, s1, gathered
         r = clamped(gathered[at], eps) * inverse[at]
         power = raised(r, p, whole)
         s0[at] += power
-        s1[at] += power * elementary.log(r)
+        s1[at] += power * natural_log(r, whole)
 
 
 @parallel_kernel

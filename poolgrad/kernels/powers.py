@@ -1,6 +1,12 @@
 """Whole and real powers, and the roots of power means, as GeM's kernels
 (:mod:`.power_mean`) take them: without calls or branches, so that the loops around
-them vectorize (:mod:`.elementary`'s ``exp`` and ``log`` for the others).
+them vectorize (:mod:`.elementary`'s ``exp`` and ``log`` for the others, or, where
+the results are float32, its ``exp2_for_float32`` and ``log2_for_float32``, about half
+the work).
+
+``whole`` is the power's compile-time form (:func:`.power_mean.power_form`): a
+:func:`~poolgrad.kernels.constant` of a whole ``p``, None for another ``p`` and float64
+results, or :data:`FOR_FLOAT32` for another ``p`` and float32 results.
 
 The same kernels pool Lp norms (:mod:`.sum_pool`'s general ones share their arithmetic)
 when their ``eps`` is None, a compile-time choice: then ``z = |x|`` (:func:`clamped`),
@@ -8,22 +14,43 @@ the sum is not divided by the count (:func:`divisor`), and a tap's gradient is
 ``sign(x)`` times GeM's, 0 at ``x = 0`` (:func:`passes`, :func:`sign_of`)."""
 
 import numpy as np
+from numba import types
+from numba.extending import overload
 
-from . import elementary
+from . import JIT_OPTIONS, elementary
 from .walk import inlined
 
 # subtracted from the bits of the estimate of mean^(-1/p) (a whole p from 3 to 8):
 # 0.06 of an octave, which roughly halves its largest error (a numerical search)
 _ESTIMATE_OFFSET = int(0.06 * 2**52)
+LN2 = 0.6931471805599453
+FOR_FLOAT32 = np.empty(0, np.float32)
+"""The form of a ``p`` that is not whole where the results are float32 (or float16):
+their dtype as an empty array (the kernels' convention for a dtype), which compiles
+the kernels with :mod:`.elementary`'s ``exp2_for_float32`` and ``log2_for_float32``."""
+
+
+def for_float32(whole):
+    """Whether ``whole`` is :data:`FOR_FLOAT32`, a compile-time constant (compiled code
+    only)."""
+    raise NotImplementedError("only for Numba-compiled kernels")
+
+
+@overload(for_float32, inline="always", jit_options=JIT_OPTIONS)
+def _for_float32(whole):
+    answer = isinstance(whole, types.Array) and whole.dtype == types.float32
+    return lambda whole: answer
 
 
 @inlined
 def raised(base, p, whole):
     """``base ** p`` for ``base >= 0`` (or NaN): by ``whole.ndim`` multiplications when
-    ``whole`` is a compile-time constant (:func:`.power_mean.power_form`), else (None) by
-    :mod:`.elementary`'s ``exp`` and ``log``, which give 0 for 0 and NaN for NaN."""
+    ``whole`` is a whole power, else by :mod:`.elementary`'s ``exp`` and ``log`` (for
+    :data:`FOR_FLOAT32`, ``exp2`` and ``log2``), which give 0 for 0 and NaN for NaN."""
     if whole is None:
         return elementary.exp(p * elementary.log(base))
+    if for_float32(whole):
+        return elementary.exp2_for_float32(p * elementary.log2_for_float32(base))
     result = 1.0
     for _ in range(whole.ndim):
         result *= base
@@ -35,10 +62,23 @@ def raised_less_one(base, p, whole):
     """``base ** (p - 1)``, as :func:`raised` raises."""
     if whole is None:
         return elementary.exp((p - 1.0) * elementary.log(base))
+    if for_float32(whole):
+        return elementary.exp2_for_float32((p - 1.0) * elementary.log2_for_float32(base))
     result = 1.0
     for _ in range(whole.ndim - 1):
         result *= base
     return result
+
+
+@inlined
+def natural_log(v, whole):
+    """``log v`` for ``dp``'s terms, in the precision :func:`raised` takes for ``whole``
+    (for :data:`FOR_FLOAT32`, from the ``log2`` that raising ``v`` takes too)."""
+    if whole is None:
+        return elementary.log(v)
+    if for_float32(whole):
+        return elementary.log2_for_float32(v) * LN2
+    return elementary.log(v)
 
 
 # a sum below this may have lost terms to underflow: it is summed again relative to its
@@ -103,9 +143,11 @@ def root(mean, p, whole, precise):
     the fourth step cost a channels-last 2x2 forward 0.3 ms of its 2.45), else four
     (near ``1e-15``); with ``precise`` (a float64 result) one Newton step on ``y^p =
     mean`` after them, which leaves only that step's rounding. Any other ``p`` by
-    ``exp(log(mean) / p)``."""
+    ``exp(log(mean) / p)`` (for :data:`FOR_FLOAT32`, ``exp2(log2(mean) / p)``)."""
     if whole is None:
         return elementary.exp(elementary.log(mean) * (1.0 / p))
+    if for_float32(whole):
+        return elementary.exp2_for_float32(elementary.log2_for_float32(mean) * (1.0 / p))
     if whole.ndim == 1:
         return mean
     if whole.ndim == 2:
