@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import dispatch, power_mean
+from ..kernels import dispatch, powers
 from .pullback import empty, planes
 
 
@@ -27,7 +27,7 @@ def gem_kernels(xk: np.ndarray, plan) -> tuple[str, str]:
 
 def _scalars(p: float, eps: float, dtype) -> tuple:
     """The kernels' ``(eps, p, whole)`` for inputs and results of ``dtype``."""
-    return float(eps), float(p), power_mean.power_form(p, dtype)
+    return float(eps), float(p), powers.power_form(p, dtype)
 
 
 def gem_forward(xk: np.ndarray, plan, p: float, eps: float,

@@ -76,6 +76,7 @@ from . import (
     kind_rules,
     layouts,
     power_mean,
+    powers,
     row_passes,
     sum_pool,
     tiled,
@@ -402,7 +403,7 @@ def _global_avg_back(plan):
 def _lp_power(p, dtype) -> tuple:
     """``(p, whole)`` as Lp's kernels take them for results of ``dtype``: float64, and
     the power's compile-time form."""
-    return float(p), power_mean.power_form(p, dtype)
+    return float(p), powers.power_form(p, dtype)
 
 
 def _lp(plan):

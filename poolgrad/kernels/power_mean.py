@@ -13,7 +13,7 @@ With ``z = max(x, eps)`` (NaN stays NaN) and a window ``W`` of ``K`` real taps:
 
 Sums run in float64 whatever the dtype, in a fixed order: the same bits at any thread
 count. A whole ``p`` up to 8 (3, GeM's usual start) is raised by multiplying, the
-number of factors compiled in (:func:`power_form`); any other by ``exp`` and ``log``,
+number of factors compiled in (:func:`.powers.power_form`); any other by ``exp`` and ``log``,
 and ``dp``'s terms take ``log``, both from :mod:`.elementary`, so the loops vectorize
 (for float32 results, its base-2 ones within ``2**-35``: :mod:`.powers`).
 
@@ -47,9 +47,8 @@ largest ``z`` only where that sum left the range, as the planes do. The root
 import numpy as np
 from numba import prange, uint64
 
-from . import constant, jit, parallel_kernel
+from . import jit, parallel_kernel
 from .powers import (
-    FOR_FLOAT32,
     clamped,
     divisor,
     in_range,
@@ -72,20 +71,10 @@ from .walk import (
     window_range,
 )
 
-MULTIPLIED_UP_TO = 8  # a whole power up to this is raised by multiplying
 LANES = 32  # the partial sums of a whole plane (a power of 2)
 @inlined
 def _p_term(dy, y, p, s0, s1):
     return dy * (y / p) * (s1 / s0)
-
-
-def power_form(p: float, dtype) -> np.ndarray | None:
-    """The kernels' ``whole`` for the power ``p`` and results of ``dtype``: ``p`` as a
-    :func:`~poolgrad.kernels.constant` if it is whole, 1 to :data:`MULTIPLIED_UP_TO`;
-    else None for float64 results, :data:`.powers.FOR_FLOAT32` for narrower ones."""
-    if float(p).is_integer() and 1 <= p <= MULTIPLIED_UP_TO:
-        return constant(int(p))
-    return None if np.dtype(dtype).itemsize == 8 else FOR_FLOAT32
 
 
 # ----------------------------------------------------------------------- whole planes
@@ -406,6 +395,19 @@ def _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p,
     return relative_mean(largest, total, divisor(count, eps), p, whole, precise)
 
 
+@inlined
+def _roots(sums, out, count, eps, p, whole, precise):
+    """``out[o]``, the power mean of the window whose sum is ``sums[o]``; returns how
+    many sums left the range: a count, which the loop vectorizes (a branch per window
+    kept it scalar)."""
+    outside = 0
+    for o in range(out.shape[0]):
+        at = uint64(o)
+        out[at] = root(sums[at] / divisor(count, eps), p, whole, precise)
+        outside += 0 if in_range(sums[at]) else 1
+    return outside
+
+
 @parallel_kernel
 def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
     """GeM over windows with no padding on contiguous rows: ``x`` ``(P, D, H, W * inner)``
@@ -415,7 +417,7 @@ def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
     summed together from it, tap by tap in tap order, so each window's sum is
     :func:`gem_window_forward`'s, with its bits."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
-    count = window[0] * window[1] * window[2]
+    count, precise = window[0] * window[1] * window[2], y.itemsize == 8
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         acc = np.empty(out_l, np.float64)
@@ -430,14 +432,11 @@ def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
                     for t in range(window[2]):
                         _add_tap(powered, t, steps[2], inner, acc)
             out = y[plane, od, oh]
-            for o in range(out_l):
-                out[uint64(o)] = root(acc[uint64(o)] / divisor(count, eps), p, whole,
-                                      y.itemsize == 8)
-            for o in range(out_l):
+            for o in range(out_l if _roots(acc, out, count, eps, p, whole, precise) else 0):
                 if not in_range(acc[o]):  # rare: redo the window relative to its maximum
                     ow, c = o // inner, o % inner
                     out[o] = _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps,
-                                            count, eps, p, whole, y.itemsize == 8)
+                                            count, eps, p, whole, precise)
 
 
 @inlined
@@ -489,10 +488,7 @@ def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, 
             od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
             _quads_row(top, bottom, sums, inner, steps, eps, p, whole)
             out = y[plane, od, oh]
-            for o in range(out_l):
-                at = uint64(o)
-                out[at] = root(sums[at] / divisor(4, eps), p, whole, precise)
-            for o in range(out_l):
+            for o in range(out_l if _roots(sums, out, 4, eps, p, whole, precise) else 0):
                 if not in_range(sums[o]):  # rare: redo the window relative to its maximum
                     out[o] = _rows_rescaled(x, plane, o % inner, inner, od, oh, o // inner,
                                             window, steps, 4, eps, p, whole, precise)

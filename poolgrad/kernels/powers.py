@@ -4,7 +4,7 @@ them vectorize (:mod:`.elementary`'s ``exp`` and ``log`` for the others, or, whe
 the results are float32, its ``exp2_for_float32`` and ``log2_for_float32``, about half
 the work).
 
-``whole`` is the power's compile-time form (:func:`.power_mean.power_form`): a
+``whole`` is the power's compile-time form (:func:`power_form`): a
 :func:`~poolgrad.kernels.constant` of a whole ``p``, None for another ``p`` and float64
 results, or :data:`FOR_FLOAT32` for another ``p`` and float32 results.
 
@@ -17,17 +17,28 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from . import JIT_OPTIONS, elementary
+from . import JIT_OPTIONS, constant, elementary
 from .walk import inlined
 
 # subtracted from the bits of the estimate of mean^(-1/p) (a whole p from 3 to 8):
 # 0.06 of an octave, which roughly halves its largest error (a numerical search)
 _ESTIMATE_OFFSET = int(0.06 * 2**52)
+
+MULTIPLIED_UP_TO = 8  # a whole power up to this is raised by multiplying
 LN2 = 0.6931471805599453
 FOR_FLOAT32 = np.empty(0, np.float32)
 """The form of a ``p`` that is not whole where the results are float32 (or float16):
 their dtype as an empty array (the kernels' convention for a dtype), which compiles
 the kernels with :mod:`.elementary`'s ``exp2_for_float32`` and ``log2_for_float32``."""
+
+
+def power_form(p: float, dtype) -> np.ndarray | None:
+    """The kernels' ``whole`` for the power ``p`` and results of ``dtype``: ``p`` as a
+    :func:`~poolgrad.kernels.constant` if it is whole, 1 to :data:`MULTIPLIED_UP_TO`;
+    else None for float64 results, :data:`FOR_FLOAT32` for narrower ones."""
+    if float(p).is_integer() and 1 <= p <= MULTIPLIED_UP_TO:
+        return constant(int(p))
+    return None if np.dtype(dtype).itemsize == 8 else FOR_FLOAT32
 
 
 def for_float32(whole):

@@ -83,7 +83,7 @@ def _lp_window_sum(x, n, c, xd0, first_d, end_d, dil_d, xh0, first_h, end_h, dil
 @parallel_kernel
 def lp_pool_forward(x, table, dilation, p, whole, y):
     """``y = (sum over real taps of |x|^p) ** (1/p)``; padding adds 0. ``p`` float64,
-    ``whole`` a compile-time power (:func:`.power_mean.power_form`) or None. The sum runs
+    ``whole`` a compile-time power (:func:`.powers.power_form`) or None. The sum runs
     in float64 in tap order, unscaled, and again relative to the window's largest ``|x|``
     where it left the range: the arithmetic of :mod:`.power_mean`'s kernels with ``eps``
     None, which serve the windows they can with these bits."""
