@@ -691,7 +691,8 @@ def test_gem_rows_kernels_match_the_window_kernels():
     backward only where windows do not overlap. Against the general window kernels, on
     random geometries in 1-3 dims, both layouts, whole and other powers, windows whose
     sums underflow (summed again relative to their maximum), NaN and the clamp: the same
-    bits for y, dx and every term of dp."""
+    bits for y, dx and every term of dp, which the rows backward also writes in its own
+    pass."""
 
     rng = np.random.default_rng(21)
     assert dispatch.names("gem", "forward") == ["power_mean.gem_quads_forward",
@@ -734,6 +735,12 @@ def _gem_passes(choose, xs, stored, plan, operand, eps, p):
     backward(xs, y, dy, eps, p, whole, dx)
     terms = empty(y.shape, np.float64, stored)
     choose("gem", "p_terms", plan, operand)(xs, y, dy, eps, p, whole, terms)
+    if backward.name == "power_mean.gem_rows_backward":  # dx and dp's terms in one pass
+        fused_dx, fused_terms = empty(xs.shape, xs.dtype, stored), empty(y.shape, np.float64,
+                                                                          stored)
+        backward(xs, y, dy, eps, p, whole, fused_dx, fused_terms)
+        np.testing.assert_array_equal(fused_dx, dx)
+        np.testing.assert_array_equal(fused_terms, terms)
     return (forward.name, backward.name), y, dx, terms
 
 

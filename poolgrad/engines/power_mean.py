@@ -68,9 +68,13 @@ def gem_backward(xk: np.ndarray, yk: np.ndarray, dyk: np.ndarray, plan, p: float
         backward(planes(xk), planes(yk)[..., 0], planes(dyk)[..., 0], *scalars, with_dp,
                  planes(dx), terms)
         return dx, terms.reshape(yk.shape) if with_dp else None
-    backward(xk, yk, dyk, *scalars, dx)
     if not with_dp:
+        backward(xk, yk, dyk, *scalars, dx)
         return dx, None
     terms = empty(yk.shape, np.float64, operand.layout == "channels_last")  # y's layout
-    dispatch.choose("gem", "p_terms", plan, operand)(xk, yk, dyk, *scalars, terms)
+    if backward.name == "power_mean.gem_rows_backward":  # dx and the terms in one pass
+        backward(xk, yk, dyk, *scalars, dx, terms)
+    else:
+        backward(xk, yk, dyk, *scalars, dx)
+        dispatch.choose("gem", "p_terms", plan, operand)(xk, yk, dyk, *scalars, terms)
     return dx, np.ascontiguousarray(terms)  # C order, so that their sum is too

@@ -298,11 +298,13 @@ def gem_rows(kernel, pass_name):
                 kernel(xr, inner, window, steps, *_tasks(yr), eps, p, whole, yr)
             return run
 
-        def run(x, y, dy, eps, p, whole, out):  # out: dx, or the terms of dp
+        def run(x, y, dy, eps, p, whole, out, terms=None):  # out: dx, or dp's terms
             if pass_name == "backward" and not covered:  # inputs no window reads get 0
                 out.fill(0)
             inner, xr, yr, dyr, outr = _rows_like(x, y, dy, out)
-            kernel(xr, yr, dyr, inner, window, steps, *_tasks(yr), eps, p, whole, outr)
+            extra = () if pass_name != "backward" else (  # dp's terms too, if given
+                None if terms is None else _rows_like(x, terms)[2],)
+            kernel(xr, yr, dyr, inner, window, steps, *_tasks(yr), eps, p, whole, outr, *extra)
         return run
     return bind
 

@@ -49,16 +49,19 @@ from numba import prange, uint64
 
 from . import jit, parallel_kernel
 from .powers import (
+    add_terms,
     clamped,
     divisor,
     in_range,
     natural_log,
+    p_term,
     passes,
     raised,
     raised_less_one,
     relative_mean,
     root,
     sign_of,
+    write_terms,
 )
 from .walk import (
     copy_row,
@@ -72,11 +75,6 @@ from .walk import (
 )
 
 LANES = 32  # the partial sums of a whole plane (a power of 2)
-@inlined
-def _p_term(dy, y, p, s0, s1):
-    return dy * (y / p) * (s1 / s0)
-
-
 # ----------------------------------------------------------------------- whole planes
 
 
@@ -212,7 +210,7 @@ def _plane_backward(row, dx, grad, mean, length, eps, p, whole, with_dp):
                                              whole, zero)
             s0[lane] += power
             s1[lane] += power * natural_log(r, whole)
-    return _p_term(grad, mean, p, _halved(s0), _halved(s1))
+    return p_term(grad, mean, p, _halved(s0), _halved(s1))
 
 
 @parallel_kernel
@@ -251,8 +249,8 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
                     s0[at] += power
                     s1[at] += power * natural_log(r, whole)
         for c in range(n_chan):
-            terms[n, c] = (_p_term(np.float64(dy[n, c]), np.float64(y[n, c]), p, s0[c],
-                                   s1[c]) if with_dp else 0.0)
+            terms[n, c] = (p_term(np.float64(dy[n, c]), np.float64(y[n, c]), p, s0[c],
+                                  s1[c]) if with_dp else 0.0)
 
 
 # ------------------------------------------------------------------- sliding windows
@@ -319,7 +317,7 @@ def gem_window_p_terms(x, y, dy, table, eps, p, whole, terms):
                         power = raised(r, p, whole)
                         s0 += power
                         s1 += power * natural_log(r, whole)
-            terms[n, c, od, oh, ow] = _p_term(np.float64(dy[n, c, od, oh, ow]), mean, p, s0, s1)
+            terms[n, c, od, oh, ow] = p_term(np.float64(dy[n, c, od, oh, ow]), mean, p, s0, s1)
 
 
 @parallel_kernel
@@ -508,15 +506,20 @@ def _row_factors(y, dy, count, inverse, scale):
 
 
 @inlined
-def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, gathered):
+def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, gathered,
+                   s0, s1, terms):
     """``dx`` at the tap ``start + ow * step`` of every window of a row (laid out as in
-    :func:`_add_tap`), from each window's ``1/y`` and ``dy / count``."""
+    :func:`_add_tap`) from each window's ``1/y`` and ``dy / count``, and unless ``terms``
+    is None the tap's share of ``S0`` and ``S1``, as :func:`_tap_terms` adds it."""
     if inner == 1:  # gathered and scattered apart from the arithmetic, which vectorizes
         gather_tap(src, start, step, inner, gathered)
         for o in range(gathered.shape[0]):
             at = uint64(o)
             v = gathered[at]
-            share = raised_less_one(clamped(v, eps) * inverse[at], p, whole)
+            r = clamped(v, eps) * inverse[at]
+            if terms is not None:
+                add_terms(r, p, whole, s0, s1, at)
+            share = raised_less_one(r, p, whole)
             gathered[at] = (0.0 + scale[at] * share) * sign_of(v, eps) if passes(
                 v, eps) else 0.0
         scatter_tap(gathered, start, step, inner, out)
@@ -526,7 +529,10 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
         for c in range(inner):
             at, o = uint64(base + c), uint64(first + c)
             v = np.float64(src[at])
-            share = raised_less_one(clamped(v, eps) * inverse[o], p, whole)
+            r = clamped(v, eps) * inverse[o]
+            if terms is not None:
+                add_terms(r, p, whole, s0, s1, o)
+            share = raised_less_one(r, p, whole)
             out[at] = (0.0 + scale[o] * share) * sign_of(v, eps) if passes(v, eps) else 0.0
 
 
@@ -537,24 +543,24 @@ def _tap_terms(src, start, step, inner, eps, p, whole, inverse, s0, s1, gathered
     gather_tap(src, start, step, inner, gathered)  # so the logarithms run contiguously
     for o in range(gathered.shape[0]):
         at = uint64(o)
-        r = clamped(gathered[at], eps) * inverse[at]
-        power = raised(r, p, whole)
-        s0[at] += power
-        s1[at] += power * natural_log(r, whole)
+        add_terms(clamped(gathered[at], eps) * inverse[at], p, whole, s0, s1, at)
 
 
 @parallel_kernel
-def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, whole, dx):
+def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, whole, dx,
+                      terms):
     """``dx`` for windows that do not overlap (stride >= kernel), as
     :func:`gem_rows_forward` lays out rows: each tap of each window written once, with
     :func:`gem_window_backward`'s bits. Inputs no window reads are left as they are (the
-    caller zeroes them)."""
+    caller zeroes them). Unless ``terms`` is None, each window's term of ``dp`` too, in
+    the same pass, with :func:`gem_rows_p_terms`' bits (a tap's log taken once)."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     count = window[0] * window[1] * window[2]
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         inverse, scale = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
         gathered = np.empty(out_l, np.float64)
+        s0, s1 = np.zeros(out_l, np.float64), np.zeros(out_l, np.float64)
         for row in range(first, end):
             od, oh = row // out_h, row % out_h
             _row_factors(y[plane, od, oh], dy[plane, od, oh], divisor(count, eps), inverse,
@@ -565,7 +571,10 @@ def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, who
                     out = dx[plane, od * steps[0] + a, oh * steps[1] + b]
                     for t in range(window[2]):
                         _tap_gradients(src, out, t, steps[2], inner, eps, p, whole, inverse,
-                                       scale, gathered)
+                                       scale, gathered, s0, s1, terms)
+            if terms is not None:
+                write_terms(y[plane, od, oh], dy[plane, od, oh], p, s0, s1,
+                            terms[plane, od, oh])
 
 
 @parallel_kernel
@@ -576,20 +585,16 @@ def gem_rows_p_terms(x, y, dy, inner, window, steps, chunks, tasks, eps, p, whol
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         inverse, gathered = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
-        s0, s1 = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
+        s0, s1 = np.zeros(out_l, np.float64), np.zeros(out_l, np.float64)
         for row in range(first, end):
             od, oh = row // out_h, row % out_h
             means, grads = y[plane, od, oh], dy[plane, od, oh]
             for o in range(out_l):
                 inverse[o] = 1.0 / np.float64(means[o])
-            s0[:] = 0.0
-            s1[:] = 0.0
             for a in range(window[0]):
                 for b in range(window[1]):
                     src = x[plane, od * steps[0] + a, oh * steps[1] + b]
                     for t in range(window[2]):
                         _tap_terms(src, t, steps[2], inner, eps, p, whole, inverse, s0, s1,
                                    gathered)
-            out = terms[plane, od, oh]
-            for o in range(out_l):
-                out[o] = _p_term(np.float64(grads[o]), np.float64(means[o]), p, s0[o], s1[o])
+            write_terms(means, grads, p, s0, s1, terms[plane, od, oh])

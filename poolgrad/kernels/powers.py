@@ -177,3 +177,28 @@ def root(mean, p, whole, precise):
     if not precise:
         return root
     return root - (root - mean / raised_less_one(root, p, whole)) * (1.0 / p)
+
+
+# ------------------------------------------------------------------- GeM's dp
+
+
+@inlined
+def p_term(dy, y, p, s0, s1):
+    """A window's term of GeM's ``dp``: ``dy (y / p) S1 / S0`` (:mod:`.power_mean`)."""
+    return dy * (y / p) * (s1 / s0)
+
+
+@inlined
+def add_terms(r, p, whole, s0, s1, at):
+    """A tap's share of ``S0`` and ``S1``, ``r^p`` and ``r^p log r``, added at ``at``."""
+    power = raised(r, p, whole)
+    s0[at] += power
+    s1[at] += power * natural_log(r, whole)
+
+
+@inlined
+def write_terms(means, grads, p, s0, s1, out):
+    """Each window's term of ``dp`` from its ``S0`` and ``S1``, which start again at 0."""
+    for o in range(out.shape[0]):
+        out[o] = p_term(np.float64(grads[o]), np.float64(means[o]), p, s0[o], s1[o])
+        s0[o], s1[o] = 0.0, 0.0
