@@ -72,7 +72,7 @@ def gem_backward(xk: np.ndarray, yk: np.ndarray, dyk: np.ndarray, plan, p: float
         backward(xk, yk, dyk, *scalars, dx)
         return dx, None
     terms = empty(yk.shape, np.float64, operand.layout == "channels_last")  # y's layout
-    if backward.name == "power_mean.gem_rows_backward":  # dx and the terms in one pass
+    if backward.records:  # dx and the terms in one pass
         backward(xk, yk, dyk, *scalars, dx, terms)
     else:
         backward(xk, yk, dyk, *scalars, dx)

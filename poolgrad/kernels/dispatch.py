@@ -49,7 +49,8 @@ Run signatures (one per op and direction)::
                                                per plane; plan: a FractionalPlan
     ("gem", "forward")     run(x, eps, p, whole, y, copy=None)   whole: power_form(p, dtype);
                            copy (keyword), if given, gets x (stored as x is)
-    ("gem", "backward")    run(x, y, dy, eps, p, whole, dx)
+    ("gem", "backward")    run(x, y, dy, eps, p, whole, dx, terms=None)  terms (dp's, y's
+                                               shape) only where kernel.records
     ("gem", "p_terms")     run(x, y, dy, eps, p, whole, terms)  each window's dp term
     ("gem_global", "forward")   run(x, eps, p, whole, y, copy=None)  (N, C, L) views;
                                                y (N, C); copy as for "gem";

@@ -520,7 +520,7 @@ RULES = {
         Rule("power_mean.gem_window_forward", always, _then_copied(_gem))],
     ("gem", "backward"): [
         Rule("power_mean.gem_rows_backward", apart,
-             gem_rows(power_mean.gem_rows_backward, "backward")),
+             gem_rows(power_mean.gem_rows_backward, "backward"), records=True),
         Rule("power_mean.gem_window_backward", always, _gem_back)],
     ("gem", "p_terms"): [
         Rule("power_mean.gem_rows_p_terms", full_windows,

@@ -85,8 +85,6 @@ def raised_less_one(base, p, whole):
 def natural_log(v, whole):
     """``log v`` for ``dp``'s terms, in the precision :func:`raised` takes for ``whole``
     (for :data:`FOR_FLOAT32`, from the ``log2`` that raising ``v`` takes too)."""
-    if whole is None:
-        return elementary.log(v)
     if for_float32(whole):
         return elementary.log2_for_float32(v) * LN2
     return elementary.log(v)

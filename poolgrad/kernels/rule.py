@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Kernel:
-    """A chosen kernel: ``name`` (``family.function``), whether it writes the winners
-    (max forwards; the general one always does), the memory layout its outputs take,
+    """A chosen kernel: ``name`` (``family.function``), whether it records what its
+    pass may also write (the winners of max forwards, where the general one always
+    does; dp's terms of GeM's rows backward), the memory layout its outputs take,
     whether it reads the forward's outputs (a backward that recomputes them takes None
     for them, so that a pullback need not keep them), and ``run``, which takes the
     arguments of its ``(op, direction)``."""

@@ -101,13 +101,15 @@ def stochastic_pool_sample(x, table, extent, draws, seed, y, pos):
 
 @inlined
 def _drawn(v0, v1, v2, v3, draw, zero):
-    """``(value, tap)`` drawn from the 2x2 window ``v0 .. v3`` (row-major) by ``draw``,
-    as :func:`stochastic_pool_sample` draws it (running sums in x's dtype from +0,
-    ``u * S`` in float64), with selects where it branches, so that a loop vectorizes."""
+    """``(value, tap, S)`` drawn from the 2x2 window ``v0 .. v3`` (row-major) by
+    ``draw``, as :func:`stochastic_pool_sample` draws it (running sums in x's dtype from
+    +0, ``u * S`` in float64), with selects where it branches, so that a loop
+    vectorizes; ``S`` the window's sum, for :func:`_not_weights`."""
     r0 = zero + v0
     r1 = r0 + v1
     r2 = r1 + v2
-    threshold = draw * (r2 + v3)
+    total = r2 + v3
+    threshold = draw * total
     done = (v0 > zero) & (r0 > threshold)
     take = (v1 > zero) & (not done)
     value, tap = (v1, 1) if take else (v0, 0)
@@ -116,15 +118,15 @@ def _drawn(v0, v1, v2, v3, draw, zero):
     value, tap = (v2, 2) if take else (value, tap)
     done |= take & (r2 > threshold)
     take = (v3 > zero) & (not done)
-    return (v3, 3) if take else (value, tap)
+    value, tap = (v3, 3) if take else (value, tap)
+    return value, tap, total
 
 
 @inlined
-def _not_weights(v0, v1, v2, v3, zero):
+def _not_weights(v0, v1, v2, v3, total, zero):
     """Whether the 2x2 window ``v0 .. v3`` is not a draw's weights: a tap negative or
-    NaN, or the sum ``S`` (as :func:`_drawn` adds it) +inf, from an infinite tap or an
+    NaN, or its sum ``total`` (:func:`_drawn`'s ``S``) +inf, from an infinite tap or an
     overflow in x's dtype. One check of ``S``, not one per tap."""
-    total = (((zero + v0) + v1) + v2) + v3
     return not ((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero) & (total < np.inf))
 
 
@@ -134,8 +136,8 @@ def _sample_quad(top, bottom, i, j, draws, given, seed, first, at, values, taps,
     bottom[j]``; whether they are not weights (:func:`_not_weights`)."""
     v0, v1, v2, v3 = top[i], top[j], bottom[i], bottom[j]
     draw = draws[at] if given else counted_uniform(seed, first + at)
-    values[at], taps[at] = _drawn(v0, v1, v2, v3, draw, zero)
-    return _not_weights(v0, v1, v2, v3, zero)
+    values[at], taps[at], total = _drawn(v0, v1, v2, v3, draw, zero)
+    return _not_weights(v0, v1, v2, v3, total, zero)
 
 
 @inlined
@@ -195,6 +197,6 @@ def stochastic_quads_sample(x, inner, steps, chunks, tasks, draws, seed, y, pos,
                     v2, v3 = bottom[i], bottom[i + across]
                     draw = (draws[plane, c, od, oh, ow] if given else counted_uniform(
                         seed, number + uint64(c) * window_plane + uint64(ow)))
-                    values[at], taps[at] = _drawn(v0, v1, v2, v3, draw, zero)
-                    bad |= _not_weights(v0, v1, v2, v3, zero)
+                    values[at], taps[at], total = _drawn(v0, v1, v2, v3, draw, zero)
+                    bad |= _not_weights(v0, v1, v2, v3, total, zero)
         invalid[task] = bad
