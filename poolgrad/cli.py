@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--nproc", type=_positive, default=1,
                    help="with --engine torch: processes training data-parallel, each on an "
                         "equal share of every batch (--batch-size is the global batch)")
+    t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="with --engine torch: auto (default): the GPU when torch sees one "
+                        "(and --nproc is 1); cpu; cuda")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     e = commands.add_parser("explain", help="draw where each example's gradient goes through "
                                             "a pooling layer")
@@ -264,12 +267,13 @@ def train(args) -> None:
         dataset=args.dataset, out=args.out or None, engine=args.engine, pool=args.pool,
         head=args.head, gap_head=args.gap_head, epochs=args.epochs, batch_size=args.batch_size,
         accumulate=args.accumulate, optimizer=args.optimizer, lr=args.lr, seed=args.seed,
-        resume=args.resume, overwrite=args.overwrite, nproc=args.nproc,
+        resume=args.resume, overwrite=args.overwrite, nproc=args.nproc, device=args.device,
         progress=not args.quiet, flags=True)
     metrics = trainer.train(config)
     settings = metrics["settings"]
     where = "" if args.engine == "numpy" else (
-        f" (torch, {args.nproc} process{'es' if args.nproc > 1 else ''})")
+        f" (torch, {args.nproc} process{'es' if args.nproc > 1 else ''}, "
+        f"{settings['device']})")
     print(f"{settings['dataset']}, {settings['pool']} pooling{where}: test accuracy "
           f"{metrics['test_accuracy']:.2%} ({metrics['test_examples']} test examples) after "
           f"{metrics['epochs_run']} epochs, {metrics['train_time_s']:.1f} s of training")

@@ -59,8 +59,10 @@ def runs(mnist, tmp_path_factory):
              "two": two}
     for epochs in (1, 2):
         one = str(root / f"one-{epochs}")
+        # on the CPU, as the ranks: a GPU's convolutions would round otherwise
         torch_engine.train(TrainConfig(mnist, one, engine="torch", epochs=epochs,
-                                       batch_size=BATCH, progress=False, plot=False))
+                                       batch_size=BATCH, progress=False, plot=False,
+                                       device="cpu"))
         paths[f"one-{epochs}"] = os.path.join(one, "checkpoint.pt")
     return paths
 
@@ -274,6 +276,41 @@ def test_nproc_needs_the_torch_engine(capsys):
                                        "torch: the numpy engine trains in one process")
     with pytest.raises(TrainError, match="--nproc 2 needs --engine torch"):
         config.check_nproc(2, 100)
+
+
+def test_the_device_is_checked_before_any_work(tmp_path, capsys):
+    out = tmp_path / "run"
+    refusals = [
+        (["train", "--device", "cuda"], "--device cuda needs --engine torch: the numpy engine "
+                                        "trains on the CPU"),
+        (["train", "--engine", "torch", "--nproc", "2", "--device", "cuda"],
+         "--device cuda trains in one process, and --nproc 2 on CPU processes: give one or "
+         "the other")]
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+        if not torch.cuda.is_available():
+            refusals.append((["train", "--engine", "torch", "--device", "cuda"],
+                             "--device cuda: torch sees no CUDA GPU here; use --device cpu"))
+        assert config.resolve_device("auto", 2, torch) == "cpu"  # the ranks are CPU processes
+        assert config.resolve_device("auto", 1, torch) == (
+            "cuda" if torch.cuda.is_available() else "cpu")
+    for args, message in refusals:
+        assert cli.main([*args, "--quiet", "--out", str(out)]) == 2
+        assert last_error_line(capsys) == f"poolgrad train: error: {message}"
+        assert not out.exists()
+    with pytest.raises(TrainError, match="unknown device 'tpu': choose one of auto, cpu, cuda"):
+        TrainConfig(engine="torch", device="tpu")
+
+
+@needs_torch
+def test_a_run_records_the_device_it_trained_on(runs, tmp_path, mnist, capsys):
+    with open(os.path.join(runs["two"], "metrics.json")) as stream:
+        assert json.load(stream)["settings"]["device"] == "cpu"  # auto, two ranks
+    assert poolgrad_train("--dataset", mnist, "--epochs", "1", "--batch-size", str(BATCH),
+                          "--device", "cpu", "--out", str(tmp_path / "cpu")) == 0
+    assert "(torch, 1 process, cpu): test accuracy" in capsys.readouterr().out
+    with open(tmp_path / "cpu" / "metrics.json") as stream:
+        assert json.load(stream)["settings"]["device"] == "cpu"
 
 
 def test_the_global_batch_must_split_evenly(capsys):

@@ -15,6 +15,7 @@ from .menu import check_pool
 
 HEADS = ("flatten", "gap", "attention")  # the --head choices
 ENGINES = ("numpy", "torch")  # the --engine choices
+DEVICES = ("auto", "cpu", "cuda")  # the --device choices (cuda: the torch engine's)
 
 # Per-dataset defaults, chosen so that a bare `poolgrad train --dataset NAME` reaches the
 # README's accuracy: conv widths and kernel per stage (each stage halves the length),
@@ -72,6 +73,30 @@ def check_nproc(nproc, batch_size, engine: str = "numpy") -> None:
                          "is the global batch, split evenly across the processes")
 
 
+def check_device(device, engine: str, nproc: int) -> None:
+    """A TrainError unless the ``engine`` can train on ``device`` with ``nproc``
+    processes: the numpy engine trains on the CPU, the ranks of ``--nproc`` on CPU
+    processes, one GPU in one process."""
+    if device not in DEVICES:
+        raise TrainError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
+    if device == "cuda" and engine != "torch":
+        raise TrainError(f"--device cuda needs --engine torch: the {engine} engine trains "
+                         "on the CPU")
+    if device == "cuda" and nproc > 1:
+        raise TrainError(f"--device cuda trains in one process, and --nproc {nproc} on CPU "
+                         "processes: give one or the other")
+
+
+def resolve_device(device: str, nproc: int, torch) -> str:
+    """``cpu`` or ``cuda``: ``auto`` is the GPU when torch sees one and one process
+    trains. ``cuda`` without a GPU is a TrainError, raised before any work."""
+    if device == "auto":
+        return "cuda" if nproc == 1 and torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise TrainError("--device cuda: torch sees no CUDA GPU here; use --device cpu")
+    return device
+
+
 def require_torch():
     """The ``torch`` module, or a TrainError saying how to install it."""
     try:
@@ -98,7 +123,9 @@ class TrainConfig:
     - ``out``: the folder of ``checkpoint.npz`` (``.pt``), ``metrics.json`` and
       ``training.png``; None: ``runs/DATASET``.
     - ``engine``: ``numpy`` (poolgrad.nn) or ``torch`` (torch.nn with poolgrad.torch's
-      pooling); ``nproc`` > 1 processes train data-parallel (torch only).
+      pooling); ``nproc`` > 1 processes train data-parallel (torch only); ``device``
+      (torch only): ``cpu``, ``cuda``, or ``auto``, the GPU when torch sees one and
+      ``nproc`` is 1. A resumed run may take another ``nproc`` or ``device``.
     - the network and its training: ``pool`` (one of
       :data:`poolgrad.train.menu.POOLS`), ``head`` (one of :data:`HEADS`; ``gap_head``
       is the older ``head="gap"``), ``epochs``, ``batch_size`` (the global batch),
@@ -131,6 +158,7 @@ class TrainConfig:
     resume: bool = False
     overwrite: bool = False
     nproc: int = 1
+    device: str = "auto"
     progress: bool = True
     plot: bool = True
     data: datasets.Dataset | None = field(default=None, repr=False, compare=False)
@@ -140,6 +168,7 @@ class TrainConfig:
         check_pool(self.pool, "--pool" if flags else "pool", TrainError)
         datasets.kind_of(self.dataset, "--dataset" if flags else "dataset", TrainError)
         check_nproc(self.nproc, None if self.resume else self.batch_size, self.engine)
+        check_device(self.device, self.engine, self.nproc)
         if self.resume and self.overwrite:
             raise TrainError("--resume continues the run in the output folder and "
                              "--overwrite replaces it: give one or the other")

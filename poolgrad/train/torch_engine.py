@@ -35,7 +35,7 @@ import time
 
 from ..tools import processes
 from . import checkpoints
-from .config import TrainConfig, TrainError, require_torch, resolve_head
+from .config import TrainConfig, TrainError, require_torch, resolve_device, resolve_head
 from .menu import DOWNSAMPLING, Stage, check_conv_padding, check_pool
 from .run import METRICS, Progress, begin, check_folder, finish, record_epoch, writing
 
@@ -157,14 +157,15 @@ def train(config: TrainConfig) -> dict:
     needs the ``if __name__ == "__main__":`` guard of :mod:`multiprocessing`."""
     if config.engine != "torch":
         raise TrainError(f"the torch engine cannot run a config for --engine {config.engine}")
-    require_torch()
+    device = resolve_device(config.device, config.nproc, require_torch())
     check_folder(config)
     state = None
     if config.resume:
         state = checkpoints.load_torch(os.path.join(config.out, CHECKPOINT))
     run = begin(config, state and state["meta"])
+    run.settings["device"] = device  # how this run trains, as nproc: a resume may differ
     with writing(run, config):
-        job = {"run": run, "config": config, "state": state}
+        job = {"run": run, "config": config, "state": state, "device": device}
         if config.nproc == 1:
             with processes.threads(processes.cores()):
                 return _fit(0, 1, job)
@@ -178,11 +179,12 @@ def _fit(rank: int, nproc: int, job: dict) -> dict | None:
     returns the metrics."""
     torch = require_torch()
     run, config, state = job["run"], job["config"], job["state"]
+    device = job.get("device", "cpu")
     settings, data = run.settings, run.data
     model = build_model(data.x_train.shape[1], data.spatial, data.classes,
                         pool=settings["pool"], widths=settings["widths"],
                         conv_kernel=settings["conv_kernel"], head=settings["head"],
-                        seed=settings["seed"])
+                        seed=settings["seed"]).to(device)
     optimizer = make_optimizer(settings["optimizer"], model.parameters(), settings["lr"])
     if state is not None:
         model.load_state_dict(state["model"])
@@ -190,8 +192,9 @@ def _fit(rank: int, nproc: int, job: dict) -> dict | None:
     stepped = model
     if nproc > 1:  # averages the ranks' gradients during backward
         stepped = torch.nn.parallel.DistributedDataParallel(model)
-    x_train, y_train = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
-    x_test, y_test = torch.from_numpy(data.x_test), torch.from_numpy(data.y_test)
+    # the whole dataset on the device once: the batches are gathers from it
+    x_train, y_train, x_test, y_test = (torch.from_numpy(a).to(device) for a in (
+        data.x_train, data.y_train, data.x_test, data.y_test))
     n, batch = len(y_train), settings["batch_size"]
     sampler = torch.utils.data.distributed.DistributedSampler(
         range(n), num_replicas=nproc, rank=rank, shuffle=True, seed=settings["seed"])
@@ -200,12 +203,13 @@ def _fit(rank: int, nproc: int, job: dict) -> dict | None:
     steps = -(-n // (batch * accumulate))
     for epoch in range(run.start_epoch, settings["epochs"]):
         started = time.perf_counter()
-        totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, examples
+        totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, seen
         model.train()
         for s, step in enumerate(_steps(epoch_batches(sampler, epoch, batch), accumulate)):
             count = sum(batch_count for _, _, batch_count in step)  # the global step's
             optimizer.zero_grad(set_to_none=True)
             for k, (chosen, real, _) in enumerate(step):
+                chosen, real = chosen.to(device), real.to(device)
                 # DDP averages the ranks' gradients in the step's last backward alone;
                 # the batches before it add up on each rank
                 syncing = nproc == 1 or k == len(step) - 1
