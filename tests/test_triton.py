@@ -608,6 +608,42 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
         assert report[name]["div_rn"] and not report[name]["approx_div"], name
 
 
+def test_kernels_unpack_one_tuple_level_per_assignment():
+    """Triton 3.6 (the H200 machine's, 2026-11-28) refused every launch of a kernel
+    whose code or helpers assign to a nested tuple (``(a, b), c = t``): the walk that
+    hashes a kernel's dependencies puts each target in a set, and a nested one is a
+    list (TypeError: unhashable type: 'list'). CI's Triton takes them, so the rule is
+    checked in the source; on a GPU every kernel's dependency walk runs too."""
+    import ast
+    import importlib
+    import inspect
+    import pkgutil
+    import textwrap
+
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    from poolgrad.torch import triton as kernels
+    nested, walked = [], 0
+    for info in pkgutil.iter_modules(kernels.__path__):
+        module = importlib.import_module(f"{kernels.__name__}.{info.name}")
+        for name, value in vars(module).items():
+            if not (isinstance(value, (JITFunction, InterpretedFunction))
+                    and value.fn.__module__ == module.__name__):
+                continue
+            if isinstance(value, JITFunction):  # compiled, not interpreted: on a GPU
+                assert value.cache_key  # the walk that failed
+            walked += 1
+            tree = ast.parse(textwrap.dedent(inspect.getsource(value.fn)))
+            nested += [f"{info.name}.{name} line {node.lineno}" for node in ast.walk(tree)
+                       if isinstance(node, (ast.Assign, ast.For))
+                       for target in (node.targets if isinstance(node, ast.Assign)
+                                      else [node.target])
+                       if isinstance(target, ast.Tuple)
+                       and any(isinstance(e, (ast.Tuple, ast.List)) for e in target.elts)]
+    assert walked > 30 and not nested, nested
+
+
 # Registers the CUDA implementations as the CPU kernels of the ops, in a process of its
 # own under the interpreter, and checks gradients through poolgrad.torch's functions.
 GRADCHECK_SCRIPT = r"""

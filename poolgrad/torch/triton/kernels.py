@@ -104,8 +104,9 @@ def max_gather(src, pos, out, total, C, axes, ss, ps, outs,
     jw = tap % w[2]
     jh = (tap // w[2]) % h[2]
     jd = tap // (w[2] * h[2])
-    (start_d, _, _, _), (start_h, _, _, _), (start_w, _, _, _) = walk.windows(o_d, o_h, o_w,
-                                                                          axes, ADAPTIVE)
+    # (one level of unpacking at a time: Triton 3.6 cannot walk nested targets)
+    window_d, window_h, window_w = walk.windows(o_d, o_h, o_w, axes, ADAPTIVE)
+    start_d, start_h, start_w = window_d[0], window_h[0], window_w[0]
     cd, ch, cw = start_d + jd * d[6], start_h + jh * h[6], start_w + jw * w[6]
     target = out + walk.at(outs, n, c, o_d, o_h, o_w)
     if INDICES:

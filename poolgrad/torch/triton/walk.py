@@ -131,7 +131,11 @@ def tap(t, axes, windows, strides, live):
     offset from the lane's ``(n, c)`` plane in a tensor of ``strides``, and whether it
     is a real tap."""
     d, h, w = axes
-    (sd, fd, ed, _), (sh, fh, eh, _), (sw, fw, ew, _) = windows
+    # (one level of unpacking at a time: Triton 3.6 cannot walk nested targets)
+    window_d, window_h, window_w = windows
+    sd, fd, ed, _ = window_d
+    sh, fh, eh, _ = window_h
+    sw, fw, ew, _ = window_w
     jd = t // (h[2] * w[2])
     jh = (t // w[2]) % h[2]
     jw = t % w[2]
@@ -163,11 +167,13 @@ def covering(t, i_d, ih, iw, axes, ADAPTIVE: tl.constexpr):
 @triton.jit
 def divide(a, b):
     """``a / b`` correctly rounded (IEEE), as the CPU divides: Triton's plain ``/`` may
-    lower float32 to a faster, less exact division on a GPU (float64's is exact)."""
+    lower float32 to a faster, less exact division on a GPU (float64's is exact).
+    ``div_rn``, not ``fdiv(..., ieee_rounding=True)``: Triton 3.6's ``fdiv`` ignores
+    that flag and gives the approximate division (seen in its sm_90 PTX)."""
     if a.dtype == tl.float64:
         quotient = a / b
     else:
-        quotient = tl.math.fdiv(a, b, ieee_rounding=True)
+        quotient = tl.math.div_rn(a, b)
     return quotient
 
 
@@ -175,7 +181,10 @@ def divide(a, b):
 def divisor(windows, override, MODE: tl.constexpr, ACC: tl.constexpr):
     """A window's divisor: 0 ``padded`` (count_include_pad), 1 ``real`` taps only,
     2 ``override``; the product of per-axis factors in the CPU's order."""
-    (_, fd, ed, pdd), (_, fh, eh, pdh), (_, fw, ew, pdw) = windows
+    window_d, window_h, window_w = windows
+    _, fd, ed, pdd = window_d
+    _, fh, eh, pdh = window_h
+    _, fw, ew, pdw = window_w
     if MODE == 0:
         return (pdd.to(ACC) * pdh.to(ACC)) * pdw.to(ACC)
     elif MODE == 1:

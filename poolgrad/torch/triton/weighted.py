@@ -119,7 +119,8 @@ def stochastic_sample(x, seed, y, pos, total, C, axes, xs, ys,
     number = (((n.to(tl.int64) * C + c) * d[1] + od) * h[1] + oh) * w[1] + ow
     u = counted_uniform(tl.load(seed), number)
     threshold = u * whole.to(tl.float64)
-    (_, first_d, _, _), (_, first_h, _, _), (_, first_w, _, _) = windows
+    # (one level of unpacking at a time: Triton 3.6 cannot walk nested targets)
+    first_d, first_h, first_w = windows[0][1], windows[1][1], windows[2][1]
     chosen = ((first_d * h[2] + first_h) * w[2] + first_w).to(tl.int32)
     running = tl.zeros([BLOCK], dtype=ACC)
     found = offs < 0
@@ -134,7 +135,7 @@ def stochastic_sample(x, seed, y, pos, total, C, axes, xs, ys,
     jd = chosen // (h[2] * w[2])
     jh = (chosen // w[2]) % h[2]
     jw = chosen % w[2]
-    (start_d, _, _, _), (start_h, _, _, _), (start_w, _, _, _) = windows
+    start_d, start_h, start_w = windows[0][0], windows[1][0], windows[2][0]
     at = base + (start_d + jd * d[6]) * xs[2] + (start_h + jh * h[6]) * xs[3] + (
         start_w + jw * w[6]) * xs[4]
     out = walk.at(ys, n, c, od, oh, ow)
