@@ -452,6 +452,30 @@ def test_both_paddings_agree(mode):
     torch.testing.assert_close(pad_dx, index_dx, rtol=1e-14, atol=1e-15)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "channels-last"])
+def test_the_cuda_compositions_store_results_as_the_cpu_kernels_do(layout):
+    """The blur kinds' and fractional pooling's compositions (CUDA's paths), run on CPU
+    tensors: the CPU kernels' values and strides. On an H200 they returned NCHW
+    results for channels-last inputs, where the CPU returns channels-last ones."""
+    from poolgrad.torch import kinds as torch_kinds
+    x = torch.randn(2, 3, 11, 12, dtype=torch.float64, generator=torch.Generator()
+                    .manual_seed(0))
+    if layout == "channels-last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    expected = pt.blur_pool(x, 2, 3, "reflect")
+    got = blur(x, 2, (2, 2), (3, 3), ((1, 1), (1, 1)), "reflect")
+    torch.testing.assert_close(got, expected, rtol=1e-14, atol=1e-14)
+    assert got.stride() == expected.stride()
+    samples = torch.rand(2, 3, 2, dtype=torch.float64, generator=torch.Generator()
+                         .manual_seed(1))
+    expected = pt.fractional_max_pool(x, 2, output_size=(5, 6), samples=samples,
+                                      return_indices=True)
+    got = torch_kinds._fractional(x, 2, (2, 2), (5, 6), samples, False, None,
+                                  "pseudo_random")
+    for mine, theirs in zip(got, expected, strict=True):
+        assert torch.equal(mine, theirs) and mine.stride() == theirs.stride()
+
+
 def test_kinds_compile_whole_and_match_eager():
     """torch.compile(fullgraph=True) over the compositions (GeM's operator has its own
     test; attention pooling composes the same ops; a seeded or fractional draw's

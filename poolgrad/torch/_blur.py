@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .. import geometry
+from ._ops import memory_format
 
 
 def pad_source(length: int, before: int, after: int, mode: str, device) -> Tensor:
@@ -52,7 +53,11 @@ def padded(x: Tensor, pads, mode, by_index: bool | None = None) -> Tensor:
 
 
 def blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
-    x = padded(x, pads, mode)
+    """The blur of ``x``, stored as ``x`` is, as the CPU's kernels store it:
+    ``index_select`` writes its result contiguously, so a channels-last x is padded
+    and then restored to its format, for the convolution to keep it."""
+    stored = memory_format(x)
+    x = padded(x, pads, mode).contiguous(memory_format=stored)
     weight = torch.ones((), dtype=torch.float64)
     for axis, size in enumerate(sizes):
         taps = torch.tensor(geometry.binomial_filter(size), dtype=torch.float64)
@@ -61,7 +66,7 @@ def blur(x: Tensor, ndim, stride, sizes, pads, mode) -> Tensor:
     weight = weight.to(x.dtype).to(x.device).expand(channels, 1, *sizes)
     conv = (torch.nn.functional.conv1d, torch.nn.functional.conv2d,
             torch.nn.functional.conv3d)[ndim - 1]
-    return conv(x, weight, stride=stride, groups=channels)
+    return conv(x, weight, stride=stride, groups=channels).contiguous(memory_format=stored)
 
 
 @torch.compiler.assume_constant_result

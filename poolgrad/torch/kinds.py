@@ -39,6 +39,7 @@ The random kinds take a ``torch.Generator`` (or an int seed) for their draws.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -105,6 +106,16 @@ def seeded_generator(generator, device) -> torch.Generator | None:
         raise TypeError(f"generator must be None, an int seed or a torch.Generator, got "
                         f"{type(generator).__name__}")
     return torch.Generator(device=device).manual_seed(int(generator))
+
+
+def draw(sample, shape, generator, device, dtype) -> Tensor:
+    """``sample(shape, ...)`` (``torch.rand``, say) from ``generator`` (None, an int seed
+    or a torch.Generator), on ``device``. A generator draws where it lives, as torch's
+    samplers demand, and its draws go to ``device``: a CPU generator serves a CUDA
+    tensor; an int seeds a generator on ``device``."""
+    generator = seeded_generator(generator, device)
+    where = device if generator is None else generator.device
+    return sample(*shape, generator=generator, dtype=dtype, device=where).to(device)
 
 
 # ----------------------------------------------------------------------- anti-aliased
@@ -197,11 +208,12 @@ def _weighted(x: Tensor, kind: int, window) -> Tensor:
 def stochastic_pool(x, kernel_size, stride=None, padding=0, *, training=True,
                     generator=None, spatial_dims=None):
     """:func:`poolgrad.stochastic_pool` on a tensor. Each call takes one seed from
-    ``generator`` (``torch.randint(2**63 - 1, (1,))`` on x's device), from which the
-    ``stochastic_pool_sample`` operator counts each window's draw as the NumPy operator
-    does (so the same seed gives the same draws on the CPU and on CUDA) and picks its
-    tap in one pass (its gradient is max pooling's routing); evaluation is the
-    ``weighted_pool`` operator. ``x`` as :func:`blur_pool` takes it."""
+    ``generator`` (``torch.randint(2**63 - 1, (1,))`` on the generator's device, x's for
+    an int seed or None), from which the ``stochastic_pool_sample`` operator counts each
+    window's draw as the NumPy operator does (so the same seed gives the same draws on
+    the CPU and on CUDA) and picks its tap in one pass (its gradient is max pooling's
+    routing); evaluation is the ``weighted_pool`` operator. ``x`` as :func:`blur_pool`
+    takes it."""
     x, _, unbatched = kind_input(x, "stochastic_pool", spatial_dims, kernel_size=kernel_size,
                                stride=stride, padding=padding)
     refuse_export("stochastic_pool cannot be exported: it draws at random in training, and "
@@ -229,8 +241,8 @@ def _stochastic(x, window, training, generator):
                          "be >= 0 (as after a ReLU) and not NaN")
     if not training:
         return _weighted(x, kind_ops.SELF, window)
-    seed = torch.randint(2**63 - 1, (1,), generator=seeded_generator(generator, x.device),
-                         dtype=torch.int64, device=x.device)
+    seed = draw(functools.partial(torch.randint, 2**63 - 1), ((1,),), generator, x.device,
+                torch.int64)
     return call(kind_ops.stochastic_pool_sample, x, seed, window)[0]
 
 
@@ -333,7 +345,9 @@ def _fractional(x, ndim, kernel, out, samples, drawn, source, sequence):
     best = torch.where(nan.any(-1), nan.to(torch.uint8).argmax(-1), flat.argmax(-1))
     winners = index.flatten(-ndim).gather(-1, best.unsqueeze(-1)).reshape(n, c, -1)
     y = x.reshape(n, c, -1).gather(2, winners).reshape(n, c, *out)
-    return y, winners.reshape(n, c, *out)
+    stored = ops.memory_format(x)  # as the CPU's kernel stores y and the indices
+    return (y.contiguous(memory_format=stored),
+            winners.reshape(n, c, *out).contiguous(memory_format=stored))
 
 
 # ----------------------------------------------------------------- learnable parameters

@@ -19,7 +19,7 @@ from ..engines.polyphase import NORMS
 from . import _kind_ops as kind_ops
 from ._autograd import call
 from ._ops import is_channels_last
-from .kinds import kind_input, max_blur_pool, seeded_generator
+from .kinds import draw, kind_input, max_blur_pool
 from .onnx import refuse_export
 
 __all__ = ["aps_pool", "lps_pool", "max_aps_pool", "APSPool", "LPSPool", "MaxAPSPool"]
@@ -229,8 +229,7 @@ def lps_pool(x, weights, stride=2, *, training=False, temperature=1.0, generator
     active = torch.relu(torch.einsum("hc,npcl->nphl", W1, flat) + b1[:, None])
     scores = torch.einsum("h,nphl->np", w2, active) / flat.shape[3]
     if training:
-        uniform = torch.rand(scores.shape, generator=seeded_generator(generator, x.device),
-                             dtype=torch.float64, device=x.device)
+        uniform = draw(torch.rand, (scores.shape,), generator, x.device, torch.float64)
         logits = (scores + (-torch.log(-torch.log(uniform))).to(scores.dtype)) / temperature
         phases = logits.argmax(1)
         y = torch.einsum("np,npc...->nc...", torch.softmax(logits, 1), comps)
