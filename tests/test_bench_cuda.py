@@ -75,6 +75,28 @@ def test_a_wrong_result_stops_the_benchmark(monkeypatch):
         bench_cuda.run(quick=True, device="cpu", layers=(suite.SUITE[0],))
 
 
+def test_a_wrong_baseline_is_timed_and_marked(monkeypatch):
+    """PyTorch's float64 CPU result judges where poolgrad and the baseline disagree: a
+    baseline wrong on channels-last inputs alone (as torch 2.11's CUDA avg_pool2d
+    backward with padding, pytorch#188344) is timed, kept out of the ratios and marked;
+    poolgrad's rows go on."""
+    real = torch.nn.functional.max_pool2d
+
+    def wrong_on_channels_last(x, *args, **kwargs):
+        y = real(x, *args, **kwargs)
+        return y * 2 if x.dim() == 4 and not x.is_contiguous() else y
+
+    monkeypatch.setattr(torch.nn.functional, "max_pool2d", wrong_on_channels_last)
+    result = bench_cuda.run(quick=True, device="cpu", layers=(suite.SUITE[0],))
+    for row in result["rows"]:
+        marked = row["layout"] == "channels-last"
+        assert row["wrong_results"] == (["eager"] if marked else [])
+        assert (row["eager_ms"] is None) == marked
+        assert (row.get("eager_wrong_result_ms", 0) > 0) == marked
+    assert len(result["summary"]["wrong_pytorch_results"]) == 6
+    assert "eager WRONG" in bench_cuda.format_table({**result, "quick": False})
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")
 def test_without_a_gpu_the_cli_says_so_in_one_line(tmp_path, capsys):
     out = tmp_path / "cuda.json"

@@ -18,7 +18,10 @@ written.
 Each backward also runs twice and records whether the two gradients have the same bits.
 
 Before anything is timed, every implementation's result of every pass is checked
-against eager PyTorch's: a benchmark of a wrong result measures nothing.
+against eager PyTorch's: a benchmark of a wrong result measures nothing. Where they
+disagree, PyTorch's float64 result on the CPU judges: a wrong poolgrad stops the
+benchmark; a wrong PyTorch baseline is timed, its time kept apart
+(``eager_wrong_result_ms``) and its row marked (``wrong_results``).
 """
 
 from __future__ import annotations
@@ -112,17 +115,47 @@ def _same_bits(a, b, torch) -> bool:
     return bool(torch.equal(a.contiguous().view(width), b.contiguous().view(width)))
 
 
-def _check_agree(passes: dict, what: str, torch) -> None:
+def _agree(result, reference, torch) -> bool:
+    try:
+        # bfloat16: a float32 sum rounded once against PyTorch's rounding
+        torch.testing.assert_close(result.float().cpu(), reference.float().cpu(), rtol=1e-2,
+                                   atol=1e-2, equal_nan=True)
+    except AssertionError:
+        return False
+    return True
+
+
+def _check_agree(passes: dict, what: str, torch, cpu_passes) -> dict[str, list[str]]:
+    """Each implementation's result of each pass against eager PyTorch's. Where they
+    differ, each is checked against ``cpu_passes()`` (eager PyTorch in float64 on the
+    CPU, NCHW): a wrong poolgrad raises an AssertionError; a wrong baseline (torch
+    2.11's CUDA avg_pool2d backward of a padded channels-last input, pytorch#188344)
+    is returned, ``{implementation: [passes]}``, for its rows to say so."""
+    wrong, cpu = {}, None
     for pass_name in PASSES:
-        reference = passes["eager"][pass_name]().float()
-        for name, implementation in passes.items():
-            try:
-                # bfloat16: a float32 sum rounded once against PyTorch's rounding
-                torch.testing.assert_close(implementation[pass_name]().float(), reference,
-                                           rtol=1e-2, atol=1e-2, equal_nan=True)
-            except AssertionError as error:
-                raise AssertionError(f"{name} and eager PyTorch disagree on {what}, "
-                                     f"{pass_name}: {error}") from None
+        reference = passes["eager"][pass_name]()
+        results = {name: implementation[pass_name]()
+                   for name, implementation in passes.items()}
+        if all(_agree(result, reference, torch) for result in results.values()):
+            continue
+        cpu = cpu or cpu_passes()
+        truth = cpu[pass_name]()
+        for name, result in results.items():
+            if _agree(result, truth, torch):
+                continue
+            if name == "poolgrad":
+                raise AssertionError(f"poolgrad and eager PyTorch disagree on {what}, "
+                                     f"{pass_name}, and poolgrad is not PyTorch's float64 "
+                                     f"result on the CPU either")
+            wrong.setdefault(name, []).append(pass_name)
+    return wrong
+
+
+def _cpu_passes(layer, x, torch) -> dict:
+    """The passes of eager PyTorch on the CPU in float64, x stored NCHW: the judge where
+    the device's implementations disagree."""
+    return suite.torch_passes(torch_api.functional_call(layer, torch.nn.functional),
+                              x.detach().cpu().double().contiguous(), torch)
 
 
 def _bytes(layer, pass_name: str, x, y) -> int:
@@ -151,7 +184,8 @@ def _time_layer(layer, front_end, torch, device, repeats, compile_variants, band
             with suite.quiet_compile():
                 passes = {name: suite.torch_passes(call, x, torch)
                           for name, call in calls.items()}
-                _check_agree(passes, f"{layer.name} {layout} {dtype_name}", torch)
+                wrong = _check_agree(passes, f"{layer.name} {layout} {dtype_name}", torch,
+                                     lambda x=x: _cpu_passes(layer, x, torch))
             compile_s = (time.perf_counter() - compile_start) if "compiled" in calls else None
             with torch.no_grad():
                 y = calls["eager"](x)
@@ -164,6 +198,10 @@ def _time_layer(layer, front_end, torch, device, repeats, compile_variants, band
                        "dtype": dtype_name, "pass": pass_name, "compile_s": compile_s}
                 for name, column in IMPLEMENTATIONS.items():
                     row[column] = timed[name] * 1e3 if name in timed else None
+                    if pass_name in wrong.get(name, ()):  # its time, kept out of the ratios
+                        row[f"{name}_wrong_result_ms"], row[column] = row[column], None
+                row["wrong_results"] = sorted(name for name, bad in wrong.items()
+                                              if pass_name in bad)
                 row["roofline_ms"] = _bytes(layer, pass_name, x, y) / bandwidth * 1e3
                 row["roofline_fraction"] = row["roofline_ms"] / row["poolgrad_ms"]
                 for name in ("eager", "compiled"):
@@ -200,7 +238,10 @@ def summarize(rows: list[dict]) -> dict:
         "forward_geomean_speedup_vs_compiled": geomean("forward", "speedup_vs_compiled"),
         "rows_slower_than_best_torch": [
             f"{r['layer']} {r['layout']} {r['dtype']} {r['pass']} ({r['speedup_vs_best']:.2f}x)"
-            for r in rows if r["speedup_vs_best"] < 1],
+            for r in rows if r.get("speedup_vs_best", 1) < 1],
+        "wrong_pytorch_results": [
+            f"{r['layer']} {r['layout']} {r['dtype']} {r['pass']}: {', '.join(r['wrong_results'])}"
+            for r in rows if r.get("wrong_results")],
         "large_layer_forward_roofline": {
             f"{r['layout']} {r['dtype']}": r["roofline_fraction"] for r in rows
             if r["layer"] == LARGE.name and r["pass"] == "forward"},
@@ -277,8 +318,8 @@ def format_table(result: dict) -> str:
             f"{row['layer']:<20} {row['layout']:<13} {row['dtype']:<8} {row['pass']:<16} "
             f"{row['poolgrad_ms']:11.3f} {_cell(row['eager_ms'], 9)} "
             f"{_cell(row['compiled_ms'], 11)} {_cell(row['speedup_vs_eager'], 8, 'x', 2)} "
-            f"{_cell(row['speedup_vs_best'], 8, 'x', 2)} {row['roofline_fraction']:8.0%} "
-            f"{same:>9}")
+            f"{_cell(row.get('speedup_vs_best'), 8, 'x', 2)} {row['roofline_fraction']:8.0%} "
+            f"{same:>9}" + "".join(f"  {name} WRONG" for name in row.get("wrong_results", ())))
     lines.append("vs eager: eager PyTorch's time over poolgrad's, same layout and dtype; vs "
                  "best: the best PyTorch time\n(eager or compiled, either layout) over "
                  "poolgrad's; roofline: the pass's bytes at the copy bandwidth over\n"
@@ -298,6 +339,10 @@ def format_table(result: dict) -> str:
                  + "".join(f"\n  {name}" for name in summary["rows_slower_than_best_torch"]))
     for variant, share in summary["large_layer_forward_roofline"].items():
         lines.append(f"large layer forward, {variant}: {share:.0%} of the copy roofline")
+    wrong = summary["wrong_pytorch_results"]
+    lines.append(f"PyTorch baselines whose result was wrong (timed, left out of the ratios; "
+                 f"PyTorch's float64 CPU result judged): {len(wrong)}"
+                 + "".join(f"\n  {row}" for row in wrong))
     for name, rows in summary["nondeterministic_backwards"].items():
         lines.append(f"backwards with different bits on two runs, {name}: {len(rows)}"
                      + "".join(f"\n  {row}" for row in rows))
