@@ -303,6 +303,11 @@ def _note_time(label, started):
 def stochastic_training(device: str, record) -> None:
     x = positive(S2, seed=3).to(device)
     runs = [pt.stochastic_pool(x, 2, generator=11) for _ in range(2)]
+    # a CPU generator's seed counts the same draws on either device
+    on_cpu = pt.stochastic_pool(x.cpu(), 2, generator=torch.Generator().manual_seed(12))
+    here = pt.stochastic_pool(x, 2, generator=torch.Generator().manual_seed(12))
+    record("parity", "stochastic_pool training, one CPU generator's seed: the CPU's draws",
+           same_bits(here, on_cpu), {})
     windows = F.unfold(x, 2, stride=2).view(S2[0], S2[1], 4, -1)
     picked = (windows == runs[0].flatten(2).unsqueeze(2)).any(2).all()
     record("determinism", "stochastic_pool training, seed 11, twice", same_bits(*runs), {})

@@ -29,7 +29,8 @@ stamp "env"; tail -4 "$OUT/env.txt"
 
 # ---- correctness, side by side
 stamp "correctness"
-timeout 200 $PYTHON -m pytest -v --tb=short -n 10 --dist load -p no:cacheprovider \
+# SIGINT at the time box: pytest stops and still prints the failures' tracebacks
+timeout -s INT -k 15 200 $PYTHON -m pytest -v --tb=short -n 10 --dist load -p no:cacheprovider \
   tests/test_triton.py tests/test_bench_cuda.py tests/test_study.py \
   "tests/test_train_torch.py::test_the_device_is_checked_before_any_work" \
   > "$OUT/pytest.log" 2>&1 &
@@ -41,6 +42,7 @@ check=$!
 (
   set -x
   timeout 80 $PYTHON -m poolgrad study shift --quick --device cuda --workers 2 --quiet \
+    --datasets digits16 \
     --out /tmp/study-gpu && ls -R /tmp/study-gpu | head -20
   timeout 50 $PYTHON -m poolgrad train --engine torch --device cuda --quiet \
     --epochs 10 --out /tmp/train-gpu && cat /tmp/train-gpu/metrics.json | head -c 600
