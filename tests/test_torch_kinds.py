@@ -457,7 +457,7 @@ def test_the_cuda_compositions_store_results_as_the_cpu_kernels_do(layout):
     """The blur kinds' and fractional pooling's compositions (CUDA's paths), run on CPU
     tensors: the CPU kernels' values and strides. On an H200 they returned NCHW
     results for channels-last inputs, where the CPU returns channels-last ones."""
-    from poolgrad.torch import kinds as torch_kinds
+    from poolgrad.torch._fractional import fractional_by_gather
     x = torch.randn(2, 3, 11, 12, dtype=torch.float64, generator=torch.Generator()
                     .manual_seed(0))
     if layout == "channels-last":
@@ -470,8 +470,7 @@ def test_the_cuda_compositions_store_results_as_the_cpu_kernels_do(layout):
                          .manual_seed(1))
     expected = pt.fractional_max_pool(x, 2, output_size=(5, 6), samples=samples,
                                       return_indices=True)
-    got = torch_kinds._fractional(x, 2, (2, 2), (5, 6), samples, False, None,
-                                  "pseudo_random")
+    got = fractional_by_gather(x, 2, (2, 2), (5, 6), samples, False, None, "pseudo_random")
     for mine, theirs in zip(got, expected, strict=True):
         assert torch.equal(mine, theirs) and mine.stride() == theirs.stride()
 
