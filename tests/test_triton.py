@@ -517,8 +517,8 @@ cases = {
         dict(ADAPTIVE=True, CHANNELS_LAST=False, MODE=2, ACC=tl.float64, BLOCK=256), "i64"),
     "avg_backward bf16": (K.avg_backward, {"dy": bf16, "dx": bf16},
         dict(ADAPTIVE=False, CHANNELS_LAST=False, MODE=1, ACC=tl.float32, BLOCK=256), "i32"),
-    "lp_forward p": (K.lp_forward, {"x": f32, "y": f32, "exponents": "*fp32"},
-        dict(ADAPTIVE=False, CHANNELS_LAST=False, P_KIND=0, ACC=tl.float32, BLOCK=256), "i32"),
+    "lp_forward p": (K.lp_forward, {"x": f32, "y": f32, "exponents": "*fp64"},
+        dict(ADAPTIVE=False, CHANNELS_LAST=False, P_KIND=0, ACC=tl.float64, BLOCK=256), "i32"),
     "lp_forward f64": (K.lp_forward, {"x": "*fp64", "y": "*fp64", "exponents": "*fp64"},
         dict(ADAPTIVE=False, CHANNELS_LAST=False, P_KIND=0, ACC=tl.float64, BLOCK=256), "i32"),
     "lp_backward 2": (K.lp_backward, {"x": bf16, "y": bf16, "dy": bf16, "dx": bf16,
@@ -533,7 +533,7 @@ cases = {
         "clamp": "*fp32"}, dict(ADAPTIVE=True, CHANNELS_LAST=False, ACC=tl.float32, BLOCK=256),
         "i32"),
     "gem_backward": (G.gem_backward, {"x": f32, "y": f32, "dy": f32, "power": "*fp32",
-        "clamp": "*fp32", "dx": f32}, dict(ADAPTIVE=False, CHANNELS_LAST=True, ACC=tl.float32,
+        "clamp": "*fp64", "dx": f32}, dict(ADAPTIVE=False, CHANNELS_LAST=True, ACC=tl.float64,
         BLOCK=256), "i32"),
     "gem_p_terms f64": (G.gem_p_terms, {"x": "*fp64", "y": "*fp64", "dy": "*fp64",
         "power": "*fp64", "clamp": "*fp64", "terms": "*fp64"}, dict(ADAPTIVE=False,
@@ -579,7 +579,8 @@ for name, (fn, pointers, constants, integers) in cases.items():
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
         ptx = compiled.asm["ptx"]
         report[name] = {"ok": True, "atomics": "atom." in ptx, "div_rn": "div.rn.f32" in ptx,
-                        "approx_div": "div.full.f32" in ptx or "div.approx.f32" in ptx}
+                        "approx_div": "div.full.f32" in ptx or "div.approx.f32" in ptx,
+                        "approx_power": "ex2.approx" in ptx or "lg2.approx" in ptx}
     except Exception as error:
         report[name] = {"ok": False, "error": f"{type(error).__name__}: {str(error)[-600:]}"}
 print(json.dumps(report))
@@ -606,6 +607,11 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
     assert report["unpool_claim"]["atomics"]  # the claim is the one atomic (a maximum)
     for name in ("avg_forward f32", "avg_backward bf16", "max_split_backward"):
         assert report[name]["div_rn"] and not report[name]["approx_div"], name
+    # float32 data raised in float64, as launched (launch._power_dtype): no approximate
+    # exp2, log2 or division, which Triton gives float32 math on a GPU
+    for name in ("lp_forward p", "gem_backward"):
+        assert not report[name]["approx_power"] and not report[name]["approx_div"], name
+    assert report["gem_forward adaptive"]["approx_power"]  # bfloat16: float32's forms
 
 
 def test_kernels_unpack_one_tuple_level_per_assignment():
@@ -642,6 +648,18 @@ def test_kernels_unpack_one_tuple_level_per_assignment():
                        if isinstance(target, ast.Tuple)
                        and any(isinstance(e, (ast.Tuple, ast.List)) for e in target.elts)]
     assert walked > 30 and not nested, nested
+
+
+def test_lp_and_gem_raise_float32_in_float64():
+    """As the CPU kernels do: on a GPU, float32 arithmetic would take Triton's
+    approximate exp2, log2 and division (the compile test checks the PTX)."""
+    from poolgrad.torch.triton import launch
+    for dtype, power in ((torch.float32, torch.float64), (torch.float64, torch.float64),
+                         (torch.bfloat16, torch.float32), (torch.float16, torch.float32)):
+        assert launch._power_dtype(torch.empty(0, dtype=dtype)) == power
+        exponents = launch._exponents_for(2.5, torch.empty(0, dtype=dtype))
+        assert exponents.dtype == power and exponents[1].item() == 0.4 if power == (
+            torch.float64) else exponents.dtype == power
 
 
 # Registers the CUDA implementations as the CPU kernels of the ops, in a process of its

@@ -53,6 +53,18 @@ def _accumulator(dtype: torch.dtype):
     return tl.float32 if dtype.is_floating_point else tl.int64
 
 
+def _power_dtype(t: torch.Tensor) -> torch.dtype:
+    """What Lp and GeM raise and sum ``t``'s values in: float64 for float32 too, as the
+    CPU's kernels raise float32 (on a GPU Triton's float32 ``exp2`` and division are
+    ``ex2.approx.ftz.f32`` and ``div.full.f32``: 2 ulps off, and subnormals flushed);
+    float32 for the half types, whose rounding is far coarser than those errors."""
+    return torch.float64 if t.dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _power_accumulator(t: torch.Tensor):
+    return tl.float64 if _power_dtype(t) == torch.float64 else tl.float32
+
+
 def _launch(kernel, plan, out, tensors, strided, scalars=(), *, accumulate=True,
             **constants):
     """Launch ``kernel`` with one lane per element of ``out``, the tensor it writes, in
@@ -61,7 +73,7 @@ def _launch(kernel, plan, out, tensors, strided, scalars=(), *, accumulate=True,
     tensors, a tuple each; the compile-time constants every kernel takes (and ``ACC``
     if ``accumulate``) besides ``constants``. Lanes walk ``out`` in its memory order."""
     if accumulate:
-        constants["ACC"] = _accumulator(out.dtype)
+        constants.setdefault("ACC", _accumulator(out.dtype))
     kernel[(triton.cdiv(out.numel(), BLOCK),)](
         *tensors, out.numel(), out.shape[1], *scalars, _axes(plan),
         *(tuple(t.stride()) for t in strided), ADAPTIVE=_adaptive(plan),
@@ -116,20 +128,21 @@ def _p_kind(p: float) -> int:
 
 
 def _exponents_for(p, t):
-    """``[p, 1/p, p-1]`` in ``t``'s compute dtype, computed in double."""
+    """``[p, 1/p, p-1]`` in ``t``'s power dtype, computed in double."""
     p = float(p)
-    return _ops.constant((p, 1.0 / p, p - 1.0), _ops.compute_dtype(t), t.device)
+    return _ops.constant((p, 1.0 / p, p - 1.0), _power_dtype(t), t.device)
 
 
 def lp_forward_run(plan):
     return lambda x, y, p: _launch(kernels.lp_forward, plan, y, (x, y), (x, y),
-                                   (_exponents_for(p, y),), P_KIND=_p_kind(p))
+                                   (_exponents_for(p, y),), P_KIND=_p_kind(p),
+                                   ACC=_power_accumulator(y))
 
 
 def lp_backward_run(plan):
     return lambda x, y, dy, p, dx: _launch(kernels.lp_backward, plan, dx, (x, y, dy, dx),
                                            (x, y, dy, dx), (_exponents_for(p, dx),),
-                                           P_KIND=_p_kind(p))
+                                           P_KIND=_p_kind(p), ACC=_power_accumulator(dx))
 
 
 def tie_count_run(plan):
@@ -165,24 +178,26 @@ def unpool_backward_run(plan):
 
 
 def _gem(p, eps, t):
-    return p, _ops.constant((float(eps),), _ops.compute_dtype(t), t.device)
+    return p, _ops.constant((float(eps),), _power_dtype(t), t.device)
 
 
 def gem_forward_run(plan):
     return lambda x, y, p, eps: _launch(power_mean.gem_forward, plan, y,
-                                        (x, y, *_gem(p, eps, x)), (x, y))
+                                        (x, y, *_gem(p, eps, x)), (x, y),
+                                        ACC=_power_accumulator(x))
 
 
 def gem_backward_run(plan):
     return lambda x, y, dy, p, eps, dx: _launch(
-        power_mean.gem_backward, plan, dx, (x, y, dy, *_gem(p, eps, x), dx), (x, y, dy, dx))
+        power_mean.gem_backward, plan, dx, (x, y, dy, *_gem(p, eps, x), dx), (x, y, dy, dx),
+        ACC=_power_accumulator(x))
 
 
 def gem_p_terms_run(plan):
     """``run(x, y, dy, p, eps, terms)``: ``terms`` (``y``'s shape) in the compute dtype."""
     return lambda x, y, dy, p, eps, terms: _launch(
         power_mean.gem_p_terms, plan, terms, (x, y, dy, *_gem(p, eps, x), terms),
-        (x, y, dy, terms))
+        (x, y, dy, terms), ACC=_power_accumulator(x))
 
 
 def weighted_forward_run(plan):
