@@ -130,21 +130,39 @@ def fractional_max_forward_channels_last(x, starts, lengths, extent, shape, y, p
             n, first = job // blocks, (job % blocks) * _CHANNEL_BLOCK
             count = min(_CHANNEL_BLOCK, n_chan - first)
             source = x[n]
-            for i in range(length):
-                at = uint64(i)
-                for b in range(count):
-                    flat_planes[uint64(b), at] = source[at, uint64(first + b)]
+            # a whole block copies with a constant trip count, which LLVM unrolls (a
+            # runtime count kept every element a scalar load and store)
+            if count == _CHANNEL_BLOCK:
+                for i in range(length):
+                    at = uint64(i)
+                    row = source[at, first:first + _CHANNEL_BLOCK]
+                    for b in range(_CHANNEL_BLOCK):
+                        flat_planes[uint64(b), at] = row[uint64(b)]
+            else:
+                for i in range(length):
+                    at = uint64(i)
+                    for b in range(count):
+                        flat_planes[uint64(b), at] = source[at, uint64(first + b)]
             for b in range(count):
                 p = n * n_chan + first + b
                 _plane_forward(planes[b], starts[p], lengths[p], ext_h, ext_w, values[b],
                                taps[b], column, column_tap, pairs, triples, pair_taps,
                                triple_taps, best, best_tap)
             out, out_taps = y[n], pos[n]
-            for i in range(out_length):
-                at = uint64(i)
-                for b in range(count):
-                    out[at, uint64(first + b)] = flat_values[uint64(b), at]
-                    out_taps[at, uint64(first + b)] = flat_taps[uint64(b), at]
+            if count == _CHANNEL_BLOCK:
+                for i in range(out_length):
+                    at = uint64(i)
+                    values_row = out[at, first:first + _CHANNEL_BLOCK]
+                    taps_row = out_taps[at, first:first + _CHANNEL_BLOCK]
+                    for b in range(_CHANNEL_BLOCK):
+                        values_row[uint64(b)] = flat_values[uint64(b), at]
+                        taps_row[uint64(b)] = flat_taps[uint64(b), at]
+            else:
+                for i in range(out_length):
+                    at = uint64(i)
+                    for b in range(count):
+                        out[at, uint64(first + b)] = flat_values[uint64(b), at]
+                        out_taps[at, uint64(first + b)] = flat_taps[uint64(b), at]
 
 
 @inlined
