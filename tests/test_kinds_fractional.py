@@ -241,3 +241,59 @@ def test_forward_takes_the_first_maximum_in_row_major_order(kernel, out, shape):
             assert indices.reshape(len(planes), -1)[p, np.ravel_multi_index(o, out)] == flat
             got = y.reshape(len(planes), -1)[p, np.ravel_multi_index(o, out)]
             assert got == values[first] or (np.isnan(got) and np.isnan(values[first]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, kernel, out", [
+    ((2, 5, 8, 10), 2, (4, 5)),        # ratio 0.5 of even lengths: 2x2 windows, stride 2
+    ((1, 3, 9, 12), (3, 2), (4, 6)),   # overlapping windows of 3 at steps of 2
+    ((2, 2, 12), 3, (4,)),             # 1-d, steps of 3
+    ((1, 2, 6, 4, 8), 2, (3, 2, 4)),   # 3-d
+])
+def test_windows_on_one_grid_run_max_pooling_with_the_fractional_kernels_bits(
+        shape, kernel, out, dtype, monkeypatch):
+    """Where every plane's windows form one grid (a pseudo-random sequence whose mean
+    step is whole), the forward runs max pooling's kernel for that grid: the values,
+    winners' indices and gradients of the fractional kernels, in both layouts, with ties
+    and NaN."""
+    from poolgrad.bench.suite import channels_last
+    from poolgrad.engines import fractional as engine
+
+    rng = np.random.default_rng(5)
+    x = np.round(rng.standard_normal(shape) * 2).astype(dtype)  # ties
+    x.flat[rng.integers(0, x.size, 3)] = np.nan
+    dy = rng.standard_normal(shape[:2] + out).astype(dtype)
+    by_grid = engine.regular_grid
+    for stored in (x, channels_last(x)):
+        results = []
+        for grid in (by_grid, lambda *args: None):
+            monkeypatch.setattr(engine, "regular_grid", grid)
+            (y, indices), pullback = pg.vjp(pg.fractional_max_pool, stored, kernel, out,
+                                            return_indices=True, rng=3)
+            results.append((pullback.kernels["forward"], y, indices, pullback(dy)))
+        (fast, *ours), (general, *theirs) = results
+        assert fast.startswith(("tiled.", "row_passes.", "channels_last.", "max_pool."))
+        assert general.startswith("fractional.")
+        for a, b in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(stored, x)
+
+
+def test_windows_off_a_grid_are_not_taken_for_one():
+    """A mean step that is not whole (11 to 5 with windows of 2: 9/4), Graham's regions
+    of uneven lengths, planes whose grids differ or no planes: no grid."""
+    from poolgrad.engines.fractional import regular_grid
+
+    u = np.random.default_rng(8).random((6, 1))
+    assert regular_grid(region_tables((11,), (2,), (5,), u, "pseudo_random", None), (11,),
+                        (5,)) is None
+    assert regular_grid(region_tables((11,), ("disjoint",), (4,), u, "pseudo_random", None),
+                        (11,), (4,)) is None
+    on_grid = region_tables((10,), (2,), (5,), u, "pseudo_random", None)
+    plan = regular_grid(on_grid, (10,), (5,))
+    assert plan is not None and plan.out_spatial == (5,)
+    starts, lengths, extent = on_grid
+    shifted = starts.copy()
+    shifted[2, -1, 1] += 1  # one plane's second window one step on
+    assert regular_grid((shifted, lengths, extent), (10,), (5,)) is None
+    assert regular_grid((starts[:0], lengths[:0], extent), (10,), (5,)) is None

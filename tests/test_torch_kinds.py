@@ -108,6 +108,7 @@ def test_gradients_of_gradients(fn):
 @pytest.mark.parametrize("shape, out, kernel", [
     ((2, 3, 11, 17), (5, 7), 2), ((2, 2, 30, 31), (17, 20), 3),
     ((1, 2, 9, 10, 11), (4, 5, 6), (2, 3, 2)),
+    ((4, 16, 8, 12), (4, 6), 2),  # every plane's windows on the 2x2/2 grid: max pooling's
 ])
 def test_fractional_max_pool_equals_torch_given_the_samples(dtype, shape, out, kernel):
     torch.manual_seed(1)

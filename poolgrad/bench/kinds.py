@@ -183,8 +183,8 @@ def _stochastic_evaluation_reference(x, draws):
     return torch.where(positive, F.avg_pool2d(x * x, 2) / torch.where(positive, total, 1), 0)
 
 
-def _fractional_reference(x, draws):
-    return F.fractional_max_pool2d(x, 2, output_ratio=(0.5, 0.5), _random_samples=draws)
+def _fractional_reference(x, draws, *, kernel):
+    return F.fractional_max_pool2d(x, kernel, output_ratio=(0.5, 0.5), _random_samples=draws)
 
 
 def _gem_reference(x, draws, p=GEM_P, *, kernel):
@@ -283,8 +283,14 @@ KINDS = (
          draws=_stochastic_draws, non_negative=True),
     Kind("stochastic_pool", "2x2 evaluation", (2,), _stochastic_evaluation_reference,
          {"training": False}, non_negative=True),
-    Kind("fractional_max_pool", "k2 ratio 0.5", (2,), _fractional_reference,
-         {"output_ratio": 0.5}, draws=_fractional_draws),
+    # k2 ratio 0.5 of 56: every plane's windows form the 2x2/2 grid, max pooling's; k3:
+    # windows placed apart in every plane, the fractional kernels
+    Kind("fractional_max_pool", "k2 ratio 0.5", (2,),
+         functools.partial(_fractional_reference, kernel=2), {"output_ratio": 0.5},
+         draws=_fractional_draws),
+    Kind("fractional_max_pool", "k3 ratio 0.5", (3,),
+         functools.partial(_fractional_reference, kernel=3), {"output_ratio": 0.5},
+         draws=_fractional_draws),
     Kind("gem_pool", "global p3", (GEM_P,), functools.partial(_gem_reference, kernel=None),
          {"eps": GEM_EPS}),
     Kind("gem_pool", "2x2 p3", (GEM_P, 2), functools.partial(_gem_reference, kernel=2),

@@ -25,12 +25,45 @@ def _plan_operand(in_spatial, out_spatial, dtype):
             dispatch.Operand(np.dtype(dtype), "nchw"))
 
 
-def fractional_kernels(xk: np.ndarray, in_spatial, out_spatial) -> tuple[str, str]:
+def fractional_kernels(xk: np.ndarray, tables, in_spatial, out_spatial) -> tuple[str, str]:
     """The names of the kernels that run the forward (of the 5-d kernel view ``xk``, as
-    :func:`fractional_forward_stored` runs it) and the backward (on planes)."""
+    :func:`fractional_forward_stored` runs it: max pooling's where the windows form one
+    grid) and the backward (on planes)."""
     plan, planes = _plan_operand(in_spatial, out_spatial, xk.dtype)
-    return (dispatch.choose("fractional", "forward", plan, dispatch.operand(xk)).name,
-            dispatch.choose("fractional", "backward", plan, planes).name)
+    grid = regular_grid(tables, in_spatial, out_spatial)
+    forward = (dispatch.choose("fractional", "forward", plan, dispatch.operand(xk))
+               if grid is None else _grid_forward(xk, grid))
+    return forward.name, dispatch.choose("fractional", "backward", plan, planes).name
+
+
+def regular_grid(tables, in_spatial, out_spatial) -> geometry.WindowPlan | None:
+    """The max pooling plan (no padding) whose windows are every plane's, where the
+    planes share one regular grid, else None. A pseudo-random sequence whose mean step
+    ``(n - k) / (o - 1)`` is a whole number places every plane's windows so (ratio 0.5
+    of an even length with k 2, say): there fractional max pooling is that max pooling,
+    with its winner rule and its taps numbered as here, and runs its kernels."""
+    starts, lengths, extent = tables
+    ndim = len(out_spatial)
+    if starts.shape[0] == 0:
+        return None
+    kernel, stride = [], []
+    for axis, (length, count) in enumerate(zip(in_spatial, out_spatial, strict=True)):
+        row = geometry.KERNEL_AXES - ndim + axis
+        k = int(extent[row])
+        step = int(starts[0, row, 1]) if count > 1 else length - k + 1
+        if step < 1 or (length - k) // step + 1 != count:
+            return None
+        if not ((lengths[:, row, :count] == k).all()
+                and (starts[:, row, :count] == np.arange(count) * step).all()):
+            return None
+        kernel.append(k)
+        stride.append(step)
+    return geometry.sliding_plan(tuple(in_spatial), tuple(kernel), tuple(stride),
+                                 (1,) * ndim, ((0, 0),) * ndim, False)
+
+
+def _grid_forward(xk: np.ndarray, plan: geometry.WindowPlan):
+    return dispatch.choose("max", "forward", plan, dispatch.operand(xk), record=True)
 
 
 def fractional_planes(xk: np.ndarray) -> np.ndarray:
@@ -79,6 +112,16 @@ def fractional_forward_stored(xk: np.ndarray, tables, out_spatial,
     stored as ``xk`` is: a channels-last ``xk`` runs its own kernel (which pools blocks
     of channels in cache: no planes written); any other runs on its planes
     (:func:`fractional_planes`)."""
+    grid = regular_grid(tables, xk.shape[-len(out_spatial):], out_spatial)
+    if grid is not None:  # one grid of windows: max pooling's kernels
+        forward = _grid_forward(xk, grid)
+        shape = xk.shape[:2] + tuple(a.count for a in grid.kernel_axes)
+        y = empty(shape, xk.dtype, forward.channels_last)
+        winners = empty(shape, geometry.position_dtype(grid.window_size),
+                        forward.channels_last)
+        forward(xk, y, winners)
+        dtype = winner_dtype or geometry.position_dtype(math.prod(tables[2]))
+        return y, winners.astype(dtype, copy=False)
     operand = dispatch.operand(xk)
     if operand.layout != "channels_last":
         planes = fractional_planes(xk)

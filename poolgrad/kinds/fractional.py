@@ -207,7 +207,7 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
         return planes_in_layout(dx, view).reshape(x.shape)
     return result, Pullback("fractional_max_pool", pullback, values.shape, x.shape, x.dtype,
                             {"window_positions": winners, "starts": tables[0]},
-                            fractional_kernels(view, layout.spatial, out))
+                            fractional_kernels(view, tables, layout.spatial, out))
 
 
 def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
