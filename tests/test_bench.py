@@ -517,6 +517,29 @@ def test_the_compiled_reference_draws_fresh_and_is_checked(monkeypatch):
         kinds._compile(kind, (), x, dy, "forward")
 
 
+def test_a_compiled_reference_marked_as_another_function_is_timed_but_no_reference():
+    """The k3 fractional row: torch.compile'd PyTorch places some windows elsewhere than
+    eager (the run that found it stopped on the check), so its time is shown, marked,
+    and the best reference is taken from the others."""
+    kinds = _kinds_module()
+    kind = _kind("fractional_max_pool k3 ratio 0.5")
+    assert kind.compiled_differs == kinds.COMPILED_FRACTIONAL_WINDOWS
+    seconds = {"numpy": 2e-3, "poolgrad.torch": 2e-3, "eager": 8e-3, "compiled": 1e-3}
+    row = kinds._row(kind, "NCHW", "forward", seconds, 1.0)
+    assert row["best_reference"] == "eager" and row["speedup_numpy"] == pytest.approx(4.0)
+    assert row["compiled_differs"] == kinds.COMPILED_FRACTIONAL_WINDOWS
+    plain = kinds._row(_kind("fractional_max_pool k2 ratio 0.5"), "NCHW", "forward",
+                       seconds, 1.0)
+    assert plain["best_reference"] == "compiled" and plain["compiled_differs"] is None
+    rows = [row, plain]
+    machine = {"cpu": "test CPU", "threads": 2, "copy_bandwidth_GBps": 10.0}
+    table = kinds.format_table({"machine": machine, "quick": False, "repeats": 5,
+                                "shape": [32, 64, 56, 56], "rows": rows,
+                                "summary": kinds.summarize(rows)})
+    assert table.count("    1.00*") == 1 and "    1.00 " in table
+    assert f"*: {kinds.COMPILED_FRACTIONAL_WINDOWS}: timed, no reference" in table
+
+
 def test_kinds_best_reference_and_verdicts():
     kinds = _kinds_module()
     seconds = {"numpy": 2e-3, "poolgrad.torch": 4e-3, "eager": 3e-3, "compiled": 2.5e-3,
