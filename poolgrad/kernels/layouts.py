@@ -5,10 +5,8 @@ circular padding in either layout (:func:`circular_pad`).
 A channels-last 5-d array ``(N, C, D, H, W)`` is ``(N, L, C)`` in memory, and its planes
 are ``(N, C, L)``: the copy either way is a batch of 2-d transposes.
 :func:`transpose_batches` copies them in 64x64 tiles, each read and written within the
-cache, on every thread. For a 32x64x56x56 float32 array at 2 threads: 2.0-2.7 ms into
-fresh memory on an Intel Xeon with the earlier 32x32 tiles, where NumPy's strided copy
-(``np.ascontiguousarray``) took 8.5; on an AMD EPYC (Zen 4), 2.4 (to channels-last) and
-3.8 (to planes) with these.
+cache, on every thread: several times faster than NumPy's strided copy
+(``np.ascontiguousarray``; docs/performance.md has the figures).
 """
 
 import numpy as np
@@ -24,9 +22,8 @@ def transpose_batches(src, dst):
     """``dst[n, b, a] = src[n, a, b]`` for 3-d C-contiguous arrays of one dtype, tile
     by tile, each tile's writes along ``dst``'s rows. A whole tile runs loops of
     :data:`_TILE` taps, a constant, which LLVM unrolls and vectorizes (with runtime
-    bounds every tap was a scalar load and store: 6.0 -> 2.5 ms planes to channels-last
-    and 8.4 -> 3.4 channels-last to planes for 32x64x56x56 float32, 2 threads, AMD EPYC
-    Zen 4); edge tiles take the plain loop."""
+    bounds every tap was a scalar load and store, about 2.5 times slower); edge tiles
+    take the plain loop."""
     batches, rows, columns = src.shape
     row_tiles, column_tiles = -(-rows // _TILE), -(-columns // _TILE)
     for job in prange(batches * row_tiles * column_tiles):
