@@ -24,10 +24,10 @@ from .blend import blend_backward, blend_forward, blend_kernels
 from .blur import blur_backward, blur_forward, blur_kernels
 from .fractional import (
     fractional_backward,
+    fractional_backward_kernel,
     fractional_forward,
     fractional_forward_stored,
     fractional_indices,
-    fractional_kernels,
     fractional_planes,
     planes_in_layout,
 )
@@ -48,8 +48,8 @@ from .weighted import (
 __all__ = ["Pullback", "TIE_RULES", "attention_backward", "attention_forward", "attention_kernels",
            "avg_engine", "avg_pullback", "backward_needs_outputs", "blend_backward",
            "blend_forward", "blend_kernels", "blur_backward", "blur_forward", "blur_kernels",
-           "fractional_backward", "fractional_forward", "fractional_forward_stored",
-           "fractional_indices", "fractional_kernels", "fractional_planes", "gem_backward",
+           "fractional_backward", "fractional_backward_kernel", "fractional_forward",
+           "fractional_forward_stored", "fractional_indices", "fractional_planes", "gem_backward",
            "gem_forward", "gem_kernels", "lp_engine", "lp_pullback", "max_engine", "max_forward",
            "max_gather", "max_pullback", "planes_in_layout", "require_probabilities",
            "sample_kernel", "stochastic_sample", "weighted_backward", "weighted_forward",

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import geometry
 from ..kernels import dispatch, layouts
+from .maxima import maxima_of
 from .pullback import empty
 
 
@@ -25,15 +26,11 @@ def _plan_operand(in_spatial, out_spatial, dtype):
             dispatch.Operand(np.dtype(dtype), "nchw"))
 
 
-def fractional_kernels(xk: np.ndarray, tables, in_spatial, out_spatial) -> tuple[str, str]:
-    """The names of the kernels that run the forward (of the 5-d kernel view ``xk``, as
-    :func:`fractional_forward_stored` runs it: max pooling's where the windows form one
-    grid) and the backward (on planes)."""
-    plan, planes = _plan_operand(in_spatial, out_spatial, xk.dtype)
-    grid = regular_grid(tables, in_spatial, out_spatial)
-    forward = (dispatch.choose("fractional", "forward", plan, dispatch.operand(xk))
-               if grid is None else _grid_forward(xk, grid))
-    return forward.name, dispatch.choose("fractional", "backward", plan, planes).name
+def fractional_backward_kernel(in_spatial, out_spatial, dtype) -> str:
+    """The name of the kernel that runs the backward (on planes); the forward's comes
+    with :func:`fractional_forward_stored`'s results."""
+    plan, planes = _plan_operand(in_spatial, out_spatial, dtype)
+    return dispatch.choose("fractional", "backward", plan, planes).name
 
 
 def regular_grid(tables, in_spatial, out_spatial) -> geometry.WindowPlan | None:
@@ -62,10 +59,6 @@ def regular_grid(tables, in_spatial, out_spatial) -> geometry.WindowPlan | None:
                                  (1,) * ndim, ((0, 0),) * ndim, False)
 
 
-def _grid_forward(xk: np.ndarray, plan: geometry.WindowPlan):
-    return dispatch.choose("max", "forward", plan, dispatch.operand(xk), record=True)
-
-
 def fractional_planes(xk: np.ndarray) -> np.ndarray:
     """A 5-d kernel view ``(N, C, D, H, W)`` as the kernels' C-contiguous planes
     ``(N * C, 1, D, H, W)``: a view, or for a channels-last one a tiled copy (NumPy's
@@ -91,52 +84,47 @@ def _grid(ndim: int) -> tuple[int, ...]:
 
 
 def fractional_forward(planes: np.ndarray, tables, out_spatial,
-                       winner_dtype=None) -> tuple[np.ndarray, np.ndarray]:
-    """``(y, winners)``, both ``(P, 1, *out)`` (3-d): each window's maximum and its
-    winning tap, row-major over the extent, in ``winner_dtype`` (default: the smallest
-    that holds the extent's taps)."""
+                       winner_dtype=None) -> tuple[np.ndarray, np.ndarray, str]:
+    """``(y, winners, kernel name)``, both arrays ``(P, 1, *out)`` (3-d): each window's
+    maximum and its winning tap, row-major over the extent, in ``winner_dtype``
+    (default: the smallest that holds the extent's taps)."""
     starts, lengths, extent = tables
     ndim = len(out_spatial)
     shape = planes.shape[:2] + _grid(ndim) + tuple(out_spatial)
     y = np.empty(shape, planes.dtype)
     winners = np.empty(shape, winner_dtype or geometry.position_dtype(math.prod(extent)))
     plan, operand = _plan_operand(planes.shape[-ndim:], out_spatial, planes.dtype)
-    dispatch.choose("fractional", "forward", plan, operand)(planes, starts, lengths, extent,
-                                                            y, winners)
-    return y, winners
+    forward = dispatch.choose("fractional", "forward", plan, operand)
+    forward(planes, starts, lengths, extent, y, winners)
+    return y, winners, forward.name
 
 
 def fractional_forward_stored(xk: np.ndarray, tables, out_spatial,
-                              winner_dtype=None) -> tuple[np.ndarray, np.ndarray]:
-    """``(y, winners)`` of the 5-d kernel view ``xk`` ``(N, C, D, H, W)``, both 5-d and
-    stored as ``xk`` is: a channels-last ``xk`` runs its own kernel (which pools blocks
-    of channels in cache: no planes written); any other runs on its planes
+                              winner_dtype=None) -> tuple[np.ndarray, np.ndarray, str]:
+    """``(y, winners, kernel name)`` of the 5-d kernel view ``xk`` ``(N, C, D, H, W)``,
+    both arrays 5-d and stored as ``xk`` is: windows on one grid run max pooling's
+    kernels (:func:`regular_grid`), a channels-last ``xk`` its own kernel (which pools
+    blocks of channels in cache: no planes written); any other runs on its planes
     (:func:`fractional_planes`)."""
-    grid = regular_grid(tables, xk.shape[-len(out_spatial):], out_spatial)
-    if grid is not None:  # one grid of windows: max pooling's kernels
-        forward = _grid_forward(xk, grid)
-        shape = xk.shape[:2] + tuple(a.count for a in grid.kernel_axes)
-        y = empty(shape, xk.dtype, forward.channels_last)
-        winners = empty(shape, geometry.position_dtype(grid.window_size),
-                        forward.channels_last)
-        forward(xk, y, winners)
-        dtype = winner_dtype or geometry.position_dtype(math.prod(tables[2]))
-        return y, winners.astype(dtype, copy=False)
-    operand = dispatch.operand(xk)
-    if operand.layout != "channels_last":
-        planes = fractional_planes(xk)
-        y, winners = fractional_forward(planes, tables, out_spatial, winner_dtype)
-        shape = xk.shape[:2] + y.shape[2:]
-        return y.reshape(shape), winners.reshape(shape)
     starts, lengths, extent = tables
     ndim = len(out_spatial)
     shape = xk.shape[:2] + _grid(ndim) + tuple(out_spatial)
+    winner_dtype = winner_dtype or geometry.position_dtype(math.prod(extent))
+    grid = regular_grid(tables, xk.shape[-ndim:], out_spatial)
+    if grid is not None:
+        y, winners, forward = maxima_of(xk, grid, shape, record=True)
+        return y, winners.astype(winner_dtype, copy=False), forward.name
+    operand = dispatch.operand(xk)
+    if operand.layout != "channels_last":
+        y, winners, name = fractional_forward(fractional_planes(xk), tables, out_spatial,
+                                              winner_dtype)
+        return y.reshape(shape), winners.reshape(shape), name
     y = empty(shape, xk.dtype, True)
-    winners = empty(shape, winner_dtype or geometry.position_dtype(math.prod(extent)), True)
+    winners = empty(shape, winner_dtype, True)
     plan = geometry.FractionalPlan(tuple(xk.shape[-ndim:]), tuple(out_spatial))
-    dispatch.choose("fractional", "forward", plan, operand)(xk, starts, lengths, extent, y,
-                                                            winners)
-    return y, winners
+    forward = dispatch.choose("fractional", "forward", plan, operand)
+    forward(xk, starts, lengths, extent, y, winners)
+    return y, winners, forward.name
 
 
 def fractional_backward(dy: np.ndarray, tables, winners: np.ndarray,

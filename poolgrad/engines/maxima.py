@@ -24,13 +24,18 @@ def max_forward(x, layout, plan, *, record: bool):
     (None otherwise), as kernel views in the compute dtype, and the kernel that ran. Any
     dtype max pooling takes: integers too, which have no gradient."""
     xk = inputs.compute_view(x, layout)
+    return (xk, *maxima_of(xk, plan, layout.kernel_shape(plan.out_spatial), record=record))
+
+
+def maxima_of(xk, plan, out_shape, *, record: bool):
+    """``(yk, pos, kernel)`` of the kernel view ``xk`` along ``plan``, into arrays of
+    ``out_shape`` stored as the chosen kernel writes them (:func:`max_forward`'s)."""
     forward = dispatch.choose("max", "forward", plan, dispatch.operand(xk), record=record)
-    out_shape = layout.kernel_shape(plan.out_spatial)
     yk = empty(out_shape, xk.dtype, forward.channels_last)
     pos = empty(out_shape, geometry.position_dtype(plan.window_size),
                 forward.channels_last) if forward.records else None
     forward(xk, yk, pos)
-    return xk, yk, pos, forward
+    return yk, pos, forward
 
 
 def max_engine(x, layout, plan, *, return_indices, ties, want_pullback, op):

@@ -129,41 +129,45 @@ def fractional_max_forward_channels_last(x, starts, lengths, extent, shape, y, p
         for job in range(task * jobs // tasks, (task + 1) * jobs // tasks):
             n, first = job // blocks, (job % blocks) * _CHANNEL_BLOCK
             count = min(_CHANNEL_BLOCK, n_chan - first)
-            source = x[n]
-            # a whole block copies with a constant trip count, which LLVM unrolls (a
-            # runtime count kept every element a scalar load and store)
+            # a whole block passes the block size, a constant, as its count: LLVM unrolls
+            # those copies (a runtime count kept every element a scalar load and store)
             if count == _CHANNEL_BLOCK:
-                for i in range(length):
-                    at = uint64(i)
-                    row = source[at, first:first + _CHANNEL_BLOCK]
-                    for b in range(_CHANNEL_BLOCK):
-                        flat_planes[uint64(b), at] = row[uint64(b)]
+                _block_into_planes(x[n], first, _CHANNEL_BLOCK, flat_planes)
             else:
-                for i in range(length):
-                    at = uint64(i)
-                    for b in range(count):
-                        flat_planes[uint64(b), at] = source[at, uint64(first + b)]
+                _block_into_planes(x[n], first, count, flat_planes)
             for b in range(count):
                 p = n * n_chan + first + b
                 _plane_forward(planes[b], starts[p], lengths[p], ext_h, ext_w, values[b],
                                taps[b], column, column_tap, pairs, triples, pair_taps,
                                triple_taps, best, best_tap)
-            out, out_taps = y[n], pos[n]
             if count == _CHANNEL_BLOCK:
-                for i in range(out_length):
-                    at = uint64(i)
-                    values_row = out[at, first:first + _CHANNEL_BLOCK]
-                    taps_row = out_taps[at, first:first + _CHANNEL_BLOCK]
-                    for b in range(_CHANNEL_BLOCK):
-                        values_row[uint64(b)] = flat_values[uint64(b), at]
-                        taps_row[uint64(b)] = flat_taps[uint64(b), at]
+                _planes_into_block(flat_values, flat_taps, first, _CHANNEL_BLOCK, y[n], pos[n])
             else:
-                for i in range(out_length):
-                    at = uint64(i)
-                    for b in range(count):
-                        out[at, uint64(first + b)] = flat_values[uint64(b), at]
-                        out_taps[at, uint64(first + b)] = flat_taps[uint64(b), at]
+                _planes_into_block(flat_values, flat_taps, first, count, y[n], pos[n])
 
+
+@inlined
+def _block_into_planes(source, first, count, planes):
+    """``planes[b, i] = source[i, first + b]`` for ``b < count``: a block of channels of
+    an ``(L, C)`` image as rows."""
+    for i in range(source.shape[0]):
+        at = uint64(i)
+        row = source[at, first:first + count]
+        for b in range(count):
+            planes[uint64(b), at] = row[uint64(b)]
+
+
+@inlined
+def _planes_into_block(values, taps, first, count, out, out_taps):
+    """``out[i, first + b] = values[b, i]`` for ``b < count``, and ``out_taps`` from
+    ``taps`` likewise: rows back into a block of channels of ``(L, C)`` images."""
+    for i in range(out.shape[0]):
+        at = uint64(i)
+        values_row = out[at, first:first + count]
+        taps_row = out_taps[at, first:first + count]
+        for b in range(count):
+            values_row[uint64(b)] = values[uint64(b), at]
+            taps_row[uint64(b)] = taps[uint64(b), at]
 
 @inlined
 def _plane_forward(x, starts, lengths, ext_h, ext_w, y, pos, column, column_tap, pairs,

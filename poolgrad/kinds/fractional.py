@@ -15,9 +15,9 @@ from .. import autodiff, geometry
 from ..engines import (
     Pullback,
     fractional_backward,
+    fractional_backward_kernel,
     fractional_forward_stored,
     fractional_indices,
-    fractional_kernels,
     fractional_planes,
     planes_in_layout,
 )
@@ -192,7 +192,7 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
                            generator)
     view = inputs.compute_view(x, layout)
     # y and the winners stored as x is (channels-last in, channels-last out)
-    y, winners = fractional_forward_stored(view, tables, out)
+    y, winners, forward = fractional_forward_stored(view, tables, out)
     values = y.astype(x.dtype, copy=False).reshape(layout.user_shape(out))
     result = values
     if return_indices:
@@ -207,7 +207,8 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
         return planes_in_layout(dx, view).reshape(x.shape)
     return result, Pullback("fractional_max_pool", pullback, values.shape, x.shape, x.dtype,
                             {"window_positions": winners, "starts": tables[0]},
-                            fractional_kernels(view, tables, layout.spatial, out))
+                            (forward, fractional_backward_kernel(layout.spatial, out,
+                                                                 view.dtype)))
 
 
 def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,

@@ -431,7 +431,7 @@ def fractional_max_pool(x: Tensor, samples: Tensor, orders: Tensor,
     tables = _fractional_tables(fractional, xa.shape, samples, orders)
     winner = geometry.position_dtype(_kind_ops.fractional_taps(fractional, xa.shape[2:]))
     # stored as x is: a channels-last x runs the channels-last kernel, no planes
-    y, winners = engines.fractional_forward_stored(
+    y, winners, _ = engines.fractional_forward_stored(
         _inputs.compute_view(xa, _layout(xa.shape, len(out))), tables, out, winner)
     shape, fmt = (*xa.shape[:2], *out), _ops.memory_format(x)
     return _tensor(y.reshape(shape), fmt, x.dtype), _tensor(winners.reshape(shape), fmt)

@@ -61,10 +61,6 @@ def _power_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype in (torch.float32, torch.float64) else torch.float32
 
 
-def _power_accumulator(t: torch.Tensor):
-    return tl.float64 if _power_dtype(t) == torch.float64 else tl.float32
-
-
 def _launch(kernel, plan, out, tensors, strided, scalars=(), *, accumulate=True,
             **constants):
     """Launch ``kernel`` with one lane per element of ``out``, the tensor it writes, in
@@ -136,13 +132,13 @@ def _exponents_for(p, t):
 def lp_forward_run(plan):
     return lambda x, y, p: _launch(kernels.lp_forward, plan, y, (x, y), (x, y),
                                    (_exponents_for(p, y),), P_KIND=_p_kind(p),
-                                   ACC=_power_accumulator(y))
+                                   ACC=_accumulator(_power_dtype(y)))
 
 
 def lp_backward_run(plan):
     return lambda x, y, dy, p, dx: _launch(kernels.lp_backward, plan, dx, (x, y, dy, dx),
                                            (x, y, dy, dx), (_exponents_for(p, dx),),
-                                           P_KIND=_p_kind(p), ACC=_power_accumulator(dx))
+                                           P_KIND=_p_kind(p), ACC=_accumulator(_power_dtype(dx)))
 
 
 def tie_count_run(plan):
@@ -184,20 +180,20 @@ def _gem(p, eps, t):
 def gem_forward_run(plan):
     return lambda x, y, p, eps: _launch(power_mean.gem_forward, plan, y,
                                         (x, y, *_gem(p, eps, x)), (x, y),
-                                        ACC=_power_accumulator(x))
+                                        ACC=_accumulator(_power_dtype(x)))
 
 
 def gem_backward_run(plan):
     return lambda x, y, dy, p, eps, dx: _launch(
         power_mean.gem_backward, plan, dx, (x, y, dy, *_gem(p, eps, x), dx), (x, y, dy, dx),
-        ACC=_power_accumulator(x))
+        ACC=_accumulator(_power_dtype(x)))
 
 
 def gem_p_terms_run(plan):
     """``run(x, y, dy, p, eps, terms)``: ``terms`` (``y``'s shape) in the compute dtype."""
     return lambda x, y, dy, p, eps, terms: _launch(
         power_mean.gem_p_terms, plan, terms, (x, y, dy, *_gem(p, eps, x), terms),
-        (x, y, dy, terms), ACC=_power_accumulator(x))
+        (x, y, dy, terms), ACC=_accumulator(_power_dtype(x)))
 
 
 def weighted_forward_run(plan):
