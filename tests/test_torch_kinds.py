@@ -73,9 +73,10 @@ def test_values_and_gradients_are_the_numpy_operators(name, torch_fn, numpy_op, 
     ((2, 4, 3, 5), torch.contiguous_format), ((2, 4, 3, 5), torch.channels_last),
     ((2, 4, 2, 3, 2), torch.channels_last_3d), ((2, 4, 7), torch.contiguous_format)])
 def test_attention_pool_values_and_three_gradients(shape, memory_format):
-    """Each layout takes its own order of the products (channels-last reads pixels), and
-    a forward that no backward follows its faster readout: the NumPy operator's values
-    and gradients in every one."""
+    """Where a backward follows, each layout takes its own order of the products
+    (channels-last reads pixels); a forward that no backward follows reads the (N, C, L)
+    view of either layout with its faster readout: the NumPy operator's values and
+    gradients in every one."""
     x = np.random.default_rng(9).standard_normal(shape)
 
     def attention(x, q, w):
@@ -85,6 +86,26 @@ def test_attention_pool_values_and_three_gradients(shape, memory_format):
         values = attention(torch.tensor(x), torch.tensor(Q), torch.tensor(W))
     np.testing.assert_allclose(values.numpy(), pg.attention_pool(x, Q, W, 2), rtol=1e-12,
                                atol=1e-14)
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 6])
+@pytest.mark.parametrize("shape, memory_format", [
+    ((2, 6, 3, 5), torch.channels_last), ((2, 6, 2, 3, 2), torch.channels_last_3d)])
+def test_attention_forward_alone_on_channels_last_keeps_each_channels_head(
+        shape, memory_format, heads):
+    """A channels-last forward with no backward takes every head's weights against all
+    channels and keeps each channel's own head: the NumPy operator's values for any
+    number of heads and queries, the input untouched."""
+    rng = np.random.default_rng(heads)
+    x = rng.standard_normal(shape)
+    queries, key_weight = rng.standard_normal((3, 6)), rng.standard_normal((6, 6))
+    xt = torch.tensor(x).contiguous(memory_format=memory_format)
+    before = xt.clone()
+    with torch.no_grad():
+        y = pt.attention_pool(xt, torch.tensor(queries), torch.tensor(key_weight), heads)
+    np.testing.assert_allclose(y.numpy(), pg.attention_pool(x, queries, key_weight, heads),
+                               rtol=1e-12, atol=1e-14)
+    assert torch.equal(xt, before) and xt.is_contiguous(memory_format=memory_format)
 
 
 @pytest.mark.parametrize("fn", [

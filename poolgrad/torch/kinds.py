@@ -351,23 +351,35 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
     projected = (q @ w if heads == 1 else torch.einsum(
         "mhd,hdc->mhc", q.reshape(m, heads, d), w.reshape(heads, d, channels)).reshape(
             m * heads, channels)) / math.sqrt(d)
+    backward = _needs_backward(x)
     # Products in the order that reads x as stored, so that both parts of dx land so: one
     # landing transposed made their add and the copy into x's layout strided (22 ms of a
-    # 23 ms NCHW forward+backward, against 13)
-    if x.dim() > 3 and ops.is_channels_last(x):
+    # 23 ms NCHW forward+backward, against 13). A forward alone takes the (N, C, L) view
+    # below in either layout: on channels-last x it is strided, which the matrix
+    # products read as a transposed operand, and it beat these per-pixel products
+    # (docs/performance.md)
+    if backward and x.dim() > 3 and ops.is_channels_last(x):
         pixels = x.permute(0, *range(2, x.dim()), 1).reshape(n, -1, channels)  # (N, L, C)
         length = pixels.shape[1]
         scores = (pixels @ projected.T).transpose(1, 2)  # (N, M*H, L)
         weights = torch.softmax(scores, dim=-1).reshape(n, m, heads, length).transpose(1, 2)
         y = weights @ pixels.reshape(n, length, heads, d).transpose(1, 2)  # (N, H, M, d)
         return unbatch(y.transpose(1, 2).reshape(n, m, channels), unbatched)
-    features = x.reshape(n, channels, -1)  # (N, C, L), a view
+    features = x.reshape(n, channels, -1)  # (N, C, L), a view in either layout
     length = features.shape[-1]
     scores = projected @ features  # (N, M*H, L)
     weights = torch.softmax(scores, dim=-1).reshape(n, m, heads, length)
     values = features.reshape(n, heads, d, length)
-    if _needs_backward(x):  # values . weights: dx's parts both (N, C, L)
+    if backward:  # values . weights: dx's parts both (N, C, L)
         y = (values @ weights.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # (N, M, H, d)
+    elif heads > 1 and features.stride(1) == 1:
+        # channels-last: per head, values^T is a strided batch that the product first
+        # copies whole. Every head's weights against all channels reads x once as the
+        # (N, L, C) it is, and each channel keeps its own head's block: heads times the
+        # multiplications, faster up to 64 heads (docs/performance.md)
+        every = (weights.reshape(n, m * heads, length) @ features.transpose(1, 2)).reshape(
+            n, m, heads, heads, d)
+        y = torch.diagonal(every, dim1=2, dim2=3).transpose(-1, -2)  # (N, M, H, d)
     else:  # weights . values is the faster product (0.49 ms against 0.96 here)
         y = (weights.transpose(1, 2) @ values.transpose(-1, -2)).transpose(1, 2)
     return unbatch(y.reshape(n, -1, channels), unbatched)
