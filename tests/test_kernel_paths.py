@@ -695,7 +695,7 @@ def test_gem_rows_kernels_match_the_window_kernels():
     pass."""
 
     rng = np.random.default_rng(21)
-    assert dispatch.names("gem", "forward") == ["power_mean.gem_quads_forward",
+    assert dispatch.names("gem", "forward") == ["power_quads.gem_quads_forward",
                                                 "power_mean.gem_rows_forward",
                                                 "power_mean.gem_window_forward"]
     seen = set()
@@ -715,7 +715,7 @@ def test_gem_rows_kernels_match_the_window_kernels():
         seen.add(_same_bits_as_the_window_kernels(
             _rows_and_window_kernels(x, ndim, kernel, stride, _gem_passes, eps=eps, p=p),
             "power_mean.gem_rows", "power_mean.gem_window",
-            "power_mean.gem_quads_forward" if _quad(kernel) else None))
+            "power_quads.gem_quads_forward" if _quad(kernel) else None))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
 
@@ -752,7 +752,7 @@ def test_lp_runs_gems_rows_kernels_with_the_general_kernels_bits():
     NaN, +inf, and sums that underflow or overflow (summed again relative to the
     largest |x|): the same bits for y and dx."""
     rng = np.random.default_rng(24)
-    assert dispatch.names("lp", "forward") == ["power_mean.gem_quads_forward",
+    assert dispatch.names("lp", "forward") == ["power_quads.gem_quads_forward",
                                                "power_mean.gem_rows_forward",
                                                "sum_pool.lp_pool_forward"]
     assert dispatch.names("lp", "backward") == ["power_mean.gem_rows_backward",
@@ -776,7 +776,7 @@ def test_lp_runs_gems_rows_kernels_with_the_general_kernels_bits():
         seen.add(_same_bits_as_the_window_kernels(
             _rows_and_window_kernels(x, ndim, kernel, stride, _lp_passes, p=p),
             "power_mean.gem_rows", "sum_pool.lp_pool",
-            "power_mean.gem_quads_forward" if _quad(kernel) else None))
+            "power_quads.gem_quads_forward" if _quad(kernel) else None))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
 
@@ -893,7 +893,7 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
 
 
 def test_gem_quads_forward_matches_the_window_kernel():
-    """GeM over 2x2 windows with no padding runs ``power_mean.gem_quads_forward`` (the
+    """GeM over 2x2 windows with no padding runs ``power_quads.gem_quads_forward`` (the
     four taps raised and summed in one loop, then the roots): the window kernel's bits
     for y, and the rows and window kernels' for dx and dp, in both layouts, float32 and
     float64, strides 1-3 along W, powers 3 (float32: three Newton steps) and 4.5
@@ -917,7 +917,7 @@ def test_gem_quads_forward_matches_the_window_kernel():
         eps = 1e-130 if trial % 3 == 0 else 0.02
         layout, apart, (names, *fast), (general_names, *slow) = _rows_and_window_kernels(
             x, 2, (2, 2), stride, _gem_passes, eps=eps, p=p)
-        assert names[0] == "power_mean.gem_quads_forward"
+        assert names[0] == "power_quads.gem_quads_forward"
         assert general_names[0] == "power_mean.gem_window_forward"
         for a, b in zip(fast, slow, strict=True):
             np.testing.assert_array_equal(a, b)

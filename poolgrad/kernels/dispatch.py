@@ -506,7 +506,7 @@ _RULES = {
               operand.layout == "nchw", _global_avg_back)] + _AVG_BACKWARD,
     # windows inside x without dilation: GeM's rows kernels, with the general ones' bits
     ("lp", "forward"): [
-        _Rule("power_mean.gem_quads_forward", kind_rules.quads,
+        _Rule("power_quads.gem_quads_forward", kind_rules.quads,
               _lp_as_gem(kind_rules.gem_quads, "forward")),
         _Rule("power_mean.gem_rows_forward", kind_rules.full_windows, _lp_as_gem(
             kind_rules.gem_rows(power_mean.gem_rows_forward, "forward"), "forward")),

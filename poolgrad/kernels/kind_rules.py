@@ -24,6 +24,7 @@ from . import (
     layouts,
     polyphase,
     power_mean,
+    power_quads,
     stochastic,
     weighted,
 )
@@ -324,8 +325,8 @@ def gem_quads(plan):
         inner, xr, yr = _rows_like(x, y)
         copy_rows = (_rows_like(x, copy)[2] if copy is not None and covered
                      else _no_copy(xr))
-        power_mean.gem_quads_forward(xr, inner, window, steps, *_tasks(yr), eps, p, whole, yr,
-                                     copy_rows)
+        power_quads.gem_quads_forward(xr, inner, window, steps, *_tasks(yr), eps, p, whole,
+                                      yr, copy_rows)
         if copy is not None and not covered:
             np.copyto(copy, x)
     return run
@@ -514,7 +515,7 @@ RULES = {
         Rule("power_mean.gem_global_backward_planes", always,
              _bound(power_mean.gem_global_backward_planes))],
     ("gem", "forward"): [
-        Rule("power_mean.gem_quads_forward", quads, gem_quads),
+        Rule("power_quads.gem_quads_forward", quads, gem_quads),
         Rule("power_mean.gem_rows_forward", full_windows,
              _then_copied(gem_rows(power_mean.gem_rows_forward, "forward"))),
         Rule("power_mean.gem_window_forward", always, _then_copied(_gem))],

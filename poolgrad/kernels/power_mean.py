@@ -36,7 +36,8 @@ Three families:
   backward gathers each input's windows in increasing output order: no races).
 * ``gem_rows_*`` pool windows with no padding on NCHW planes or channels-last images
   as rows (their docstrings), and the backward only windows that do not overlap, with
-  the ``gem_window_*`` kernels' bits.
+  the ``gem_window_*`` kernels' bits; 2x2 windows take :mod:`.power_quads`'s forward,
+  with the same bits.
 
 With ``eps`` None, the window and rows kernels pool Lp norms instead (:mod:`.powers`).
 They sum each window in tap order (row-major), unscaled, and again relative to its
@@ -67,7 +68,6 @@ from .walk import (
     copy_row,
     gather_tap,
     inlined,
-    quad_rows,
     row_index,
     rows_task,
     scatter_tap,
@@ -374,8 +374,11 @@ def _add_tap(powered, start, step, inner, acc):
 
 
 @jit()  # a call: the rare path, kept out of the kernels that inline the common one
-def _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, whole,
-                   precise):
+def rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, whole,
+                  precise):
+    """The power mean of the window ``ow`` (channel ``c``) of a row, as the rows
+    kernels lay it out, summed relative to its largest ``z``: for a sum that left the
+    range (this module's and :mod:`.power_quads`'s rows kernels)."""
     largest = 0.0
     for a in range(window[0]):
         for b in range(window[1]):
@@ -433,67 +436,8 @@ def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
             for o in range(out_l if _roots(acc, out, count, eps, p, whole, precise) else 0):
                 if not in_range(acc[o]):  # rare: redo the window relative to its maximum
                     ow, c = o // inner, o % inner
-                    out[o] = _rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps,
+                    out[o] = rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps,
                                             count, eps, p, whole, precise)
-
-
-@inlined
-def _quad_sum(top, bottom, i, j, eps, p, whole):
-    """``sum z^p`` of the 2x2 window ``top[i], top[j], bottom[i], bottom[j]``, from +0
-    in tap order (row-major), float64: :func:`gem_rows_forward`'s sum, with its bits."""
-    total = 0.0 + raised(clamped(np.float64(top[i]), eps), p, whole)
-    total += raised(clamped(np.float64(top[j]), eps), p, whole)
-    total += raised(clamped(np.float64(bottom[i]), eps), p, whole)
-    return total + raised(clamped(np.float64(bottom[j]), eps), p, whole)
-
-
-@inlined
-def _quads_row(top, bottom, sums, inner, steps, eps, p, whole):
-    """``sums[o]``: the sum of output ``o``'s window along a row of 2x2 windows."""
-    if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
-        for ow in range(sums.shape[0]):
-            at, i = uint64(ow), uint64(2 * ow)
-            sums[at] = _quad_sum(top, bottom, i, i + 1, eps, p, whole)
-    elif inner == 1:
-        step = uint64(steps[2])
-        for ow in range(sums.shape[0]):
-            at = uint64(ow)
-            i = at * step
-            sums[at] = _quad_sum(top, bottom, i, i + 1, eps, p, whole)
-    else:
-        step, across = uint64(steps[2] * inner), uint64(inner)
-        for ow in range(sums.shape[0] // inner):
-            base, first = uint64(ow) * step, uint64(ow) * across
-            for c in range(inner):
-                i, at = base + uint64(c), first + uint64(c)
-                sums[at] = _quad_sum(top, bottom, i, i + across, eps, p, whole)
-
-
-@parallel_kernel
-def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, copy):
-    """GeM over 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
-    :func:`gem_rows_forward`'s arguments, rows and bits: each window's four taps raised
-    and summed in one loop along the row, vectorized (NCHW: pairs of neighbours;
-    channels-last: along C), then the roots. ``copy`` (or an empty array) gets each pair
-    of rows the windows read, copied while they are in cache (a copy of x for a
-    pullback, where the windows cover x)."""
-    out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
-    precise = y.itemsize == 8
-    for task in prange(tasks):
-        plane, first, end = rows_task(task, chunks, out_d * out_h)
-        sums = np.empty(out_l, np.float64)
-        for row in range(first, end):
-            od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
-            _quads_row(top, bottom, sums, inner, steps, eps, p, whole)
-            out = y[plane, od, oh]
-            for o in range(out_l if _roots(sums, out, 4, eps, p, whole, precise) else 0):
-                if not in_range(sums[o]):  # rare: redo the window relative to its maximum
-                    out[o] = _rows_rescaled(x, plane, o % inner, inner, od, oh, o // inner,
-                                            window, steps, 4, eps, p, whole, precise)
-            if copy.size != 0:
-                copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
-                copy_row(top, copy_top)
-                copy_row(bottom, copy_bottom)
 
 
 @inlined

@@ -1,0 +1,102 @@
+"""GeM and Lp over 2x2 windows with no padding, fused: each window's four taps loaded,
+raised and summed, and its root taken, in one loop along an output row.
+
+The rows are :func:`.power_mean.gem_rows_forward`'s (``x`` ``(P, D, H, W * inner)``:
+NCHW planes with ``inner`` 1, or channels-last images with ``inner`` C), and so are the
+sums and the bits: each window summed in float64 from +0 in tap order (row-major), its
+root :func:`.powers.root`'s, and a window whose sum left the range redone relative to
+its largest tap (:func:`.power_mean.rows_rescaled`). With ``eps`` None the windows pool
+Lp norms (:mod:`.powers`).
+"""
+
+import numpy as np
+from numba import prange, uint64
+
+from . import parallel_kernel
+from .power_mean import rows_rescaled
+from .powers import clamped, divisor, in_range, raised, root
+from .walk import copy_row, inlined, quad_rows, rows_task
+
+
+@inlined
+def _quad_sum(top, bottom, i, j, eps, p, whole):
+    """``sum z^p`` of the 2x2 window ``top[i], top[j], bottom[i], bottom[j]``, from +0
+    in tap order (row-major), float64: :func:`gem_rows_forward`'s sum, with its bits."""
+    total = 0.0 + raised(clamped(np.float64(top[i]), eps), p, whole)
+    total += raised(clamped(np.float64(top[j]), eps), p, whole)
+    total += raised(clamped(np.float64(bottom[i]), eps), p, whole)
+    return total + raised(clamped(np.float64(bottom[j]), eps), p, whole)
+
+
+@inlined
+def _quad_taps(o, inner, steps):
+    """``(i, j)``: output ``o``'s 2x2 window along a row is ``top[i], top[j],
+    bottom[i], bottom[j]`` (:func:`_quads_row`'s taps)."""
+    ow, c = o // inner, o % inner
+    i = uint64(ow * steps[2] * inner + c)
+    return i, i + uint64(inner)
+
+
+@inlined
+def _quad_root(top, bottom, i, j, eps, p, whole, precise, out, at):
+    """One 2x2 window's power mean, :func:`_roots`'s from :func:`_quad_sum`, written to
+    ``out[at]``; returns 1 where the sum left the range, else 0."""
+    total = _quad_sum(top, bottom, i, j, eps, p, whole)
+    out[at] = root(total / divisor(4, eps), p, whole, precise)
+    return 0 if in_range(total) else 1
+
+
+@inlined
+def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise):
+    """``out[o]``, the power mean of output ``o``'s window along a row of 2x2 windows;
+    returns how many sums left the range. Each root runs in the loop that sums, and no
+    sum is stored: a second pass over stored sums cost a channels-last Lp forward a
+    third of its time (docs/performance.md)."""
+    outside = 0
+    if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
+        for ow in range(out.shape[0]):
+            at, i = uint64(ow), uint64(2 * ow)
+            outside += _quad_root(top, bottom, i, i + 1, eps, p, whole, precise, out, at)
+    elif inner == 1:
+        step = uint64(steps[2])
+        for ow in range(out.shape[0]):
+            at = uint64(ow)
+            i = at * step
+            outside += _quad_root(top, bottom, i, i + 1, eps, p, whole, precise, out, at)
+    else:
+        step, across = uint64(steps[2] * inner), uint64(inner)
+        for ow in range(out.shape[0] // inner):
+            base, first = uint64(ow) * step, uint64(ow) * across
+            for c in range(inner):
+                i, at = base + uint64(c), first + uint64(c)
+                outside += _quad_root(top, bottom, i, i + across, eps, p, whole, precise,
+                                      out, at)
+    return outside
+
+
+@parallel_kernel
+def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, copy):
+    """GeM over 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
+    :func:`gem_rows_forward`'s arguments, rows and bits: each window's four taps raised
+    and summed in one loop along the row, vectorized (NCHW: pairs of neighbours;
+    channels-last: along C), each with its root. ``copy`` (or an empty array) gets each pair
+    of rows the windows read, copied while they are in cache (a copy of x for a
+    pullback, where the windows cover x)."""
+    out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
+    precise = y.itemsize == 8
+    for task in prange(tasks):
+        plane, first, end = rows_task(task, chunks, out_d * out_h)
+        for row in range(first, end):
+            od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
+            out = y[plane, od, oh]
+            outside = _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise)
+            for o in range(out_l if outside else 0):
+                i, j = _quad_taps(o, inner, steps)
+                # rare: redo the window relative to its maximum
+                if not in_range(_quad_sum(top, bottom, i, j, eps, p, whole)):
+                    out[o] = rows_rescaled(x, plane, o % inner, inner, od, oh, o // inner,
+                                            window, steps, 4, eps, p, whole, precise)
+            if copy.size != 0:
+                copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
+                copy_row(top, copy_top)
+                copy_row(bottom, copy_bottom)
