@@ -437,7 +437,7 @@ def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
                 if not in_range(acc[o]):  # rare: redo the window relative to its maximum
                     ow, c = o // inner, o % inner
                     out[o] = rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps,
-                                            count, eps, p, whole, precise)
+                                           count, eps, p, whole, precise)
 
 
 @inlined

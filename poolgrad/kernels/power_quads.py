@@ -21,7 +21,8 @@ from .walk import copy_row, inlined, quad_rows, rows_task
 @inlined
 def _quad_sum(top, bottom, i, j, eps, p, whole):
     """``sum z^p`` of the 2x2 window ``top[i], top[j], bottom[i], bottom[j]``, from +0
-    in tap order (row-major), float64: :func:`gem_rows_forward`'s sum, with its bits."""
+    in tap order (row-major), float64: :func:`.power_mean.gem_rows_forward`'s sum, with
+    its bits."""
     total = 0.0 + raised(clamped(np.float64(top[i]), eps), p, whole)
     total += raised(clamped(np.float64(top[j]), eps), p, whole)
     total += raised(clamped(np.float64(bottom[i]), eps), p, whole)
@@ -39,8 +40,9 @@ def _quad_taps(o, inner, steps):
 
 @inlined
 def _quad_root(top, bottom, i, j, eps, p, whole, precise, out, at):
-    """One 2x2 window's power mean, :func:`_roots`'s from :func:`_quad_sum`, written to
-    ``out[at]``; returns 1 where the sum left the range, else 0."""
+    """One 2x2 window's power mean, the :func:`.powers.root` of its :func:`_quad_sum`
+    over the count, written to ``out[at]``; returns 1 where the sum left the range,
+    else 0."""
     total = _quad_sum(top, bottom, i, j, eps, p, whole)
     out[at] = root(total / divisor(4, eps), p, whole, precise)
     return 0 if in_range(total) else 1
@@ -77,11 +79,11 @@ def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise):
 @parallel_kernel
 def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, copy):
     """GeM over 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
-    :func:`gem_rows_forward`'s arguments, rows and bits: each window's four taps raised
-    and summed in one loop along the row, vectorized (NCHW: pairs of neighbours;
-    channels-last: along C), each with its root. ``copy`` (or an empty array) gets each pair
-    of rows the windows read, copied while they are in cache (a copy of x for a
-    pullback, where the windows cover x)."""
+    :func:`.power_mean.gem_rows_forward`'s arguments, rows and bits: each window's four
+    taps raised and summed, and its root taken, in one loop along the row, vectorized
+    (NCHW: pairs of neighbours; channels-last: along C). ``copy`` (or an empty array)
+    gets each pair of rows the windows read, copied while they are in cache (a copy of x
+    for a pullback, where the windows cover x)."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     precise = y.itemsize == 8
     for task in prange(tasks):
@@ -95,7 +97,7 @@ def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, 
                 # rare: redo the window relative to its maximum
                 if not in_range(_quad_sum(top, bottom, i, j, eps, p, whole)):
                     out[o] = rows_rescaled(x, plane, o % inner, inner, od, oh, o // inner,
-                                            window, steps, 4, eps, p, whole, precise)
+                                           window, steps, 4, eps, p, whole, precise)
             if copy.size != 0:
                 copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
                 copy_row(top, copy_top)
