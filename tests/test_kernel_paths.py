@@ -712,12 +712,19 @@ def test_gem_rows_kernels_match_the_window_kernels():
             x[(0, 0) + (slice(0, 2),) * ndim] = 1e-120
         x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
         eps = 1e-130 if trial % 7 == 0 else 0.02
+        result = _rows_and_window_kernels(x, ndim, kernel, stride, _gem_passes, eps=eps, p=p)
         seen.add(_same_bits_as_the_window_kernels(
-            _rows_and_window_kernels(x, ndim, kernel, stride, _gem_passes, eps=eps, p=p),
-            "power_mean.gem_rows", "power_mean.gem_window",
-            "power_quads.gem_quads_forward" if _quad(kernel) else None))
+            result, "power_mean.gem_rows", "power_mean.gem_window",
+            _quads_for_powers(kernel, stride, result)))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
+
+
+def _quads_for_powers(kernel, stride, result) -> str | None:
+    """The forward GeM and Lp run on these windows: ``power_quads.gem_quads_forward`` on
+    2x2 windows, NCHW ones at stride 2 along W; else None (the rows kernel)."""
+    return ("power_quads.gem_quads_forward" if _quad(kernel)
+            and (result[0] == "channels_last" or stride[-1] == 2) else None)
 
 
 def _gem_passes(choose, xs, stored, plan, operand, eps, p):
@@ -773,10 +780,10 @@ def test_lp_runs_gems_rows_kernels_with_the_general_kernels_bits():
             x[(0, -1) + (slice(0, 2),) * ndim] = 1e-200 if dtype == np.float64 else 1e-30
             x[(-1, 0) + (slice(0, 2),) * ndim] = 1e200 if dtype == np.float64 else 3e38
         x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
+        result = _rows_and_window_kernels(x, ndim, kernel, stride, _lp_passes, p=p)
         seen.add(_same_bits_as_the_window_kernels(
-            _rows_and_window_kernels(x, ndim, kernel, stride, _lp_passes, p=p),
-            "power_mean.gem_rows", "sum_pool.lp_pool",
-            "power_quads.gem_quads_forward" if _quad(kernel) else None))
+            result, "power_mean.gem_rows", "sum_pool.lp_pool",
+            _quads_for_powers(kernel, stride, result)))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
 
@@ -894,8 +901,9 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
 
 def test_gem_quads_forward_matches_the_window_kernel():
     """GeM over 2x2 windows with no padding runs ``power_quads.gem_quads_forward`` (the
-    four taps raised and summed in one loop, then the roots): the window kernel's bits
-    for y, and the rows and window kernels' for dx and dp, in both layouts, float32 and
+    four taps raised and summed in one loop, then the roots), NCHW ones at stride 2
+    along W alone, and other NCHW 2x2 windows the rows kernel: the window kernel's bits for
+    y, and the rows and window kernels' for dx and dp, in both layouts, float32 and
     float64, strides 1-3 along W, powers 3 (float32: three Newton steps) and 4.5
     (float64: exp and log; the powers and dtypes of the rows test, as each compiles
     the kernels anew), NaN, the clamp, and windows whose sums underflow or overflow
@@ -915,15 +923,17 @@ def test_gem_quads_forward_matches_the_window_kernel():
             x[1, 1, :2, :2] = 1e300 if dtype == np.float64 else 1e38
         x = _stored_as(x.astype(dtype), 2, channels_last)
         eps = 1e-130 if trial % 3 == 0 else 0.02
-        layout, apart, (names, *fast), (general_names, *slow) = _rows_and_window_kernels(
-            x, 2, (2, 2), stride, _gem_passes, eps=eps, p=p)
-        assert names[0] == "power_quads.gem_quads_forward"
+        result = _rows_and_window_kernels(x, 2, (2, 2), stride, _gem_passes, eps=eps, p=p)
+        layout, apart, (names, *fast), (general_names, *slow) = result
+        assert names[0] == (_quads_for_powers((2, 2), stride, result)
+                            or "power_mean.gem_rows_forward")
         assert general_names[0] == "power_mean.gem_window_forward"
         for a, b in zip(fast, slow, strict=True):
             np.testing.assert_array_equal(a, b)
-        seen.add((layout, stride[1] == 2))
-    assert seen == {(layout, two) for layout in ("nchw", "channels_last")
-                    for two in (True, False)}
+        seen.add((layout, names[0].split(".")[0], stride[1] == 2))
+    assert seen == {("nchw", "power_quads", True), ("nchw", "power_mean", False),
+                    ("channels_last", "power_quads", True),
+                    ("channels_last", "power_quads", False)}
 
 
 def test_weighted_quads_forward_checks_the_taps_it_reads():

@@ -28,7 +28,7 @@ from . import (
     stochastic,
     weighted,
 )
-from .rule import Rule, always
+from .rule import Rule, always, apart, full_windows, quads, quads_apart, quads_for_powers
 
 
 def streams_rows(plan, operand, record) -> bool:
@@ -228,32 +228,6 @@ def _gem_back(plan):
 def _gem_p_terms(plan):
     return lambda x, y, dy, eps, p, whole, terms: power_mean.gem_window_p_terms(
         x, y, dy, plan.table, eps, p, whole, terms)
-
-
-def full_windows(plan, operand, record) -> bool:
-    """The rows kernels (GeM's, the weighted averages'): a contiguous layout, and
-    windows that are all inside x, with no dilation (what gem_pool's plans are)."""
-    return operand.layout in ("nchw", "channels_last") and all(
-        a.rule[0] == "sliding" and a.rule[2] == 0 and a.dilation == 1
-        and bool(np.all(a.first == 0)) and bool(np.all(a.end == a.extent))
-        for a in plan.kernel_axes)
-
-
-def quads(plan, operand, record) -> bool:
-    """Full 2x2 windows (the blends' one-loop forward)."""
-    return full_windows(plan, operand, record) and tuple(
-        a.extent for a in plan.kernel_axes) == (1, 2, 2)
-
-
-def _quads_apart(plan, operand, record) -> bool:
-    """Full 2x2 windows that do not overlap."""
-    return quads(plan, operand, record) and apart(plan, operand, record)
-
-
-def apart(plan, operand, record) -> bool:
-    """Full windows that do not overlap (stride >= kernel on every axis)."""
-    return full_windows(plan, operand, record) and all(
-        a.rule[1] >= a.extent for a in plan.kernel_axes)
 
 
 def _window_rows(a: np.ndarray, channels_last: bool) -> tuple[np.ndarray, int]:
@@ -515,7 +489,7 @@ RULES = {
         Rule("power_mean.gem_global_backward_planes", always,
              _bound(power_mean.gem_global_backward_planes))],
     ("gem", "forward"): [
-        Rule("power_quads.gem_quads_forward", quads, gem_quads),
+        Rule("power_quads.gem_quads_forward", quads_for_powers, gem_quads),
         Rule("power_mean.gem_rows_forward", full_windows,
              _then_copied(gem_rows(power_mean.gem_rows_forward, "forward"))),
         Rule("power_mean.gem_window_forward", always, _then_copied(_gem))],
@@ -537,17 +511,16 @@ RULES = {
         Rule("blur_rows.blur_rows_backward", streams_rows, _blur_rows_back(False)),
         Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
-        Rule("weighted.weighted_quads_forward", quads,
-             _weighted_quads),
+        Rule("weighted.weighted_quads_forward", quads, _weighted_quads),
         Rule("weighted.weighted_rows_forward", full_windows,
              _then_copied(_weighted_rows(weighted.weighted_rows_forward, True))),
         Rule("weighted.weighted_pool_forward", always, _then_copied(_weighted))],
     ("weighted", "backward"): [
-        Rule("weighted.soft_quads_backward", _quads_apart,
+        Rule("weighted.soft_quads_backward", quads_apart,
              _weighted_rows(weighted.soft_quads_backward, False, takes_kind=False)),
         *_WEIGHTED_BACKWARDS],
     ("weighted", "mean_backward"): [
-        Rule("weighted.mean_quads_backward", _quads_apart, _mean_quads_back,
+        Rule("weighted.mean_quads_backward", quads_apart, _mean_quads_back,
              needs_outputs=False),
         *_WEIGHTED_BACKWARDS],
     ("blend", "forward"): [
@@ -573,12 +546,11 @@ RULES = {
     ("stochastic", "sample"): [
         Rule("stochastic.stochastic_quads_sample", quads, _sample_quads, records=True),
         Rule("stochastic.stochastic_pool_sample", always, _sample, records=True)],
-    ("fractional", "forward"): [Rule("fractional.fractional_max_forward_channels_last",
-                                     _channels_innermost, _fractional_channels_last,
-                                     records=True),
-                                Rule("fractional.fractional_max_forward", always,
-                                     _fractional_on_planes,
-                                     records=True)],
+    ("fractional", "forward"): [
+        Rule("fractional.fractional_max_forward_channels_last", _channels_innermost,
+             _fractional_channels_last, records=True),
+        Rule("fractional.fractional_max_forward", always, _fractional_on_planes,
+             records=True)],
     ("fractional", "backward"): [Rule("fractional.fractional_max_backward", always,
                                       _bound(fractional.fractional_max_backward))],
     ("fractional", "indices"): [Rule("fractional.fractional_max_indices", always,

@@ -1,5 +1,6 @@
 """GeM and Lp over 2x2 windows with no padding, fused: each window's four taps loaded,
-raised and summed, and its root taken, in one loop along an output row.
+raised and summed, and its root taken, in one loop along an output row. NCHW rows take
+stride 2 along W alone (:func:`.rule.quads_for_powers`).
 
 The rows are :func:`.power_mean.gem_rows_forward`'s (``x`` ``(P, D, H, W * inner)``:
 NCHW planes with ``inner`` 1, or channels-last images with ``inner`` C), and so are the
@@ -55,15 +56,9 @@ def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise):
     sum is stored: a second pass over stored sums cost a channels-last Lp forward a
     third of its time (docs/performance.md)."""
     outside = 0
-    if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
+    if inner == 1:  # NCHW, at stride 2 (the rule's): interleaved loads
         for ow in range(out.shape[0]):
             at, i = uint64(ow), uint64(2 * ow)
-            outside += _quad_root(top, bottom, i, i + 1, eps, p, whole, precise, out, at)
-    elif inner == 1:
-        step = uint64(steps[2])
-        for ow in range(out.shape[0]):
-            at = uint64(ow)
-            i = at * step
             outside += _quad_root(top, bottom, i, i + 1, eps, p, whole, precise, out, at)
     else:
         step, across = uint64(steps[2] * inner), uint64(inner)
@@ -78,12 +73,12 @@ def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise):
 
 @parallel_kernel
 def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, copy):
-    """GeM over 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
-    :func:`.power_mean.gem_rows_forward`'s arguments, rows and bits: each window's four
-    taps raised and summed, and its root taken, in one loop along the row, vectorized
-    (NCHW: pairs of neighbours; channels-last: along C). ``copy`` (or an empty array)
-    gets each pair of rows the windows read, copied while they are in cache (a copy of x
-    for a pullback, where the windows cover x)."""
+    """GeM over 2x2 windows (``window`` ``(1, 2, 2)``, no padding; NCHW ones at stride
+    2 along W), with :func:`.power_mean.gem_rows_forward`'s arguments, rows and
+    bits: each window's four taps raised and summed, and its root taken, in one loop
+    along the row, vectorized (NCHW: pairs of neighbours; channels-last: along C).
+    ``copy`` (or an empty array) gets each pair of rows the windows read, copied while
+    they are in cache (a copy of x for a pullback, where the windows cover x)."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     precise = y.itemsize == 8
     for task in prange(tasks):

@@ -1,12 +1,14 @@
-"""A dispatch rule, the kernel a rule binds, and the predicates every family's rule
-table uses. Pure Python: the Numba dispatch (:mod:`.dispatch`) and the Triton one
-(:mod:`poolgrad.torch.triton.dispatch`) share them, each trying a ``(op, direction)``'s
-rules in order."""
+"""A dispatch rule, the kernel a rule binds, and the predicates the rule tables share
+(among them the windows the rows and 2x2 kernels serve). Pure Python: the Numba
+dispatch (:mod:`.dispatch`) and the Triton one (:mod:`poolgrad.torch.triton.dispatch`)
+share them, each trying a ``(op, direction)``'s rules in order."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -55,3 +57,37 @@ def always(plan, operand, record):
 def values_only(serves):
     """``serves``, for a forward that need not record the winners."""
     return lambda plan, operand, record: not record and serves(plan, operand, record)
+
+
+def full_windows(plan, operand, record) -> bool:
+    """The rows kernels (GeM's, the weighted averages'): a contiguous layout, and
+    windows that are all inside x, with no dilation (what gem_pool's plans are)."""
+    return operand.layout in ("nchw", "channels_last") and all(
+        a.rule[0] == "sliding" and a.rule[2] == 0 and a.dilation == 1
+        and bool(np.all(a.first == 0)) and bool(np.all(a.end == a.extent))
+        for a in plan.kernel_axes)
+
+
+def quads(plan, operand, record) -> bool:
+    """Full 2x2 windows (the blends' one-loop forward)."""
+    return full_windows(plan, operand, record) and tuple(
+        a.extent for a in plan.kernel_axes) == (1, 2, 2)
+
+
+def quads_apart(plan, operand, record) -> bool:
+    """Full 2x2 windows that do not overlap."""
+    return quads(plan, operand, record) and apart(plan, operand, record)
+
+
+def quads_for_powers(plan, operand, record) -> bool:
+    """GeM's and Lp's 2x2 forward: full 2x2 windows, NCHW ones at stride 2 along W. At
+    another stride an NCHW row of windows does not vectorize, and the rows kernel was
+    1.6-10x faster (docs/performance.md)."""
+    return quads(plan, operand, record) and (
+        operand.layout == "channels_last" or plan.kernel_axes[-1].rule[1] == 2)
+
+
+def apart(plan, operand, record) -> bool:
+    """Full windows that do not overlap (stride >= kernel on every axis)."""
+    return full_windows(plan, operand, record) and all(
+        a.rule[1] >= a.extent for a in plan.kernel_axes)
