@@ -715,16 +715,15 @@ def test_gem_rows_kernels_match_the_window_kernels():
         result = _rows_and_window_kernels(x, ndim, kernel, stride, _gem_passes, eps=eps, p=p)
         seen.add(_same_bits_as_the_window_kernels(
             result, "power_mean.gem_rows", "power_mean.gem_window",
-            _quads_for_powers(kernel, stride, result)))
+            _paired_quads(kernel, stride, result[0], "power_quads.gem_quads_forward")))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
 
 
-def _quads_for_powers(kernel, stride, result) -> str | None:
-    """The forward GeM and Lp run on these windows: ``power_quads.gem_quads_forward`` on
-    2x2 windows, NCHW ones at stride 2 along W; else None (the rows kernel)."""
-    return ("power_quads.gem_quads_forward" if _quad(kernel)
-            and (result[0] == "channels_last" or stride[-1] == 2) else None)
+def _paired_quads(kernel, stride, layout, name) -> str | None:
+    """``name``, a 2x2 forward, where it serves these windows (2x2, NCHW ones at stride 2
+    along W: ``rule.paired_quads``); else None (the rows kernel)."""
+    return name if _quad(kernel) and (layout == "channels_last" or stride[-1] == 2) else None
 
 
 def _gem_passes(choose, xs, stored, plan, operand, eps, p):
@@ -783,7 +782,7 @@ def test_lp_runs_gems_rows_kernels_with_the_general_kernels_bits():
         result = _rows_and_window_kernels(x, ndim, kernel, stride, _lp_passes, p=p)
         seen.add(_same_bits_as_the_window_kernels(
             result, "power_mean.gem_rows", "sum_pool.lp_pool",
-            _quads_for_powers(kernel, stride, result)))
+            _paired_quads(kernel, stride, result[0], "power_quads.gem_quads_forward")))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
 
@@ -819,11 +818,11 @@ def test_weighted_rows_kernels_match_the_window_kernels():
         if trial % 5 == 0:
             x.flat[rng.integers(0, x.size)] = np.nan
         x = _stored_as(x.astype(dtype), ndim, trial // 9 % 2 == 1)
+        result = _rows_and_window_kernels(x, ndim, kernel, stride, _weighted_passes, kind=kind)
         seen.add(_same_bits_as_the_window_kernels(
-            _rows_and_window_kernels(x, ndim, kernel, stride, _weighted_passes, kind=kind),
-            "weighted.weighted_rows", "weighted.weighted_pool",
-            *(("weighted.weighted_quads_forward", _quads_backward(kind))
-              if _quad(kernel) else ())))
+            result, "weighted.weighted_rows", "weighted.weighted_pool",
+            _paired_quads(kernel, stride, result[0], "weighted.weighted_quads_forward"),
+            _quads_backward(kind) if _quad(kernel) else None))
     assert seen == {(layout, apart) for layout in ("nchw", "channels_last")
                     for apart in (True, False)}
 
@@ -853,7 +852,8 @@ def _quad_taps(x, stride, y):
 
 def test_weighted_quads_kernel_matches_the_window_kernel():
     """2x2 windows with no padding run ``weighted.weighted_quads_forward`` (the four
-    taps in one loop; SoftPool's log in a second), and at strides >= 2
+    taps in one loop; SoftPool's log in a second; NCHW ones at stride 2 along W alone,
+    the others the rows kernel), and at strides >= 2
     ``weighted.soft_quads_backward`` or ``weighted.mean_quads_backward`` (which
     recomputes y and S from x): the window kernels' bits for y, norm and dx in both
     layouts, float16/32/64, strides 1-3 along W, SoftPool and stochastic pooling's
@@ -872,7 +872,8 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
         x = _stored_as(x.astype(dtype), 2, channels_last)
         layout, apart, (names, y, norm, dx), (general_names, *slow) = (
             _rows_and_window_kernels(x, 2, (2, 2), stride, _weighted_passes, kind=kind))
-        assert names == ("weighted.weighted_quads_forward",
+        assert names == (_paired_quads((2, 2), stride, layout, "weighted.weighted_quads_forward")
+                         or "weighted.weighted_rows_forward",
                          _quads_backward(kind) if apart else "weighted.weighted_pool_backward")
         assert general_names[0] == "weighted.weighted_pool_forward"
         for fast, general in zip((y, norm, dx), slow, strict=True):
@@ -925,7 +926,8 @@ def test_gem_quads_forward_matches_the_window_kernel():
         eps = 1e-130 if trial % 3 == 0 else 0.02
         result = _rows_and_window_kernels(x, 2, (2, 2), stride, _gem_passes, eps=eps, p=p)
         layout, apart, (names, *fast), (general_names, *slow) = result
-        assert names[0] == (_quads_for_powers((2, 2), stride, result)
+        assert names[0] == (_paired_quads((2, 2), stride, layout,
+                                          "power_quads.gem_quads_forward")
                             or "power_mean.gem_rows_forward")
         assert general_names[0] == "power_mean.gem_window_forward"
         for a, b in zip(fast, slow, strict=True):
@@ -1057,8 +1059,8 @@ def test_blend_rows_kernels_match_the_window_kernels():
         layout, apart, (names, y, dx, dweights), (general_names, *slow) = (
             _rows_and_window_kernels(x, ndim, kernel, stride, _blend_passes, kind=kind,
                                      weights=weights))
-        assert names == ("blend.blend_quads_forward" if _quad(kernel)
-                         else "blend.blend_rows_forward",
+        assert names == (_paired_quads(kernel, stride, layout, "blend.blend_quads_forward")
+                         or "blend.blend_rows_forward",
                          "blend.blend_rows_backward" if apart else "blend.blend_window_backward")
         assert general_names == ("blend.blend_window_forward", "blend.blend_window_backward")
         np.testing.assert_array_equal(y, slow[0])
@@ -1071,11 +1073,12 @@ def test_blend_rows_kernels_match_the_window_kernels():
 
 def test_blend_quads_kernel_matches_the_window_kernel():
     """2x2 windows with no padding run ``blend.blend_quads_forward`` (the four taps in
-    one loop, no buffer): the window kernel's bits in both layouts, float16/32/64,
-    strides 1-3 along W (stride 2 on its own loop of interleaved loads), mixed and gated,
-    ties and NaN. A float32 forward computes in float32: mixed pooling's output is
-    ``s M + (1 - s) (sum / 4)`` in float32 arithmetic, bit for bit, and gated pooling's
-    the same with ``s = 1 / (1 + exp(-z))``, ``z`` and ``exp`` in float32."""
+    one loop, no buffer; NCHW ones at stride 2 along W alone, the others the rows
+    kernel): the window kernel's bits in both layouts, float16/32/64, strides 1-3 along
+    W, mixed and gated, ties and NaN. A float32 forward computes in float32: mixed
+    pooling's output is ``s M + (1 - s) (sum / 4)`` in float32 arithmetic, bit for bit,
+    and gated pooling's the same with ``s = 1 / (1 + exp(-z))``, ``z`` and ``exp`` in
+    float32."""
     from poolgrad.kernels import blend, elementary
 
     rng = np.random.default_rng(27)
@@ -1088,7 +1091,8 @@ def test_blend_quads_kernel_matches_the_window_kernel():
         x = _stored_as(x.astype(dtype), 2, channels_last)
         layout, _, (names, y, _, _), (general_names, *slow) = _rows_and_window_kernels(
             x, 2, (2, 2), stride, _blend_passes, kind=kind, weights=weights)
-        assert names[0] == "blend.blend_quads_forward"
+        assert names[0] == (_paired_quads((2, 2), stride, layout, "blend.blend_quads_forward")
+                            or "blend.blend_rows_forward")
         assert general_names[0] == "blend.blend_window_forward"
         np.testing.assert_array_equal(y, slow[0])
         if dtype == np.float32:

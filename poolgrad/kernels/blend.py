@@ -262,17 +262,12 @@ def _quad(top, bottom, i, j, gate, mixed, divisor, gated, real):
 def _quads_row(top, bottom, out, inner, steps, gate, mixed, divisor, gated, real):
     """One output row of :func:`blend_quads_forward`; ``gated`` a literal, so that each
     call compiles a loop with no branch on the kind."""
-    if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
+    if inner == 1:  # NCHW, at stride 2 (the rule's): interleaved loads
         for ow in range(out.shape[0]):
             i = uint64(2 * ow)
             out[uint64(ow)] = _quad(top, bottom, i, i + 1, gate, mixed, divisor, gated, real)
         return
     step, across = uint64(steps[2] * inner), uint64(inner)
-    if inner == 1:
-        for ow in range(out.shape[0]):
-            i = uint64(ow) * step
-            out[uint64(ow)] = _quad(top, bottom, i, i + 1, gate, mixed, divisor, gated, real)
-        return
     for ow in range(out.shape[0] // inner):
         base, at = uint64(ow) * step, uint64(ow) * across
         for c in range(inner):
@@ -283,10 +278,10 @@ def _quads_row(top, bottom, out, inner, steps, gate, mixed, divisor, gated, real
 
 @parallel_kernel
 def blend_quads_forward(x, inner, window, steps, chunks, tasks, count, kind, weights, y):
-    """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
-    :func:`blend_rows_forward`'s arguments, rows and bits: each output's four taps loaded
-    and folded in one loop over the row, vectorized along it (NCHW: pairs of
-    neighbours; channels-last: along C), with no buffer."""
+    """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding; NCHW ones at
+    stride 2 along W), with :func:`blend_rows_forward`'s arguments, rows and bits: each
+    output's four taps loaded and folded in one loop over the row, vectorized along it
+    (NCHW: pairs of neighbours; channels-last: along C), with no buffer."""
     real = y.dtype.type
     out_d, out_h = y.shape[1], y.shape[2]
     # copies held in registers: loads from the arguments inside the loops could alias

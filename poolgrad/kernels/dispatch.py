@@ -85,7 +85,7 @@ from . import (
 from . import channels_last as cl
 from . import max_pool as general_max
 from . import unpool as unpool_kernels
-from .rule import Kernel, apart, full_windows, quads_for_powers, rules_of
+from .rule import Kernel, apart, full_windows, paired_quads, rules_of
 from .rule import Rule as _Rule
 from .rule import always as _always
 from .rule import values_only as _values
@@ -506,7 +506,7 @@ _RULES = {
               operand.layout == "nchw", _global_avg_back)] + _AVG_BACKWARD,
     # windows inside x without dilation: GeM's rows kernels, with the general ones' bits
     ("lp", "forward"): [
-        _Rule("power_quads.gem_quads_forward", quads_for_powers,
+        _Rule("power_quads.gem_quads_forward", paired_quads,
               _lp_as_gem(kind_rules.gem_quads, "forward")),
         _Rule("power_mean.gem_rows_forward", full_windows, _lp_as_gem(
             kind_rules.gem_rows(power_mean.gem_rows_forward, "forward"), "forward")),

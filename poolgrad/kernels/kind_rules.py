@@ -28,7 +28,7 @@ from . import (
     stochastic,
     weighted,
 )
-from .rule import Rule, always, apart, full_windows, quads, quads_apart, quads_for_powers
+from .rule import Rule, always, apart, full_windows, paired_quads, quads, quads_apart
 
 
 def streams_rows(plan, operand, record) -> bool:
@@ -489,7 +489,7 @@ RULES = {
         Rule("power_mean.gem_global_backward_planes", always,
              _bound(power_mean.gem_global_backward_planes))],
     ("gem", "forward"): [
-        Rule("power_quads.gem_quads_forward", quads_for_powers, gem_quads),
+        Rule("power_quads.gem_quads_forward", paired_quads, gem_quads),
         Rule("power_mean.gem_rows_forward", full_windows,
              _then_copied(gem_rows(power_mean.gem_rows_forward, "forward"))),
         Rule("power_mean.gem_window_forward", always, _then_copied(_gem))],
@@ -511,7 +511,7 @@ RULES = {
         Rule("blur_rows.blur_rows_backward", streams_rows, _blur_rows_back(False)),
         Rule("blur.blur_pool_backward", always, _blur_back)],
     ("weighted", "forward"): [
-        Rule("weighted.weighted_quads_forward", quads, _weighted_quads),
+        Rule("weighted.weighted_quads_forward", paired_quads, _weighted_quads),
         Rule("weighted.weighted_rows_forward", full_windows,
              _then_copied(_weighted_rows(weighted.weighted_rows_forward, True))),
         Rule("weighted.weighted_pool_forward", always, _then_copied(_weighted))],
@@ -524,7 +524,7 @@ RULES = {
              needs_outputs=False),
         *_WEIGHTED_BACKWARDS],
     ("blend", "forward"): [
-        Rule("blend.blend_quads_forward", quads,
+        Rule("blend.blend_quads_forward", paired_quads,
              _blend_rows(True, blend.blend_quads_forward)),
         Rule("blend.blend_rows_forward", full_windows, _blend_rows(True)),
         Rule("blend.blend_window_forward", always, _blend_window(True))],

@@ -1,6 +1,6 @@
 """GeM and Lp over 2x2 windows with no padding, fused: each window's four taps loaded,
 raised and summed, and its root taken, in one loop along an output row. NCHW rows take
-stride 2 along W alone (:func:`.rule.quads_for_powers`).
+stride 2 along W alone (:func:`.rule.paired_quads`).
 
 The rows are :func:`.power_mean.gem_rows_forward`'s (``x`` ``(P, D, H, W * inner)``:
 NCHW planes with ``inner`` 1, or channels-last images with ``inner`` C), and so are the

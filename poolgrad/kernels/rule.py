@@ -79,10 +79,11 @@ def quads_apart(plan, operand, record) -> bool:
     return quads(plan, operand, record) and apart(plan, operand, record)
 
 
-def quads_for_powers(plan, operand, record) -> bool:
-    """GeM's and Lp's 2x2 forward: full 2x2 windows, NCHW ones at stride 2 along W. At
-    another stride an NCHW row of windows does not vectorize, and the rows kernel was
-    1.6-10x faster (docs/performance.md)."""
+def paired_quads(plan, operand, record) -> bool:
+    """The 2x2 one-loop forwards' windows (GeM's and Lp's, the weighted averages', the
+    blends'): full 2x2 windows, NCHW ones at stride 2 along W. At another stride an NCHW
+    row of windows did not vectorize, and the rows kernels were up to 10x faster
+    (docs/performance.md, "2x2 windows on NCHW at other strides")."""
     return quads(plan, operand, record) and (
         operand.layout == "channels_last" or plan.kernel_axes[-1].rule[1] == 2)
 

@@ -215,15 +215,9 @@ def _quads_row(top, bottom, means, sums, largest, norms, inner, steps, soft, rea
     fifth array of the caller's did the same for NCHW (the stochastic mean's forward,
     3.0 ms against 1.3). Returns whether a ``SELF`` window was not weights (a negative or
     NaN tap, or a sum that is infinite in x's dtype; False for SoftPool)."""
-    if inner == 1 and steps[2] == 2:  # a constant stride: interleaved loads
+    if inner == 1:  # NCHW, at stride 2 (the rule's): interleaved loads
         for ow in range(means.shape[0]):
             at, i = uint64(ow), uint64(2 * ow)
-            means[at], sums[at], largest[at] = _quad(top, bottom, i, i + 1, soft, real)
-    elif inner == 1:
-        step = uint64(steps[2])
-        for ow in range(means.shape[0]):
-            at = uint64(ow)
-            i = at * step
             means[at], sums[at], largest[at] = _quad(top, bottom, i, i + 1, soft, real)
     else:
         step, across = uint64(steps[2] * inner), uint64(inner)
@@ -251,10 +245,10 @@ def _quads_row(top, bottom, means, sums, largest, norms, inner, steps, soft, rea
 @parallel_kernel
 def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm, invalid,
                            copy):
-    """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding), with
-    :func:`weighted_rows_forward`'s arguments, rows and bits: each output's four taps
-    loaded, weighted and summed in one loop along the row, vectorized (NCHW: pairs of
-    neighbours; channels-last: along C).
+    """The forward of 2x2 windows (``window`` ``(1, 2, 2)``, no padding; NCHW ones at
+    stride 2 along W), with :func:`weighted_rows_forward`'s arguments, rows and bits:
+    each output's four taps loaded, weighted and summed in one loop along the row,
+    vectorized (NCHW: pairs of neighbours; channels-last: along C).
 
     ``norm`` may be empty (a forward that no backward follows): it is then not written.
     For ``SELF``, ``invalid[task]`` says whether a window that task read was not weights
