@@ -53,32 +53,54 @@ def _for_float32(whole):
     return lambda whole: answer
 
 
-@inlined
 def raised(base, p, whole):
     """``base ** p`` for ``base >= 0`` (or NaN): by ``whole.ndim`` multiplications when
     ``whole`` is a whole power, else by :mod:`.elementary`'s ``exp`` and ``log`` (for
     :data:`FOR_FLOAT32`, ``exp2`` and ``log2``), which give 0 for 0 and NaN for NaN."""
-    if whole is None:
-        return elementary.exp(p * elementary.log(base))
-    if for_float32(whole):
-        return elementary.exp2_for_float32(p * elementary.log2_for_float32(base))
-    result = 1.0
-    for _ in range(whole.ndim):
-        result *= base
-    return result
+    raise NotImplementedError("only for Numba-compiled kernels")
 
 
-@inlined
+# base ** k by k multiplications, for k 0 to MULTIPLIED_UP_TO, in the order of a loop
+# from 1.0 (the bits of the loop they replace): no loop, so no SSA work when inlined
+_PRODUCTS = tuple(inlined(product) for product in (
+    lambda base: 1.0,
+    lambda base: 1.0 * base,
+    lambda base: 1.0 * base * base,
+    lambda base: 1.0 * base * base * base,
+    lambda base: 1.0 * base * base * base * base,
+    lambda base: 1.0 * base * base * base * base * base,
+    lambda base: 1.0 * base * base * base * base * base * base,
+    lambda base: 1.0 * base * base * base * base * base * base * base,
+    lambda base: 1.0 * base * base * base * base * base * base * base * base))
+
+
+@overload(raised, inline="always", jit_options=JIT_OPTIONS)
+def _raised(base, p, whole):
+    # one implementation per form, chosen by type: an inlined function whose branches
+    # were all typed made every kernel that raises compile for longer
+    if isinstance(whole, types.NoneType):
+        return lambda base, p, whole: elementary.exp(p * elementary.log(base))
+    if isinstance(whole, types.Array) and whole.dtype == types.float32:
+        return lambda base, p, whole: elementary.exp2_for_float32(
+            p * elementary.log2_for_float32(base))
+    product = _PRODUCTS[whole.ndim]
+    return lambda base, p, whole: product(base)
+
+
 def raised_less_one(base, p, whole):
     """``base ** (p - 1)``, as :func:`raised` raises."""
-    if whole is None:
-        return elementary.exp((p - 1.0) * elementary.log(base))
-    if for_float32(whole):
-        return elementary.exp2_for_float32((p - 1.0) * elementary.log2_for_float32(base))
-    result = 1.0
-    for _ in range(whole.ndim - 1):
-        result *= base
-    return result
+    raise NotImplementedError("only for Numba-compiled kernels")
+
+
+@overload(raised_less_one, inline="always", jit_options=JIT_OPTIONS)
+def _raised_less_one(base, p, whole):
+    if isinstance(whole, types.NoneType):
+        return lambda base, p, whole: elementary.exp((p - 1.0) * elementary.log(base))
+    if isinstance(whole, types.Array) and whole.dtype == types.float32:
+        return lambda base, p, whole: elementary.exp2_for_float32(
+            (p - 1.0) * elementary.log2_for_float32(base))
+    product = _PRODUCTS[whole.ndim - 1]
+    return lambda base, p, whole: product(base)
 
 
 @inlined
