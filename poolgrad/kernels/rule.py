@@ -69,7 +69,8 @@ def full_windows(plan, operand, record) -> bool:
 
 
 def quads(plan, operand, record) -> bool:
-    """Full 2x2 windows (the blends' one-loop forward)."""
+    """Full 2x2 windows (stochastic pooling's 2x2 draw; the one-loop forwards take
+    :func:`paired_quads`)."""
     return full_windows(plan, operand, record) and tuple(
         a.extent for a in plan.kernel_axes) == (1, 2, 2)
 
