@@ -902,9 +902,9 @@ def test_weighted_quads_kernel_matches_the_window_kernel():
 
 def test_gem_quads_forward_matches_the_window_kernel():
     """GeM over 2x2 windows with no padding runs ``power_quads.gem_quads_forward`` (the
-    four taps raised and summed in one loop, then the roots), NCHW ones at stride 2
-    along W alone, and other NCHW 2x2 windows the rows kernel: the window kernel's bits for
-    y, and the rows and window kernels' for dx and dp, in both layouts, float32 and
+    four taps raised and summed and the root taken in one loop), NCHW ones at stride 2
+    along W alone, and other NCHW 2x2 windows the rows kernel: the window kernel's bits
+    for y, and the rows and window kernels' for dx and dp, in both layouts, float32 and
     float64, strides 1-3 along W, powers 3 (float32: three Newton steps) and 4.5
     (float64: exp and log; the powers and dtypes of the rows test, as each compiles
     the kernels anew), NaN, the clamp, and windows whose sums underflow or overflow

@@ -47,9 +47,14 @@ def for_float32(whole):
     raise NotImplementedError("only for Numba-compiled kernels")
 
 
+def _is_for_float32(whole) -> bool:
+    """Whether the Numba type ``whole`` is :data:`FOR_FLOAT32`'s (at typing time)."""
+    return isinstance(whole, types.Array) and whole.dtype == types.float32
+
+
 @overload(for_float32, inline="always", jit_options=JIT_OPTIONS)
 def _for_float32(whole):
-    answer = isinstance(whole, types.Array) and whole.dtype == types.float32
+    answer = _is_for_float32(whole)
     return lambda whole: answer
 
 
@@ -80,7 +85,7 @@ def _raised(base, p, whole):
     # were all typed made every kernel that raises compile for longer
     if isinstance(whole, types.NoneType):
         return lambda base, p, whole: elementary.exp(p * elementary.log(base))
-    if isinstance(whole, types.Array) and whole.dtype == types.float32:
+    if _is_for_float32(whole):
         return lambda base, p, whole: elementary.exp2_for_float32(
             p * elementary.log2_for_float32(base))
     product = _PRODUCTS[whole.ndim]
@@ -96,7 +101,7 @@ def raised_less_one(base, p, whole):
 def _raised_less_one(base, p, whole):
     if isinstance(whole, types.NoneType):
         return lambda base, p, whole: elementary.exp((p - 1.0) * elementary.log(base))
-    if isinstance(whole, types.Array) and whole.dtype == types.float32:
+    if _is_for_float32(whole):
         return lambda base, p, whole: elementary.exp2_for_float32(
             (p - 1.0) * elementary.log2_for_float32(base))
     product = _PRODUCTS[whole.ndim - 1]
