@@ -807,11 +807,27 @@ def _doubled_squares(src, dst, n, BLOCK: tl.constexpr):
     tl.store(dst + offs, _twice(v * v) + _twice(v), mask=live)
 
 
+@triton.jit
+def _zeros_plus_twice(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < n
+    v = tl.load(src + offs, mask=live)
+    # tl.zeros is a jitted helper whose module holds tl.core, which the kernel's
+    # globals (tl) do not
+    tl.store(dst + offs, tl.zeros((BLOCK,), tl.float32) + _twice(v), mask=live)
+
+
 @pytest.mark.skipif(CUDA, reason="the interpreter's patches (no GPU)")
-def test_the_interpreter_patches_the_language_once_per_launch(monkeypatch):
-    """tests/triton_interpreter.py: a launch patches triton.language once, its helpers'
-    calls reuse that patch, and the kernel computes what it computes with a patch per
-    helper call."""
+@pytest.mark.parametrize("kernel,patches,expected", [
+    # the launch, then none of the helpers' calls (two per program)
+    (_doubled_squares, 1, lambda src: 2 * src * src + 2 * src),
+    # the launch, then tl.zeros's first call (tl.core), then none
+    (_zeros_plus_twice, 2, lambda src: 2 * src)])
+def test_the_interpreter_patches_the_language_once_per_launch(monkeypatch, kernel, patches,
+                                                              expected):
+    """tests/triton_interpreter.py: a launch patches each language module once, its
+    helpers' calls reuse those patches, and the kernel computes what it computes with a
+    patch per helper call."""
     from triton.runtime import interpreter
 
     assert interpreter._patch_lang.skips_repeats
@@ -831,9 +847,9 @@ def test_the_interpreter_patches_the_language_once_per_launch(monkeypatch):
         else:  # every call Triton makes, each patching
             monkeypatch.setattr(interpreter, "_patch_lang", counted)
         dst = torch.empty_like(src)
-        _doubled_squares[(4,)](src, dst, src.numel(), BLOCK=4)
+        kernel[(4,)](src, dst, src.numel(), BLOCK=4)
         results.append((dst, len(patched)))
-    (skipping, launches), (every, calls) = results
-    assert launches == 1 and calls == 1 + 4 * 2  # the launch, then each program's helpers
+    (skipping, made), (every, calls) = results
+    assert made == patches and calls == 1 + 4 * 2  # the launch, then each program's helpers
     same_bits(skipping, every)
-    same_bits(skipping, 2 * src * src + 2 * src)
+    same_bits(skipping, expected(src))
