@@ -226,15 +226,14 @@ def _quads_row(top, bottom, means, sums, largest, norms, inner, steps, soft, rea
     ``keep``, a second loop over them (in L1) writes ``norms``: SoftPool's ``log`` in
     the first kept that loop scalar (6.5 ms against 3.8 on a channels-last layer), and a
     fifth array of the caller's did the same for NCHW (the stochastic mean's forward,
-    3.0 ms against 1.3). Without ``keep``, the mean's check is counted in the first loop
-    and the second is skipped. Returns whether a ``SELF`` window was not weights (a negative or
-    NaN tap, or a sum that is infinite in x's dtype; False for SoftPool)."""
+    3.0 ms against 1.3). Without ``keep``, the mean's check is counted in the first
+    loop and the second is skipped. Returns whether a ``SELF`` window was not weights (a
+    negative or NaN tap, or a sum that is infinite in x's dtype; False for SoftPool)."""
     # the stochastic mean with no norm kept counts its check in the loop that sums, in
     # one pass (a constant: each call's loop keeps one of the two bodies)
     count = not soft and not keep
-    # an int32 count, summed by np.add: Numba's + would widen it to int64, and int64
-    # lanes halved the vectors of the float32 loop (0.83 against 0.59 ms, channels-last
-    # 32x64x56x56 at 2 threads)
+    # an int32 count, summed by np.add: Numba's + would widen it to int64, whose lanes
+    # halve the float32 loop's vectors (ymm, not zmm)
     not_weights = np.int32(0)
     if inner == 1:  # NCHW, at stride 2 (the rule's): interleaved loads
         for ow in range(means.shape[0]):
