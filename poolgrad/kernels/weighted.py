@@ -206,32 +206,32 @@ def _quad(top, bottom, i, j, soft, real):
 
 
 @inlined
-def _quad_out(top, bottom, i, j, soft, real, means, sums, largest, at, count):
-    """:func:`_quad`'s window written at ``at``: its mean to ``means``, and its ``S``
-    and ``M`` to ``sums`` and ``largest``, or with ``count`` (a constant) its check
-    returned instead (1 where the window is not weights, else 0)."""
+def _quad_out(top, bottom, i, j, soft, real, means, sums, largest, at, keep):
+    """:func:`_quad`'s window written at ``at``: its mean to ``means``, SoftPool's ``S``
+    and ``M`` to ``sums`` and ``largest``, and with ``keep`` the mean's ``S`` to
+    ``sums``; returns the mean's check (1 where the window is not weights, else 0; 0
+    for SoftPool)."""
     mean, total, tag = _quad(top, bottom, i, j, soft, real)
     means[at] = mean
-    if count:
-        return np.int32(tag == real(0.0))
-    sums[at], largest[at] = total, tag
-    return np.int32(0)
+    if soft:
+        sums[at], largest[at] = total, tag
+        return np.int32(0)
+    if keep:
+        sums[at] = total
+    return np.int32(tag == real(0.0))
 
 
 @inlined
 def _quads_row(top, bottom, means, sums, largest, norms, inner, steps, soft, real, keep):
     """One output row of :func:`weighted_quads_forward`; ``soft`` a literal, so that
     each call compiles loops with no branch on the kind. The first loop writes each
-    window's ``S`` and ``M`` into the task's own buffers ``sums`` and ``largest``; with
-    ``keep``, a second loop over them (in L1) writes ``norms``: SoftPool's ``log`` in
-    the first kept that loop scalar (6.5 ms against 3.8 on a channels-last layer), and a
+    window's mean, and the ``S`` (and SoftPool's ``M``) a backward needs into the task's
+    own buffers ``sums`` and ``largest``, and counts the mean's check; with ``keep``, a
+    second loop over the buffers (in L1) writes ``norms``: SoftPool's ``log`` in the
+    first kept that loop scalar (6.5 ms against 3.8 on a channels-last layer), and a
     fifth array of the caller's did the same for NCHW (the stochastic mean's forward,
-    3.0 ms against 1.3). Without ``keep``, the mean's check is counted in the first
-    loop and the second is skipped. Returns whether a ``SELF`` window was not weights (a
-    negative or NaN tap, or a sum that is infinite in x's dtype; False for SoftPool)."""
-    # the stochastic mean with no norm kept counts its check in the loop that sums, in
-    # one pass (a constant: each call's loop keeps one of the two bodies)
-    count = not soft and not keep
+    3.0 ms against 1.3). Returns whether a ``SELF`` window was not weights (a negative or
+    NaN tap, or a sum that is infinite in x's dtype; False for SoftPool)."""
     # an int32 count, summed by np.add: Numba's + would widen it to int64, whose lanes
     # halve the float32 loop's vectors (ymm, not zmm)
     not_weights = np.int32(0)
@@ -239,7 +239,7 @@ def _quads_row(top, bottom, means, sums, largest, norms, inner, steps, soft, rea
         for ow in range(means.shape[0]):
             at, i = uint64(ow), uint64(2 * ow)
             not_weights = np.add(not_weights, _quad_out(top, bottom, i, i + 1, soft, real,
-                                                        means, sums, largest, at, count))
+                                                        means, sums, largest, at, keep))
     else:
         step, across = uint64(steps[2] * inner), uint64(inner)
         for ow in range(means.shape[0] // inner):
@@ -247,22 +247,12 @@ def _quads_row(top, bottom, means, sums, largest, norms, inner, steps, soft, rea
             for c in range(inner):
                 i, at = base + uint64(c), first + uint64(c)
                 not_weights = np.add(not_weights, _quad_out(
-                    top, bottom, i, i + across, soft, real, means, sums, largest, at, count))
-    if count:
-        return not_weights != 0
-    invalid = False
-    if soft:
-        if keep:
-            for o in range(norms.shape[0]):
-                at = uint64(o)
-                norms[at] = largest[at] + elementary.log_in(sums[at])
-        return invalid
-    for o in range(largest.shape[0]):
-        at = uint64(o)
-        invalid |= largest[at] == 0
-        if keep:
-            norms[at] = sums[at]
-    return invalid
+                    top, bottom, i, i + across, soft, real, means, sums, largest, at, keep))
+    if keep:
+        for o in range(norms.shape[0]):
+            at = uint64(o)
+            norms[at] = largest[at] + elementary.log_in(sums[at]) if soft else sums[at]
+    return not_weights != 0
 
 
 @parallel_kernel
@@ -285,12 +275,13 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
     real = y.dtype.type
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     keep, copies = norm.size != 0, copy.size != 0
+    # each task's buffers, only where the row's second loop reads them (an NCHW layer
+    # has thousands of tasks)
+    summed = out_l if kind == SOFT or keep else 0
+    largest_of = out_l if kind == SOFT else 0
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
-        # the mean with no norm kept counts its check and needs no buffers (an NCHW
-        # layer has thousands of tasks)
-        buffered = out_l if kind == SOFT or keep else 0
-        largest, sums = np.empty(buffered, y.dtype), np.empty(buffered, y.dtype)
+        largest, sums = np.empty(largest_of, y.dtype), np.empty(summed, y.dtype)
         bad = False
         for row in range(first, end):
             od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
