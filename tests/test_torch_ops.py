@@ -331,6 +331,41 @@ def test_max_pool_keeps_one_byte_per_output():
     assert saved[-1].dtype == torch.uint16
 
 
+def test_eager_formulas_get_zeros_only_where_an_output_is_differentiable(monkeypatch):
+    """Eager calls give a formula None, not a fresh tensor of zeros, for an output that
+    takes no gradient (max pooling's winners), and zeros where a differentiable output
+    got none (the weights' gradient of a blend's backward, when only ``dx`` is used), as
+    the op's own autograd does: the gradients are the op's either way."""
+    from poolgrad.torch import _autograd, _kind_ops
+
+    received = []
+    backward, setup = _autograd.AUTOGRAD[O.max_pool]
+
+    def recording(ctx, *grads):
+        received.append(grads)
+        return backward(ctx, *grads)
+    monkeypatch.setitem(_autograd.AUTOGRAD, O.max_pool, (recording, setup))
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    (pt.max_pool2d(x, 2) * torch.arange(96.0).reshape(2, 3, 4, 4)).sum().backward()
+    [(dy, winners_grad)] = received
+    assert winners_grad is None and dy.shape == (2, 3, 4, 4)
+    assert torch.equal(x.grad, torch.autograd.grad(
+        (O.max_pool(x, window2d(2, 2, 0), "first")[0]
+         * torch.arange(96.0).reshape(2, 3, 4, 4)).sum(), x)[0])
+
+    window = window2d(2, 2, 0)
+    weights = torch.tensor([0.3], dtype=torch.float64)
+    dy = torch.randn(2, 3, 4, 4, dtype=torch.float64, requires_grad=True)
+    xs = torch.randn(2, 3, 8, 8, dtype=torch.float64, requires_grad=True)
+    probe = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    grads = []
+    for run in (_autograd.call, lambda op, *args: op(*args)):  # eager path, then the op
+        dx, _ = run(_kind_ops.blend_pool_backward, dy, xs, weights, _kind_ops.MIXED, window)
+        grads.append(torch.autograd.grad((dx * probe).sum(), (dy, xs), allow_unused=True))
+    for eager, op in zip(*grads, strict=True):
+        assert (eager is None and op is None) or torch.allclose(eager, op, rtol=0, atol=1e-12)
+
+
 def test_cpu_tensors_run_zero_copy(monkeypatch):
     seen = []
     engine = cpu.engines.max_engine

@@ -82,20 +82,40 @@ def _implementation(op, args):
 
 
 class _EagerAutograd(torch.autograd.Function):
-    """An op's implementation under the op's own autograd formula (eager mode)."""
+    """An op's implementation under the op's own autograd formula (eager mode).
+
+    A formula gets zeros, as from the op's own autograd, for a differentiable output
+    that received no gradient, and None for the others (winners, tap numbers, and
+    outputs its setup marks non-differentiable), which every formula ignores: autograd
+    would otherwise fill a fresh tensor of zeros for each of them on every backward,
+    as large as the output."""
 
     @staticmethod
     def forward(ctx, op, implementation, *args):
         output = implementation(*args)
         ctx.op = op
         AUTOGRAD[op][1](ctx, args, output)
+        ctx.set_materialize_grads(False)
+        ctx.zeros = _zero_grads(ctx, output)
         return output
 
     @staticmethod
     def backward(ctx, *grads):
+        grads = tuple(
+            torch.zeros(zeros[0], dtype=zeros[1], device=zeros[2])
+            if grad is None and zeros is not None else grad
+            for grad, zeros in zip(grads, ctx.zeros, strict=True))
         return (None, None, *AUTOGRAD[ctx.op][0](ctx, *grads))
 
 
+def _zero_grads(ctx, output) -> tuple:
+    """Per output of an op, ``(shape, dtype, device)`` of the zeros its formula gets in
+    place of a missing gradient (autograd's: contiguous), or None where it gets None."""
+    fixed = getattr(ctx, "non_differentiable", None) or ()
+    return tuple(
+        (tuple(o.shape), o.dtype, o.device)
+        if o.is_floating_point() and not any(o is f for f in fixed) else None
+        for o in (output if isinstance(output, tuple) else (output,)))
 
 
 # ------------------------------------------------------------ composites for 2nd order
