@@ -2,11 +2,11 @@
 right by hand, every mode writes its figures, and bad arguments get one clear line."""
 
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from in_process import run_command
 
 import poolgrad as pg
 from poolgrad import cli, explain
@@ -165,8 +165,7 @@ def test_invariance_is_local_to_the_window():
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "poolgrad.cli", "explain", *args],
-                          capture_output=True, text=True)
+    return run_command("explain", *args)
 
 
 def assert_figures(folder, names):

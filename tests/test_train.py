@@ -6,11 +6,11 @@ import json
 import os
 import re
 import struct
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from in_process import run_command
 
 from poolgrad import cli as poolgrad_cli
 from poolgrad import train
@@ -371,8 +371,7 @@ def test_idx_errors(tmp_path):
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "poolgrad.cli", "train", *args],
-                          capture_output=True, text=True, cwd=cwd)
+    return run_command("train", *args, cwd=cwd)
 
 
 def test_cli_trains_on_idx_files(tmp_path):
