@@ -345,15 +345,14 @@ def test_eager_formulas_get_zeros_only_where_an_output_is_differentiable(monkeyp
         received.append(grads)
         return backward(ctx, *grads)
     monkeypatch.setitem(_autograd.AUTOGRAD, O.max_pool, (recording, setup))
+    window, scale = window2d(2, 2, 0), torch.arange(96.0).reshape(2, 3, 4, 4)
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
-    (pt.max_pool2d(x, 2) * torch.arange(96.0).reshape(2, 3, 4, 4)).sum().backward()
+    (pt.max_pool2d(x, 2) * scale).sum().backward()
     [(dy, winners_grad)] = received
     assert winners_grad is None and dy.shape == (2, 3, 4, 4)
     assert torch.equal(x.grad, torch.autograd.grad(
-        (O.max_pool(x, window2d(2, 2, 0), "first")[0]
-         * torch.arange(96.0).reshape(2, 3, 4, 4)).sum(), x)[0])
+        (O.max_pool(x, window, "first")[0] * scale).sum(), x)[0])
 
-    window = window2d(2, 2, 0)
     weights = torch.tensor([0.3], dtype=torch.float64)
     dy = torch.randn(2, 3, 4, 4, dtype=torch.float64, requires_grad=True)
     xs = torch.randn(2, 3, 8, 8, dtype=torch.float64, requires_grad=True)

@@ -207,31 +207,31 @@ def _quad(top, bottom, i, j, soft, real):
 
 @inlined
 def _quad_out(top, bottom, i, j, soft, real, means, sums, largest, at, keep):
-    """:func:`_quad`'s window written at ``at``: its mean to ``means``, SoftPool's ``S``
-    and ``M`` to ``sums`` and ``largest``, and with ``keep`` the mean's ``S`` to
-    ``sums``; returns the mean's check (1 where the window is not weights, else 0; 0
-    for SoftPool)."""
+    """:func:`_quad`'s window written at ``at``: its mean to ``means``, and with
+    ``keep`` what ``norm`` is made of, its ``S`` to ``sums`` (and SoftPool's ``M`` to
+    ``largest``); returns the mean's check (1 where the window is not weights, else 0;
+    0 for SoftPool)."""
     mean, total, tag = _quad(top, bottom, i, j, soft, real)
     means[at] = mean
-    if soft:
-        sums[at], largest[at] = total, tag
-        return np.int32(0)
     if keep:
         sums[at] = total
-    return np.int32(tag == real(0.0))
+        if soft:
+            largest[at] = tag
+    return np.int32(0) if soft else np.int32(tag == real(0.0))
 
 
 @inlined
 def _quads_row(top, bottom, means, sums, largest, norms, inner, steps, soft, real, keep):
     """One output row of :func:`weighted_quads_forward`; ``soft`` a literal, so that
     each call compiles loops with no branch on the kind. The first loop writes each
-    window's mean, and the ``S`` (and SoftPool's ``M``) a backward needs into the task's
-    own buffers ``sums`` and ``largest``, and counts the mean's check; with ``keep``, a
-    second loop over the buffers (in L1) writes ``norms``: SoftPool's ``log`` in the
-    first kept that loop scalar (6.5 ms against 3.8 on a channels-last layer), and a
-    fifth array of the caller's did the same for NCHW (the stochastic mean's forward,
-    3.0 ms against 1.3). Returns whether a ``SELF`` window was not weights (a negative or
-    NaN tap, or a sum that is infinite in x's dtype; False for SoftPool)."""
+    window's mean and counts the mean's check; with ``keep``, it also writes the ``S``
+    (and SoftPool's ``M``) a backward needs into the task's own buffers ``sums`` and
+    ``largest``, and a second loop over them (in L1) writes ``norms``: SoftPool's
+    ``log`` in the first kept that loop scalar (6.5 ms against 3.8 on a channels-last
+    layer), and a fifth array of the caller's did the same for NCHW (the stochastic
+    mean's forward, 3.0 ms against 1.3). Returns whether a ``SELF`` window was not
+    weights (a negative or NaN tap, or a sum that is infinite in x's dtype; False for
+    SoftPool)."""
     # an int32 count, summed by np.add: Numba's + would widen it to int64, whose lanes
     # halve the float32 loop's vectors (ymm, not zmm)
     not_weights = np.int32(0)
@@ -275,10 +275,10 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
     real = y.dtype.type
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     keep, copies = norm.size != 0, copy.size != 0
-    # each task's buffers, only where the row's second loop reads them (an NCHW layer
+    # each task's buffers, only where the rows' second loop reads them (an NCHW layer
     # has thousands of tasks)
-    summed = out_l if kind == SOFT or keep else 0
-    largest_of = out_l if kind == SOFT else 0
+    summed = out_l if keep else 0
+    largest_of = out_l if kind == SOFT and keep else 0
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         largest, sums = np.empty(largest_of, y.dtype), np.empty(summed, y.dtype)

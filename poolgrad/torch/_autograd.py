@@ -101,19 +101,19 @@ class _EagerAutograd(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        grads = tuple(
-            torch.zeros(zeros[0], dtype=zeros[1], device=zeros[2])
-            if grad is None and zeros is not None else grad
-            for grad, zeros in zip(grads, ctx.zeros, strict=True))
+        grads = tuple(torch.zeros(**zeros) if grad is None and zeros is not None else grad
+                      for grad, zeros in zip(grads, ctx.zeros, strict=True))
         return (None, None, *AUTOGRAD[ctx.op][0](ctx, *grads))
 
 
 def _zero_grads(ctx, output) -> tuple:
-    """Per output of an op, ``(shape, dtype, device)`` of the zeros its formula gets in
-    place of a missing gradient (autograd's: contiguous), or None where it gets None."""
+    """Per output of an op, the ``torch.zeros`` arguments of what its formula gets in
+    place of a missing gradient (autograd's zeros: contiguous), or None where it gets
+    None: an output that is not floating, or that the setup marked non-differentiable
+    (``mark_non_differentiable`` keeps them in ``ctx.non_differentiable``)."""
     fixed = getattr(ctx, "non_differentiable", None) or ()
     return tuple(
-        (tuple(o.shape), o.dtype, o.device)
+        {"size": o.shape, "dtype": o.dtype, "device": o.device}
         if o.is_floating_point() and not any(o is f for f in fixed) else None
         for o in (output if isinstance(output, tuple) else (output,)))
 
