@@ -1,6 +1,6 @@
 """GeM and Lp over 2x2 windows with no padding, fused: each window's four taps loaded,
-raised and summed, and its root taken, in one loop along an output row. NCHW rows take
-stride 2 along W alone (:func:`.rule.paired_quads`).
+raised and summed, and its root taken, along an output row, in one pass over x. NCHW
+rows take stride 2 along W alone (:func:`.rule.paired_quads`).
 
 The rows are :func:`.power_mean.gem_rows_forward`'s (``x`` ``(P, D, H, W * inner)``:
 NCHW planes with ``inner`` 1, or channels-last images with ``inner`` C), and so are the
@@ -15,7 +15,7 @@ from numba import prange, uint64
 
 from . import parallel_kernel
 from .power_mean import rows_rescaled
-from .powers import clamped, divisor, in_range, raised, root
+from .powers import clamped, divisor, in_range, raised, real_power, root
 from .walk import copy_row, inlined, quad_rows, rows_task
 
 
@@ -40,34 +40,64 @@ def _quad_taps(o, inner, steps):
 
 
 @inlined
-def _quad_root(top, bottom, i, j, eps, p, whole, precise, out, at):
-    """One 2x2 window's power mean, the :func:`.powers.root` of its :func:`_quad_sum`
-    over the count, written to ``out[at]``; returns 1 where the sum left the range,
-    else 0."""
-    total = _quad_sum(top, bottom, i, j, eps, p, whole)
-    out[at] = root(total / divisor(4, eps), p, whole, precise)
-    return 0 if in_range(total) else 1
+def _raise_row(row, eps, p, whole, powers):
+    """``powers[i] = z^p`` of ``row[i]`` for the first ``powers.shape[0]`` taps, in
+    float64: a contiguous loop, which vectorizes fully."""
+    for i in range(powers.shape[0]):
+        at = uint64(i)
+        powers[at] = raised(clamped(np.float64(row[at]), eps), p, whole)
 
 
 @inlined
-def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise):
+def _roots(sums, out, eps, p, whole, precise):
+    """``out[o]``, the power mean of the 2x2 window whose sum is ``sums[o]``."""
+    for o in range(out.shape[0]):
+        at = uint64(o)
+        out[at] = root(sums[at] / divisor(4, eps), p, whole, precise)
+
+
+@inlined
+def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise, top_powers,
+               bottom_powers, sums):
     """``out[o]``, the power mean of output ``o``'s window along a row of 2x2 windows;
-    returns how many sums left the range. Each root runs in the loop that sums, and no
-    sum is stored: a second pass over stored sums cost a channels-last Lp forward a
-    third of its time (docs/performance.md)."""
+    returns how many sums left the range, counted in the loop that sums.
+
+    An NCHW row (at stride 2, the rule's) raises its two rows' taps into
+    ``top_powers`` and ``bottom_powers`` first: raised in the loop that sums, each
+    window's neighbours took interleaved loads, and a real ``p`` ran 1.5x as long. A
+    channels-last row raises in the loop that sums. Where ``p`` is real, the roots
+    (an exp and a log each) then run over the stored ``sums``: counted in the roots'
+    loop, the sums that left the range cost a tenth of the time. A whole ``p`` takes
+    each root in the loop that sums, on channels-last rows: a second pass over stored
+    sums cost a channels-last Lp forward a third of its time (docs/performance.md)."""
     outside = 0
-    if inner == 1:  # NCHW, at stride 2 (the rule's): interleaved loads
+    if inner == 1:
+        _raise_row(top, eps, p, whole, top_powers)
+        _raise_row(bottom, eps, p, whole, bottom_powers)
         for ow in range(out.shape[0]):
             at, i = uint64(ow), uint64(2 * ow)
-            outside += _quad_root(top, bottom, i, i + 1, eps, p, whole, precise, out, at)
-    else:
-        step, across = uint64(steps[2] * inner), uint64(inner)
-        for ow in range(out.shape[0] // inner):
-            base, first = uint64(ow) * step, uint64(ow) * across
-            for c in range(inner):
-                i, at = base + uint64(c), first + uint64(c)
-                outside += _quad_root(top, bottom, i, i + across, eps, p, whole, precise,
-                                      out, at)
+            total = 0.0 + top_powers[i]
+            total += top_powers[i + uint64(1)]
+            total += bottom_powers[i]
+            total += bottom_powers[i + uint64(1)]
+            sums[at] = total
+            outside += 0 if in_range(total) else 1
+        _roots(sums, out, eps, p, whole, precise)
+        return outside
+    step, across = uint64(steps[2] * inner), uint64(inner)
+    real = real_power(whole)
+    for ow in range(out.shape[0] // inner):
+        base, first = uint64(ow) * step, uint64(ow) * across
+        for c in range(inner):
+            i, at = base + uint64(c), first + uint64(c)
+            total = _quad_sum(top, bottom, i, i + across, eps, p, whole)
+            if real:
+                sums[at] = total
+            else:
+                out[at] = root(total / divisor(4, eps), p, whole, precise)
+            outside += 0 if in_range(total) else 1
+    if real:
+        _roots(sums, out, eps, p, whole, precise)
     return outside
 
 
@@ -75,18 +105,22 @@ def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise):
 def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, copy):
     """GeM over 2x2 windows (``window`` ``(1, 2, 2)``, no padding; NCHW ones at stride
     2 along W), with :func:`.power_mean.gem_rows_forward`'s arguments, rows and
-    bits: each window's four taps raised and summed, and its root taken, in one loop
-    along the row, vectorized (NCHW: pairs of neighbours; channels-last: along C).
+    bits: each window's four taps raised and summed, and its root taken, along the row
+    (:func:`_quads_row`), vectorized (NCHW: over the taps, then over pairs of
+    neighbours; channels-last: along C).
     ``copy`` (or an empty array) gets each pair of rows the windows read, copied while
     they are in cache (a copy of x for a pullback, where the windows cover x)."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     precise = y.itemsize == 8
+    taps = 2 * out_l if inner == 1 else 0  # an NCHW row's taps, raised before summing
     for task in prange(tasks):
+        top_powers, bottom_powers, sums = np.empty(taps), np.empty(taps), np.empty(out_l)
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         for row in range(first, end):
             od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
             out = y[plane, od, oh]
-            outside = _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise)
+            outside = _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise,
+                                 top_powers, bottom_powers, sums)
             for o in range(out_l if outside else 0):
                 i, j = _quad_taps(o, inner, steps)
                 # rare: redo the window relative to its maximum

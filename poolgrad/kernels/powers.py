@@ -58,6 +58,19 @@ def _for_float32(whole):
     return lambda whole: answer
 
 
+def real_power(whole):
+    """Whether ``whole`` is the form of a ``p`` that is not whole (None or
+    :data:`FOR_FLOAT32`), raised by exp and log: a compile-time constant (compiled code
+    only)."""
+    raise NotImplementedError("only for Numba-compiled kernels")
+
+
+@overload(real_power, inline="always", jit_options=JIT_OPTIONS)
+def _real_power(whole):
+    answer = isinstance(whole, types.NoneType) or _is_for_float32(whole)
+    return lambda whole: answer
+
+
 def raised(base, p, whole):
     """``base ** p`` for ``base >= 0`` (or NaN): by ``whole.ndim`` multiplications when
     ``whole`` is a whole power, else by :mod:`.elementary`'s ``exp`` and ``log`` (for
