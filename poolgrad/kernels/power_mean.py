@@ -314,7 +314,7 @@ def gem_window_p_terms(x, y, dy, table, eps, p, whole, terms):
                 for xh in range(h0, h1):
                     for xw in range(w0, w1):
                         r = clamped(np.float64(x[n, c, xd, xh, xw]), eps) * inverse
-                        power = raised(r, p, whole)
+                        power = raised_less_one(r, p, whole) * r  # add_terms' r^p
                         s0 += power
                         s1 += power * natural_log(r, whole)
             terms[n, c, od, oh, ow] = p_term(np.float64(dy[n, c, od, oh, ow]), mean, p, s0, s1)
@@ -461,9 +461,9 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
             at = uint64(o)
             v = gathered[at]
             r = clamped(v, eps) * inverse[at]
-            if terms is not None:
-                add_terms(r, p, whole, s0, s1, at)
             share = raised_less_one(r, p, whole)
+            if terms is not None:
+                add_terms(r, share, whole, s0, s1, at)
             gathered[at] = (0.0 + scale[at] * share) * sign_of(v, eps) if passes(
                 v, eps) else 0.0
         scatter_tap(gathered, start, step, inner, out)
@@ -474,9 +474,9 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
             at, o = uint64(base + c), uint64(first + c)
             v = np.float64(src[at])
             r = clamped(v, eps) * inverse[o]
-            if terms is not None:
-                add_terms(r, p, whole, s0, s1, o)
             share = raised_less_one(r, p, whole)
+            if terms is not None:
+                add_terms(r, share, whole, s0, s1, o)
             out[at] = (0.0 + scale[o] * share) * sign_of(v, eps) if passes(v, eps) else 0.0
 
 
@@ -487,7 +487,8 @@ def _tap_terms(src, start, step, inner, eps, p, whole, inverse, s0, s1, gathered
     gather_tap(src, start, step, inner, gathered)  # so the logarithms run contiguously
     for o in range(gathered.shape[0]):
         at = uint64(o)
-        add_terms(clamped(gathered[at], eps) * inverse[at], p, whole, s0, s1, at)
+        r = clamped(gathered[at], eps) * inverse[at]
+        add_terms(r, raised_less_one(r, p, whole), whole, s0, s1, at)
 
 
 @parallel_kernel

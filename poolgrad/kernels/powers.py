@@ -227,9 +227,13 @@ def p_term(dy, y, p, s0, s1):
 
 
 @inlined
-def add_terms(r, p, whole, s0, s1, at):
-    """A tap's share of ``S0`` and ``S1``, ``r^p`` and ``r^p log r``, added at ``at``."""
-    power = raised(r, p, whole)
+def add_terms(r, share, whole, s0, s1, at):
+    """A tap's share of ``S0`` and ``S1``, ``r^p`` and ``r^p log r``, added at ``at``:
+    ``r^p`` as ``share r`` from the tap's ``share = r^(p-1)`` (:func:`raised_less_one`),
+    which its gradient takes too. For a whole ``p`` that is ``r^p``'s product with its
+    bits; for another, one exp fewer per tap (a second one cost a channels-last 2x2
+    backward with ``dp`` a fifth of its time)."""
+    power = share * r
     s0[at] += power
     s1[at] += power * natural_log(r, whole)
 
