@@ -214,6 +214,9 @@ def test_every_kind_keeps_channels_last_with_the_nchw_bits(case):
         dx = pullback(given, params=False)  # GeM's dp and mixed pooling's alone aside
         assert is_channels_last(dx)
         np.testing.assert_array_equal(dx, pullback_nchw(dy, params=False))
+    if op is pg.gem_pool:  # dp: each plane's terms added in one order in either layout
+        dp = pullback(channels_last(dy))[1]
+        assert np.isfinite(dp) and dp == pullback_nchw(dy)[1]
     if op is pg.fractional_max_pool:
         values, indices = pg.fractional_max_pool(stored, *args, return_indices=True, **kwargs)
         assert is_channels_last(indices)

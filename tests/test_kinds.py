@@ -360,7 +360,7 @@ def test_gem_pool_of_an_infinite_input_is_infinite(monkeypatch, kernel, stride):
 def test_pullbacks_skip_the_parameters_gradients_when_asked(monkeypatch, op, args):
     """``pullback(dy, params=False)`` is the ``dx`` of ``pullback(dy)``, bit for bit,
     alone; GeM then sums no terms of ``dp`` (in a pass of their own, or, windowed, in the
-    rows backward's, which takes a ``terms`` array)."""
+    rows backward's, which takes a ``terms`` array) and adds none up."""
     import dataclasses
 
     from poolgrad.kernels import dispatch
@@ -387,7 +387,9 @@ def test_pullbacks_skip_the_parameters_gradients_when_asked(monkeypatch, op, arg
     if op is pg.gem_pool and args[1:]:
         terms = [call for call in calls if call[:2] == ("gem", "p_terms")
                  or call == ("gem", "backward", 8)]  # x, y, dy, eps, p, whole, dx, terms
-        assert alone and not set(terms) & set(alone) and terms == calls[len(alone):][-1:]
+        after = calls[len(alone):]  # the terms, then their plane totals
+        assert alone and not set(terms) & set(alone) and terms == after[-2:-1]
+        assert after[-1] == ("gem", "p_total", 2) and after[-1] not in alone
     with pytest.raises(TypeError, match="params must be True or False, got 'no'"):
         pullback(dy, params="no")
 

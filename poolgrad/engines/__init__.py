@@ -33,7 +33,7 @@ from .fractional import (
 )
 from .lp import lp_engine, lp_pullback
 from .maxima import TIE_RULES, max_engine, max_forward, max_gather, max_pullback, winner_indices
-from .power_mean import gem_backward, gem_forward, gem_kernels
+from .power_mean import gem_backward, gem_forward, gem_kernels, p_gradient
 from .pullback import Pullback
 from .weighted import (
     backward_needs_outputs,
@@ -51,6 +51,6 @@ __all__ = ["Pullback", "TIE_RULES", "attention_backward", "attention_forward", "
            "fractional_backward", "fractional_backward_kernel", "fractional_forward",
            "fractional_forward_stored", "fractional_indices", "fractional_planes", "gem_backward",
            "gem_forward", "gem_kernels", "lp_engine", "lp_pullback", "max_engine", "max_forward",
-           "max_gather", "max_pullback", "planes_in_layout", "require_probabilities",
+           "max_gather", "max_pullback", "p_gradient", "planes_in_layout", "require_probabilities",
            "sample_kernel", "stochastic_sample", "weighted_backward", "weighted_forward",
            "weighted_kernels", "winner_indices"]

@@ -57,8 +57,8 @@ def gem_forward(xk: np.ndarray, plan, p: float, eps: float,
 def gem_backward(xk: np.ndarray, yk: np.ndarray, dyk: np.ndarray, plan, p: float, eps: float,
                  with_dp: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """``(dx, p_terms or None)``: ``dx`` in ``dyk``'s dtype and ``xk``'s layout, and with
-    ``with_dp`` each window's term of ``dp`` (float64, ``y``'s shape: their sum is
-    ``dp``)."""
+    ``with_dp`` each window's term of ``dp`` (float64, ``y``'s shape and layout: their
+    sum, :func:`p_gradient`, is ``dp``)."""
     operand = dispatch.operand(xk)
     scalars = _scalars(p, eps, xk.dtype)
     backward = dispatch.choose(_op(plan), "backward", plan, operand)
@@ -77,4 +77,12 @@ def gem_backward(xk: np.ndarray, yk: np.ndarray, dyk: np.ndarray, plan, p: float
     else:
         backward(xk, yk, dyk, *scalars, dx)
         dispatch.choose("gem", "p_terms", plan, operand)(xk, yk, dyk, *scalars, terms)
-    return dx, np.ascontiguousarray(terms)  # C order, so that their sum is too
+    return dx, terms
+
+
+def p_gradient(terms: np.ndarray) -> float:
+    """``dp``: the sum of :func:`gem_backward`'s terms (5-d, any layout), plane by plane
+    in one order, then over the planes in C order: the same bits in either layout."""
+    totals = np.empty(terms.shape[:2], np.float64)
+    dispatch.choose("gem", "p_total", None, dispatch.operand(terms))(terms, totals)
+    return float(np.sum(totals))

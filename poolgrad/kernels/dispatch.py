@@ -52,6 +52,8 @@ Run signatures (one per op and direction)::
     ("gem", "backward")    run(x, y, dy, eps, p, whole, dx, terms=None)  terms (dp's, y's
                                                shape) only where kernel.records
     ("gem", "p_terms")     run(x, y, dy, eps, p, whole, terms)  each window's dp term
+    ("gem", "p_total")     run(terms, totals)  5-d terms (any layout); totals (N, C) per
+                                               plane; plan None
     ("gem_global", "forward")   run(x, eps, p, whole, y, copy=None)  (N, C, L) views;
                                                y (N, C); copy as for "gem";
     ("gem_global", "backward")  run(x, y, dy, eps, p, whole, with_dp, dx, terms)  plan

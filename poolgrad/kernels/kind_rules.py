@@ -501,6 +501,8 @@ RULES = {
         Rule("power_mean.gem_rows_p_terms", full_windows,
              gem_rows(power_mean.gem_rows_p_terms, "p_terms")),
         Rule("power_mean.gem_window_p_terms", always, _gem_p_terms)],
+    ("gem", "p_total"): [
+        Rule("power_mean.plane_totals", always, _bound(power_mean.plane_totals))],
     ("blur", "forward"): [
         Rule("blur_rows.blur_rows_forward", _rows_channels_last, _blur_rows(True),
              records=True),

@@ -9,7 +9,8 @@ With ``z = max(x, eps)`` (NaN stays NaN) and a window ``W`` of ``K`` real taps:
   ``dy * (y / p) * S1 / S0`` with ``r = z / y``, ``S0 = sum_W r^p`` and
   ``S1 = sum_W r^p log r``. Taken relative to ``y``, it has no cancellation, and the
   normalisation by ``S0`` (``K`` in exact arithmetic) makes it exact for the ``y`` that
-  was stored, rounding and all.
+  was stored, rounding and all. :func:`plane_totals` adds each plane's terms in one
+  order whatever their layout.
 
 Sums run in float64 whatever the dtype, in a fixed order: the same bits at any thread
 count. A whole ``p`` up to 8 (3, GeM's usual start) is raised by multiplying, the
@@ -543,3 +544,20 @@ def gem_rows_p_terms(x, y, dy, inner, window, steps, chunks, tasks, eps, p, whol
                         _tap_terms(src, t, steps[2], inner, eps, p, whole, inverse, s0, s1,
                                    gathered)
             write_terms(means, grads, p, s0, s1, terms[plane, od, oh])
+
+
+@parallel_kernel
+def plane_totals(terms, totals):
+    """Each ``(n, c)`` plane's sum of ``terms`` (5-d ``(N, C, D, H, W)``, any strides:
+    the windows' ``dp`` terms, stored as ``y`` is) into ``totals`` ``(N, C)``, from +0
+    in ``(d, h, w)`` order: the same bits in either layout and at any thread count, with
+    no C-ordered copy of the terms (a channels-last layer's copy cost 6 ms)."""
+    n_chan = terms.shape[1]
+    for plane in prange(terms.shape[0] * n_chan):
+        n, c = plane // n_chan, plane % n_chan
+        total = 0.0
+        for d in range(terms.shape[2]):
+            for h in range(terms.shape[3]):
+                for w in range(terms.shape[4]):
+                    total += terms[n, c, d, h, w]
+        totals[n, c] = total

@@ -49,7 +49,7 @@ def _gem_pool(x, p=3.0, kernel_size=None, stride=None, eps=1e-6, *, spatial_dims
     def backward(dy, with_dp):
         dx, terms = engines.gem_backward(xk, yk, layout.to_kernel(dy), plan, p, eps,
                                          with_dp)
-        return dx, (float(np.sum(terms)) if with_dp else None)
+        return dx, (engines.p_gradient(terms) if with_dp else None)
     return y, Pullback("gem_pool", backward, y.shape, x.shape, x.dtype, {"x": xk, "y": yk},
                        engines.gem_kernels(xk, plan), params=("p",))
 

@@ -239,8 +239,8 @@ def gem_pool_backward(dy: Tensor, x: Tensor, y: Tensor, p: Tensor, eps: float,
     dx, terms = engines.gem_backward(xk, yk, dyk, None if _ops.is_global(window) else plan,
                                      float(p), eps, with_dp)
     compute = _ops.compute_dtype(x)
-    terms = (torch.from_numpy(terms.reshape(y.shape)).to(compute) if with_dp
-             else torch.zeros(y.shape, dtype=compute))
+    terms = (torch.from_numpy(np.ascontiguousarray(terms).reshape(y.shape)).to(compute)
+             if with_dp else torch.zeros(y.shape, dtype=compute))
     return _tensor(dx.reshape(x.shape), _ops.memory_format(x), dy.dtype), terms
 
 
