@@ -23,9 +23,11 @@ vectorizes, with special values chosen by selects.
 * :func:`log2_for_float32` and :func:`exp2_for_float32`: base-2 ``log`` and ``exp``
   in float64 arithmetic, accurate enough for a result that is rounded to float32 and
   about half the work of :func:`log` and :func:`exp`: ``log2 m = s P(s^2)`` to
-  ``s^11`` and ``2^r`` (``|r| <= 1/2``, the whole part exact) by its series to ``r^9``,
-  both by Estrin's scheme, whose short chains keep more vectors in flight than
-  Horner's. GeM and Lp raise a float32 input to a power that is not whole with them.
+  ``s^9`` and ``2^r`` (``|r| <= 1/2``, the whole part exact) to ``r^8``, both
+  weighted minimax fits (``experiments/elementary_fits.py``: a term fewer each than
+  their Taylor series, which cost the 2x2 GeM forward a tenth more time) evaluated by
+  Estrin's scheme, whose short chains keep more vectors in flight than Horner's. GeM
+  and Lp raise a float32 input to a power that is not whole with them.
 
 Where the result is a normal number, :func:`exp` and :func:`log` are within ``5e-16``
 relative of NumPy's, and :func:`exp32` and :func:`log32` within one unit in the last
@@ -218,11 +220,16 @@ exp_in = _in_its_precision("exp_in", exp32, exp)
 log_in = _in_its_precision("log_in", log32, log)
 
 
-# log2 m = s * sum_k LOG2_SERIES[k] s^(2k), s = (m - 1) / (m + 1): 2 atanh(s) / ln 2 to
-# s^11 (the next term is below 2**-35 for |s| <= 0.1716); 2^r = sum_k EXP2_SERIES[k] r^k,
-# e^(r ln 2) to r^9 (the next term is below 2**-36 for |r| <= 1/2)
-_LOG2_SERIES = tuple(2.0 / ((2 * k + 1) * math.log(2.0)) for k in range(6))
-_EXP2_SERIES = tuple(math.log(2.0) ** k / math.factorial(k) for k in range(10))
+# log2 m = s * sum_k LOG2_SERIES[k] s^(2k), s = (m - 1) / (m + 1), |s| <= 0.1716: its
+# first term 2 / ln 2, the rest a minimax fit of 2 atanh(s) / ln 2 to s^9, within
+# 2**-39.3 absolute; 2^r = sum_k EXP2_SERIES[k] r^k, |r| <= 1/2: 1, then a minimax fit
+# to r^8, within 2**-40.1 relative (both in float64 as evaluated below; fitted and
+# checked by experiments/elementary_fits.py)
+_LOG2_SERIES = (2.8853900817779268, 0.9617966711115719, 0.5770842757967942,
+                0.41163071481999086, 0.34146842550530015)
+_EXP2_SERIES = (1.0, 0.6931471805482126, 0.24022650698110623, 0.055504109352660425,
+                0.009618128616121916, 0.0013333454860722247, 0.00015403825462421118,
+                1.530915613491958e-05, 1.3178933785178548e-06)
 _SMALLEST_NORMAL = 2.2250738585072014e-308
 
 
@@ -242,7 +249,7 @@ def log2_for_float32(z):
     s2 = s * s
     s4 = s2 * s2
     c = _LOG2_SERIES
-    series = (c[0] + c[1] * s2) + s4 * ((c[2] + c[3] * s2) + s4 * (c[4] + c[5] * s2))
+    series = (c[0] + c[1] * s2) + s4 * ((c[2] + c[3] * s2) + s4 * c[4])
     value = e + s * series
     value = -np.inf if z == 0.0 else value
     value = np.nan if z < 0.0 else value
@@ -252,7 +259,7 @@ def log2_for_float32(z):
 @helper
 def exp2_for_float32(t):
     """``2 ** t`` of a float64 to within ``2**-35`` relative (the module docstring):
-    ``t = n + r`` with ``n`` the nearest integer (``r`` exact), ``2^r`` by its series,
+    ``t = n + r`` with ``n`` the nearest integer (``r`` exact), ``2^r`` by its polynomial,
     scaled by ``2^n`` as two powers of two. Over 1024 gives inf, under -1075 gives 0,
     NaN stays NaN."""
     bounded = min(max(t, -1100.0), 1100.0)  # NaN becomes a bound here, and NaN below
@@ -262,7 +269,7 @@ def exp2_for_float32(t):
     r4 = r2 * r2
     c = _EXP2_SERIES
     series = (((c[0] + c[1] * r) + r2 * (c[2] + c[3] * r))
-              + r4 * (((c[4] + c[5] * r) + r2 * (c[6] + c[7] * r)) + r4 * (c[8] + c[9] * r)))
+              + r4 * (((c[4] + c[5] * r) + r2 * (c[6] + c[7] * r)) + r4 * c[8]))
     whole = np.int64(n)
     half = whole >> np.int64(1)
     value = series * _power_of_two(half) * _power_of_two(whole - half)
