@@ -66,10 +66,11 @@ def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise, top_power
     ``top_powers`` and ``bottom_powers`` first: raised in the loop that sums, each
     window's neighbours took interleaved loads, and a real ``p`` ran 1.5x as long. A
     channels-last row raises in the loop that sums. Where ``p`` is real, the roots
-    (an exp and a log each) then run over the stored ``sums``: counted in the roots'
-    loop, the sums that left the range cost a tenth of the time. A whole ``p`` takes
-    each root in the loop that sums, on channels-last rows: a second pass over stored
-    sums cost a channels-last Lp forward a third of its time (docs/performance.md)."""
+    (an exp and a log each) then run over the stored ``sums``: with the count of the
+    sums that left the range in their loop, it took a tenth longer. A whole ``p``
+    takes each root in the loop that sums, on channels-last rows: a second pass over
+    stored sums cost a channels-last Lp forward a third of its time
+    (docs/performance.md)."""
     outside = 0
     if inner == 1:
         _raise_row(top, eps, p, whole, top_powers)
