@@ -353,8 +353,10 @@ def gem_window_backward(x, y, dy, table, eps, p, whole, cover_ptr, cover_out, dx
 
 
 @inlined
-def _powers(src, eps, p, whole, powered):
-    """``powered[i] = max(src[i], eps)^p`` along a contiguous row."""
+def raised_row(src, eps, p, whole, powered):
+    """``powered[i] = max(src[i], eps)^p`` along a contiguous row, in float64 (the rows
+    kernels here and the NCHW rows of :mod:`.power_quads`): a loop that vectorizes
+    fully."""
     for i in range(src.shape[0]):
         at = uint64(i)
         powered[at] = raised(clamped(np.float64(src[at]), eps), p, whole)
@@ -429,8 +431,8 @@ def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
             acc[:] = 0.0
             for a in range(window[0]):
                 for b in range(window[1]):
-                    _powers(x[plane, od * steps[0] + a, oh * steps[1] + b], eps, p, whole,
-                            powered)
+                    raised_row(x[plane, od * steps[0] + a, oh * steps[1] + b], eps, p,
+                               whole, powered)
                     for t in range(window[2]):
                         _add_tap(powered, t, steps[2], inner, acc)
             out = y[plane, od, oh]

@@ -14,20 +14,26 @@ import numpy as np
 from numba import prange, uint64
 
 from . import parallel_kernel
-from .power_mean import rows_rescaled
+from .power_mean import raised_row, rows_rescaled
 from .powers import clamped, divisor, in_range, raised, real_power, root
 from .walk import copy_row, inlined, quad_rows, rows_task
 
 
 @inlined
+def _window_sum(first, second, third, fourth):
+    """A 2x2 window's ``sum z^p`` from its four taps' powers in tap order (row-major),
+    from +0 in float64: :func:`.power_mean.gem_rows_forward`'s sum, with its bits."""
+    return (((0.0 + first) + second) + third) + fourth
+
+
+@inlined
 def _quad_sum(top, bottom, i, j, eps, p, whole):
-    """``sum z^p`` of the 2x2 window ``top[i], top[j], bottom[i], bottom[j]``, from +0
-    in tap order (row-major), float64: :func:`.power_mean.gem_rows_forward`'s sum, with
-    its bits."""
-    total = 0.0 + raised(clamped(np.float64(top[i]), eps), p, whole)
-    total += raised(clamped(np.float64(top[j]), eps), p, whole)
-    total += raised(clamped(np.float64(bottom[i]), eps), p, whole)
-    return total + raised(clamped(np.float64(bottom[j]), eps), p, whole)
+    """:func:`_window_sum` of the 2x2 window ``top[i], top[j], bottom[i], bottom[j]``,
+    each tap raised here."""
+    return _window_sum(raised(clamped(np.float64(top[i]), eps), p, whole),
+                       raised(clamped(np.float64(top[j]), eps), p, whole),
+                       raised(clamped(np.float64(bottom[i]), eps), p, whole),
+                       raised(clamped(np.float64(bottom[j]), eps), p, whole))
 
 
 @inlined
@@ -40,16 +46,7 @@ def _quad_taps(o, inner, steps):
 
 
 @inlined
-def _raise_row(row, eps, p, whole, powers):
-    """``powers[i] = z^p`` of ``row[i]`` for the first ``powers.shape[0]`` taps, in
-    float64: a contiguous loop, which vectorizes fully."""
-    for i in range(powers.shape[0]):
-        at = uint64(i)
-        powers[at] = raised(clamped(np.float64(row[at]), eps), p, whole)
-
-
-@inlined
-def _roots(sums, out, eps, p, whole, precise):
+def _quad_roots(sums, out, eps, p, whole, precise):
     """``out[o]``, the power mean of the 2x2 window whose sum is ``sums[o]``."""
     for o in range(out.shape[0]):
         at = uint64(o)
@@ -73,17 +70,15 @@ def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise, top_power
     (docs/performance.md)."""
     outside = 0
     if inner == 1:
-        _raise_row(top, eps, p, whole, top_powers)
-        _raise_row(bottom, eps, p, whole, bottom_powers)
+        raised_row(top, eps, p, whole, top_powers)
+        raised_row(bottom, eps, p, whole, bottom_powers)
         for ow in range(out.shape[0]):
             at, i = uint64(ow), uint64(2 * ow)
-            total = 0.0 + top_powers[i]
-            total += top_powers[i + uint64(1)]
-            total += bottom_powers[i]
-            total += bottom_powers[i + uint64(1)]
+            total = _window_sum(top_powers[i], top_powers[i + uint64(1)], bottom_powers[i],
+                                bottom_powers[i + uint64(1)])
             sums[at] = total
             outside += 0 if in_range(total) else 1
-        _roots(sums, out, eps, p, whole, precise)
+        _quad_roots(sums, out, eps, p, whole, precise)
         return outside
     step, across = uint64(steps[2] * inner), uint64(inner)
     real = real_power(whole)
@@ -98,7 +93,7 @@ def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise, top_power
                 out[at] = root(total / divisor(4, eps), p, whole, precise)
             outside += 0 if in_range(total) else 1
     if real:
-        _roots(sums, out, eps, p, whole, precise)
+        _quad_roots(sums, out, eps, p, whole, precise)
     return outside
 
 
@@ -113,7 +108,7 @@ def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, 
     they are in cache (a copy of x for a pullback, where the windows cover x)."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
     precise = y.itemsize == 8
-    taps = 2 * out_l if inner == 1 else 0  # an NCHW row's taps, raised before summing
+    taps = x.shape[3] if inner == 1 else 0  # an NCHW row's taps, raised before summing
     for task in prange(tasks):
         top_powers, bottom_powers, sums = np.empty(taps), np.empty(taps), np.empty(out_l)
         plane, first, end = rows_task(task, chunks, out_d * out_h)
