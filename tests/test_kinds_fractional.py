@@ -79,9 +79,10 @@ def _tables_by_boundaries(spatial, kernel, out, u):
 @pytest.mark.parametrize("planes", [0, 1, 37])
 def test_the_pseudo_random_kernel_gives_the_boundaries_of_numpy(
         dtype, spatial, kernel, out, planes):
-    """:func:`boundaries` computes the pseudo-random sequence in a kernel, in the
-    draws' dtype: ``region_tables`` gives the same starts, lengths and extent as with
-    the NumPy steps it replaced, with no planes too."""
+    """``region_tables`` builds the pseudo-random sequence's windows in one kernel, in
+    the draws' dtype: the same starts, lengths and extent as the NumPy steps it
+    replaced, with no planes too; the random sequence's tables, built in NumPy, also
+    give every column past an axis's windows start 0 and length 1."""
     u = np.random.default_rng(planes + len(spatial)).random((planes, len(spatial)))
     u = u.astype(dtype)
     starts, lengths, extent = region_tables(spatial, kernel, out, u, "pseudo_random", None)
@@ -89,6 +90,12 @@ def test_the_pseudo_random_kernel_gives_the_boundaries_of_numpy(
     np.testing.assert_array_equal(starts, expected[0])
     np.testing.assert_array_equal(lengths, expected[1])
     assert list(extent) == expected[2]
+    np.testing.assert_array_equal(boundaries(u[:, 0], 50, 7, "pseudo_random", None),
+                                  _numpy_boundaries(u[:, 0], 50, 7))
+    starts, lengths, _ = region_tables(spatial, kernel, out, u, "random",
+                                       np.random.default_rng(0))
+    for row, o in zip(range(3 - len(out), 3), out, strict=True):
+        assert (starts[:, row, o:] == 0).all() and (lengths[:, row, o:] == 1).all()
 
 
 def test_output_ratio_truncates_as_pytorch():

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import geometry
 from ..kernels import dispatch, layouts
+from ..kernels.fractional import on_one_grid
 from .maxima import maxima_of
 from .pullback import empty
 
@@ -50,8 +51,7 @@ def regular_grid(tables, in_spatial, out_spatial) -> geometry.WindowPlan | None:
         step = int(starts[0, row, 1]) if count > 1 else length - k + 1
         if step < 1 or (length - k) // step + 1 != count:
             return None
-        if not ((lengths[:, row, :count] == k).all()
-                and (starts[:, row, :count] == np.arange(count) * step).all()):
+        if not on_one_grid(starts[:, row], lengths[:, row], count, step, k):
             return None
         kernel.append(k)
         stride.append(step)

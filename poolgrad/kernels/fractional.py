@@ -23,16 +23,50 @@ from .walk import helper, inlined
 
 
 @jit()
-def pseudo_random_boundaries(draws, alpha, index, b):
-    """``b[p, i] := int((index[i] + draws[p]) * alpha) - int(draws[p] * alpha)`` for
-    every plane ``p`` and ``i < index.size``, in the draws' dtype (``index`` holds ``0,
-    1, ...`` in it): the pseudo-random sequence of
-    :func:`poolgrad.kinds.fractional.boundaries`, in one pass."""
+def pseudo_random_windows(draws, alpha, index, span, window, length, starts, lengths):
+    """One axis of every plane's windows, placed by the pseudo-random sequence ``b[i] =
+    int((index[i] + u) * alpha) - int(u * alpha)`` for ``i < steps`` (``index`` holds ``0,
+    1, ..., steps - 1`` in the draws' dtype, in which the sequence is computed) and
+    ``b[steps] = span``, ``u`` the plane's draw (:func:`poolgrad.kinds.fractional.boundaries`).
+
+    ``window > 0``: PyTorch's ``steps + 1`` windows of ``window`` taps, starting at
+    ``b[0..steps]``. ``window == 0``: Graham's ``steps`` disjoint regions ``[b[i], b[i +
+    1])``; ``window == -1``: overlapping ones, ``[b[i], min(b[i + 1] + 1, length))``.
+
+    Writes plane ``p``'s starts and lengths to ``starts[p]`` and ``lengths[p]`` (``(P,
+    O)``, ``O`` at least the window count), the columns after its windows start 0 and
+    length 1 (one tap, as an unused axis); returns the longest window (1 if none)."""
+    steps = index.shape[0]
+    count = steps + 1 if window > 0 else steps
+    longest = 1
     for p in range(draws.shape[0]):
         u = draws[p]
         offset = np.int64(u * alpha)
-        for i in range(index.shape[0]):
-            b[p, i] = np.int64((index[i] + u) * alpha) - offset
+        for i in range(count):
+            start = span if i == steps else np.int64((index[i] + u) * alpha) - offset
+            size = window
+            if window <= 0:
+                end = span if i + 1 == steps else np.int64((index[i + 1] + u) * alpha) - offset
+                size = min(end + 1, length) - start if window < 0 else end - start
+            starts[p, i] = start
+            lengths[p, i] = size
+            longest = max(longest, size)
+        for i in range(count, starts.shape[1]):
+            starts[p, i] = 0
+            lengths[p, i] = 1
+    return longest
+
+
+@jit()
+def on_one_grid(starts, lengths, count, step, window):
+    """Whether every plane's first ``count`` windows (``starts`` and ``lengths`` ``(P,
+    O)``) start at ``i * step`` and are ``window`` long: one pass, ending at the first
+    window off that grid."""
+    for p in range(starts.shape[0]):
+        for i in range(count):
+            if starts[p, i] != i * step or lengths[p, i] != window:
+                return False
+    return True
 
 
 @helper

@@ -21,7 +21,7 @@ from ..engines import (
     fractional_planes,
     planes_in_layout,
 )
-from ..kernels.fractional import pseudo_random_boundaries
+from ..kernels.fractional import pseudo_random_windows
 
 SEQUENCES = ("pseudo_random", "random")
 REGIONS = ("disjoint", "overlapping")
@@ -31,6 +31,14 @@ def _sample_axis(ndim: int, axis: int) -> int:
     """Which entry of a plane's samples places spatial axis ``axis``: PyTorch's order,
     ``(W, H)`` for 2 dims and ``(D, H, W)`` for 3."""
     return 1 - axis if ndim == 2 else axis
+
+
+def _pseudo_random_constants(dtype, span: int, steps: int):
+    """The pseudo-random sequence's ``alpha = span / steps`` and indices ``0, 1, ...,
+    steps - 1``, both in ``dtype`` (the draws'), as :func:`boundaries` computes them."""
+    dtype = np.dtype(dtype).type
+    alpha = dtype(span) / dtype(steps) if steps else dtype(0)  # (no step: unused)
+    return alpha, np.arange(steps).astype(dtype)
 
 
 def boundaries(u: np.ndarray, span: int, steps: int, sequence: str, rng) -> np.ndarray:
@@ -47,10 +55,9 @@ def boundaries(u: np.ndarray, span: int, steps: int, sequence: str, rng) -> np.n
     b[:, steps] = span
     if steps == 0:
         return b
-    if sequence == "pseudo_random":
-        dtype = u.dtype.type  # float32 or float64 (in_sample_precision)
-        pseudo_random_boundaries(u, dtype(span) / dtype(steps),
-                                 np.arange(steps).astype(u.dtype), b)
+    if sequence == "pseudo_random":  # the disjoint regions' starts are the b[i], i < steps
+        pseudo_random_windows(u, *_pseudo_random_constants(u.dtype, span, steps), span, 0,
+                              span, b[:, :steps], np.empty((planes, steps), np.int64))
     else:
         short, longer = divmod(span, steps)
         rank = np.argsort(rng.random((planes, steps)), axis=1)
@@ -59,10 +66,15 @@ def boundaries(u: np.ndarray, span: int, steps: int, sequence: str, rng) -> np.n
     return b
 
 
+# the kernel's codes for Graham's regions (a whole number is PyTorch's window length)
+_REGION_CODES = {"disjoint": 0, "overlapping": -1}
+
+
 def region_tables(spatial, kernel, out, u, sequence, generator):
     """Every plane's windows: ``(starts, lengths, extent)``, ``starts`` and ``lengths``
-    ``(P, 3, max(out))`` int64 over the kernels' (D, H, W) axes (an unused axis: one
-    window, start 0, length 1), ``extent`` the longest window per axis.
+    ``(P, 3, max(out))`` int64 over the kernels' (D, H, W) axes (an unused axis, and the
+    columns past an axis's windows: start 0, length 1), ``extent`` the longest window
+    per axis.
 
     Args:
         spatial, out: the input's and output's spatial sizes.
@@ -75,20 +87,33 @@ def region_tables(spatial, kernel, out, u, sequence, generator):
     ndim = len(spatial)
     planes = u.shape[0]
     axes = geometry.KERNEL_AXES
-    starts = np.zeros((planes, axes, max(out)), np.int64)
-    lengths = np.ones((planes, axes, max(out)), np.int64)
+    starts = np.empty((planes, axes, max(out)), np.int64)
+    lengths = np.empty_like(starts)
+    starts[:, :axes - ndim] = 0
+    lengths[:, :axes - ndim] = 1
     extent = [1] * axes
     for axis, (length, k, o) in enumerate(zip(spatial, kernel, out, strict=True)):
         row = axes - ndim + axis
         draws = u[:, _sample_axis(ndim, axis)]
-        if not isinstance(k, str):  # PyTorch's: windows of k from o starts spanning n - k
-            starts[:, row, :o] = boundaries(draws, length - k, o - 1, sequence, generator)
+        # PyTorch's: windows of k from o starts spanning n - k; Graham's: from each
+        # boundary to the next (and its first, if overlapping)
+        window = _REGION_CODES[k] if isinstance(k, str) else k
+        span, steps = (length, o) if isinstance(k, str) else (length - k, o - 1)
+        if sequence == "pseudo_random":  # in one pass, with no boundaries array
+            extent[row] = pseudo_random_windows(
+                draws, *_pseudo_random_constants(draws.dtype, span, steps), span, window,
+                length, starts[:, row], lengths[:, row])
+            continue
+        b = boundaries(draws, span, steps, sequence, generator)
+        if window > 0:
+            starts[:, row, :o] = b
             lengths[:, row, :o] = k
-        else:  # Graham's: from each boundary to the next (and its first, if overlapping)
-            b = boundaries(draws, length, o, sequence, generator)
-            ends = np.minimum(b[:, 1:] + 1, length) if k == "overlapping" else b[:, 1:]
+        else:
+            ends = np.minimum(b[:, 1:] + 1, length) if window < 0 else b[:, 1:]
             starts[:, row, :o] = b[:, :o]
             lengths[:, row, :o] = ends - b[:, :o]
+        starts[:, row, o:] = 0
+        lengths[:, row, o:] = 1
         extent[row] = int(lengths[:, row, :o].max(initial=1))  # initial: no planes
     return starts, lengths, np.array(extent, np.int64)
 
