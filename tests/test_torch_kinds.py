@@ -193,7 +193,7 @@ def test_fractional_backward_takes_its_forwards_tables_kept_by_value():
     assert other is not tables
     expected = fractional.region_tables((7, 9), (2, 2), (3, 4), samples.flip(0).numpy()
                                         .reshape(6, 2), "pseudo_random", None)
-    for got, want in zip(other, expected, strict=True):
+    for got, want in zip(other[0], expected, strict=True):
         np.testing.assert_array_equal(got, want)
     for k in range(_cpu._TABLES_KEPT):  # the oldest go once more are kept
         _cpu._fractional_tables(window, size, samples + k + 1, orders)

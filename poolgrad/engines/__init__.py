@@ -24,11 +24,11 @@ from .blend import blend_backward, blend_forward, blend_kernels
 from .blur import blur_backward, blur_forward, blur_kernels
 from .fractional import (
     fractional_backward,
-    fractional_backward_kernel,
     fractional_forward,
     fractional_forward_stored,
     fractional_indices,
     fractional_planes,
+    fractional_routing,
     planes_in_layout,
 )
 from .lp import lp_engine, lp_pullback
@@ -45,12 +45,13 @@ from .weighted import (
     weighted_kernels,
 )
 
-__all__ = ["Pullback", "TIE_RULES", "attention_backward", "attention_forward", "attention_kernels",
-           "avg_engine", "avg_pullback", "backward_needs_outputs", "blend_backward",
-           "blend_forward", "blend_kernels", "blur_backward", "blur_forward", "blur_kernels",
-           "fractional_backward", "fractional_backward_kernel", "fractional_forward",
-           "fractional_forward_stored", "fractional_indices", "fractional_planes", "gem_backward",
-           "gem_forward", "gem_kernels", "lp_engine", "lp_pullback", "max_engine", "max_forward",
-           "max_gather", "max_pullback", "p_gradient", "planes_in_layout", "require_probabilities",
+__all__ = ["TIE_RULES", "Pullback", "attention_backward", "attention_forward",
+           "attention_kernels", "avg_engine", "avg_pullback", "backward_needs_outputs",
+           "blend_backward", "blend_forward", "blend_kernels", "blur_backward",
+           "blur_forward", "blur_kernels", "fractional_backward", "fractional_forward",
+           "fractional_forward_stored", "fractional_indices", "fractional_planes",
+           "fractional_routing", "gem_backward", "gem_forward", "gem_kernels", "lp_engine",
+           "lp_pullback", "max_engine", "max_forward", "max_gather", "max_pullback",
+           "p_gradient", "planes_in_layout", "require_probabilities",
            "sample_kernel", "stochastic_sample", "weighted_backward", "weighted_forward",
            "weighted_kernels", "winner_indices"]

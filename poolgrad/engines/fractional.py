@@ -27,13 +27,6 @@ def _plan_operand(in_spatial, out_spatial, dtype):
             dispatch.Operand(np.dtype(dtype), "nchw"))
 
 
-def fractional_backward_kernel(in_spatial, out_spatial, dtype) -> str:
-    """The name of the kernel that runs the backward (on planes); the forward's comes
-    with :func:`fractional_forward_stored`'s results."""
-    plan, planes = _plan_operand(in_spatial, out_spatial, dtype)
-    return dispatch.choose("fractional", "backward", plan, planes).name
-
-
 def regular_grid(tables, in_spatial, out_spatial) -> geometry.WindowPlan | None:
     """The max pooling plan (no padding) whose windows are every plane's, where the
     planes share one regular grid, else None. A pseudo-random sequence whose mean step
@@ -99,18 +92,17 @@ def fractional_forward(planes: np.ndarray, tables, out_spatial,
     return y, winners, forward.name
 
 
-def fractional_forward_stored(xk: np.ndarray, tables, out_spatial,
+def fractional_forward_stored(xk: np.ndarray, tables, out_spatial, grid,
                               winner_dtype=None) -> tuple[np.ndarray, np.ndarray, str]:
     """``(y, winners, kernel name)`` of the 5-d kernel view ``xk`` ``(N, C, D, H, W)``,
-    both arrays 5-d and stored as ``xk`` is: windows on one grid run max pooling's
-    kernels (:func:`regular_grid`), a channels-last ``xk`` its own kernel (which pools
-    blocks of channels in cache: no planes written); any other runs on its planes
-    (:func:`fractional_planes`)."""
+    both arrays 5-d and stored as ``xk`` is: windows on one grid (``grid``, the plan
+    :func:`regular_grid` gives, or None) run max pooling's kernels for it, a
+    channels-last ``xk`` its own kernel (which pools blocks of channels in cache: no
+    planes written); any other runs on its planes (:func:`fractional_planes`)."""
     starts, lengths, extent = tables
     ndim = len(out_spatial)
     shape = xk.shape[:2] + _grid(ndim) + tuple(out_spatial)
     winner_dtype = winner_dtype or geometry.position_dtype(math.prod(extent))
-    grid = regular_grid(tables, xk.shape[-ndim:], out_spatial)
     if grid is not None:
         y, winners, forward = maxima_of(xk, grid, shape, record=True)
         return y, winners.astype(winner_dtype, copy=False), forward.name
@@ -137,6 +129,34 @@ def fractional_backward(dy: np.ndarray, tables, winners: np.ndarray,
     plan, operand = _plan_operand(in_spatial, dy.shape[-ndim:], dy.dtype)
     dispatch.choose("fractional", "backward", plan, operand)(dy, starts, extent, winners, dx)
     return dx
+
+
+def fractional_routing(tables, winners: np.ndarray, in_spatial, grid, dtype):
+    """``(backward, kernel name)``: ``backward(dyk)`` gives each window's ``dy`` at its
+    winner as ``dx`` ``(N, C, D, *in_spatial)``, stored as ``winners`` are (as
+    :func:`fractional_forward_stored` gave them), for a 5-d kernel view ``dyk`` in
+    ``dtype`` (the compute dtype). Windows on one grid (``grid``, :func:`regular_grid`'s
+    plan, or None) run max pooling's backward for it, which adds ``dy`` at the winners
+    in the same order from the same +0 (the same bits) and reads a channels-last ``dy``
+    where it lies; any other runs on planes."""
+    ndim = len(in_spatial)
+    dx_shape = winners.shape[:2] + _grid(ndim) + tuple(in_spatial)
+    if grid is not None:
+        kernel = dispatch.choose("max", "backward", grid, dispatch.stored_as(
+            dispatch.is_channels_last(winners), dtype))
+
+        def by_grid(dyk):
+            dx = empty(dx_shape, dyk.dtype, kernel.channels_last)
+            kernel(dyk, winners, dx)
+            return dx
+        return by_grid, kernel.name
+    plan, planes = _plan_operand(in_spatial, winners.shape[-ndim:], dtype)
+    winner_planes = fractional_planes(winners)
+
+    def on_planes(dyk):
+        dx = fractional_backward(fractional_planes(dyk), tables, winner_planes, in_spatial)
+        return planes_in_layout(dx, winners)
+    return on_planes, dispatch.choose("fractional", "backward", plan, planes).name
 
 
 def fractional_indices(tables, winners: np.ndarray, in_spatial) -> np.ndarray:

@@ -14,13 +14,13 @@ from .. import _inputs as inputs
 from .. import autodiff, geometry
 from ..engines import (
     Pullback,
-    fractional_backward,
-    fractional_backward_kernel,
     fractional_forward_stored,
     fractional_indices,
     fractional_planes,
+    fractional_routing,
     planes_in_layout,
 )
+from ..engines import fractional as windows
 from ..kernels.fractional import pseudo_random_windows
 
 SEQUENCES = ("pseudo_random", "random")
@@ -216,8 +216,9 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     tables = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim), sequence,
                            generator)
     view = inputs.compute_view(x, layout)
+    grid = windows.regular_grid(tables, layout.spatial, out)
     # y and the winners stored as x is (channels-last in, channels-last out)
-    y, winners, forward = fractional_forward_stored(view, tables, out)
+    y, winners, forward = fractional_forward_stored(view, tables, out, grid)
     values = y.astype(x.dtype, copy=False).reshape(layout.user_shape(out))
     result = values
     if return_indices:
@@ -226,14 +227,13 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     if not want_pullback:
         return result, None
 
-    def pullback(dy):  # the backward runs on planes
-        dx = fractional_backward(fractional_planes(layout.to_kernel(dy)), tables,
-                                 fractional_planes(winners), layout.spatial)
-        return planes_in_layout(dx, view).reshape(x.shape)
-    return result, Pullback("fractional_max_pool", pullback, values.shape, x.shape, x.dtype,
+    backward, backward_name = fractional_routing(tables, winners, layout.spatial, grid,
+                                                 view.dtype)
+    return result, Pullback("fractional_max_pool",
+                            lambda dy: backward(layout.to_kernel(dy)).reshape(x.shape),
+                            values.shape, x.shape, x.dtype,
                             {"window_positions": winners, "starts": tables[0]},
-                            (forward, fractional_backward_kernel(layout.spatial, out,
-                                                                 view.dtype)))
+                            (forward, backward_name))
 
 
 def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,

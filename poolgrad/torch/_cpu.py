@@ -391,10 +391,11 @@ _TABLES_KEPT = 4
 
 
 def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
-    """The windows' ``(starts, lengths, extent)``, a function of the arguments alone,
-    kept by their values: the samples' bytes (16 KB for 32x64 planes) and the random
-    sequence's orders (about 1.8 MB for 32x64 planes of 112x112). The kernels only read
-    them, so the forward, its backward and the indices share one set."""
+    """The windows' ``(starts, lengths, extent)`` and the grid they lie on (or None:
+    :func:`poolgrad.engines.regular_grid`), a function of the arguments alone, kept by
+    their values: the samples' bytes (16 KB for 32x64 planes) and the random sequence's
+    orders (about 1.8 MB for 32x64 planes of 112x112). The kernels only read them, so
+    the forward, its backward and the indices share one set."""
     sample_values, order_values = _array(samples), _array(orders)
     return _tables(tuple(fractional), tuple(int(s) for s in x_size),
                    sample_values.dtype.str, sample_values.shape, sample_values.tobytes(),
@@ -409,8 +410,9 @@ def _tables(fractional, x_size, sample_dtype, sample_shape, sample_bytes, order_
     samples = np.frombuffer(sample_bytes, sample_dtype).reshape(sample_shape).copy()
     orders = np.frombuffer(order_bytes, order_dtype).reshape(order_shape)
     u = numpy_fractional.in_sample_precision(samples.reshape(x_size[0] * x_size[1], len(out)))
-    return numpy_fractional.region_tables(x_size[2:], kernel, out, u, sequence,
-                                          _Columns(orders))
+    tables = numpy_fractional.region_tables(x_size[2:], kernel, out, u, sequence,
+                                            _Columns(orders))
+    return tables, engines.fractional.regular_grid(tables, x_size[2:], out)
 
 
 def _fractional_planes(a: np.ndarray, ndim: int) -> np.ndarray:
@@ -428,11 +430,11 @@ def fractional_max_pool(x: Tensor, samples: Tensor, orders: Tensor,
     _on_cpu(x, samples, orders)
     xa = _array(x)
     out = _kind_ops.fractional_args(fractional)[1]
-    tables = _fractional_tables(fractional, xa.shape, samples, orders)
+    tables, grid = _fractional_tables(fractional, xa.shape, samples, orders)
     winner = geometry.position_dtype(_kind_ops.fractional_taps(fractional, xa.shape[2:]))
     # stored as x is: a channels-last x runs the channels-last kernel, no planes
     y, winners, _ = engines.fractional_forward_stored(
-        _inputs.compute_view(xa, _layout(xa.shape, len(out))), tables, out, winner)
+        _inputs.compute_view(xa, _layout(xa.shape, len(out))), tables, out, grid, winner)
     shape, fmt = (*xa.shape[:2], *out), _ops.memory_format(x)
     return _tensor(y.reshape(shape), fmt, x.dtype), _tensor(winners.reshape(shape), fmt)
 
@@ -441,19 +443,18 @@ def fractional_max_pool(x: Tensor, samples: Tensor, orders: Tensor,
 def fractional_max_pool_backward(dy: Tensor, winners: Tensor, samples: Tensor,
                                  orders: Tensor, fractional: list[int],
                                  x_size: list[int]) -> Tensor:
-    """Each window's ``dy`` at its winner."""
+    """Each window's ``dy`` at its winner (max pooling's backward where the windows lie
+    on one grid, as the forward ran max pooling)."""
     _on_cpu(dy, winners, samples, orders)
-    ndim = len(x_size) - 2
-    tables = _fractional_tables(fractional, x_size, samples, orders)
-    dyk = _layout(dy.shape, ndim).to_kernel(_array(dy))  # copied once if strided
-    dy_planes = engines.fractional_planes(dyk)
-    compute = _inputs.COMPUTE_DTYPE.get(dy_planes.dtype, dy_planes.dtype)
-    dx = engines.fractional_backward(dy_planes.astype(compute, copy=False), tables,
-                                     _fractional_planes(winners.numpy(), ndim),
-                                     tuple(x_size[2:]))
-    # stored as dy is, copied into NumPy's memory (torch's .contiguous() into fresh
-    # memory of its own took 7.3 ms for a 32x64x56x56 float32 dx against 1.7)
-    dx = engines.planes_in_layout(dx, dyk)
+    layout = _layout(dy.shape, len(x_size) - 2)
+    tables, grid = _fractional_tables(fractional, x_size, samples, orders)
+    dyk = layout.to_kernel(_array(dy))  # copied once if strided
+    compute = _inputs.COMPUTE_DTYPE.get(dyk.dtype, dyk.dtype)
+    backward, _ = engines.fractional_routing(tables, layout.to_kernel(winners.numpy()),
+                                             tuple(x_size[2:]), grid, compute)
+    # stored as the winners are (as x is), in NumPy's memory (torch's .contiguous() into
+    # fresh memory of its own took 7.3 ms for a 32x64x56x56 float32 dx against 1.7)
+    dx = backward(dyk.astype(compute, copy=False))
     return _tensor(dx.reshape(x_size), _ops.memory_format(dy), dy.dtype)
 
 
@@ -463,7 +464,7 @@ def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor
     """PyTorch's int64 indices of the winners."""
     _on_cpu(winners, samples, orders)
     ndim = len(x_size) - 2
-    tables = _fractional_tables(fractional, x_size, samples, orders)
+    tables, _ = _fractional_tables(fractional, x_size, samples, orders)
     indices = engines.fractional_indices(tables, _fractional_planes(winners.numpy(), ndim),
                                          tuple(x_size[2:]))
     return _tensor(indices.reshape(winners.shape), _ops.memory_format(winners))
