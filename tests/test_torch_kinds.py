@@ -3,6 +3,7 @@ learnable parameters) in float64, gradients of gradients, PyTorch's fractional m
 pooling given the same samples, seeded draws, the modules, and bad input."""
 
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -175,6 +176,41 @@ def test_fractional_regions_equal_numpy_and_seeds_repeat():
     first = pt.fractional_max_pool(x, "disjoint", 7, generator=3, sequence="random")
     again = pt.fractional_max_pool(x, "disjoint", 7, generator=3, sequence="random")
     assert torch.equal(first, again)
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_fractional_windows_on_one_grid_keep_only_the_grid(memory_format, monkeypatch):
+    """Windows on one grid (ratio 0.5 of even sizes, k 2) run max pooling's kernels:
+    the CPU ops keep the grid and no tables, and the values, indices and gradient are
+    the fractional kernels' bit for bit, in either layout, with ties and NaN."""
+    from poolgrad.engines import fractional as engine
+    from poolgrad.torch import _cpu
+
+    x = torch.from_numpy(np.round(np.random.default_rng(4).standard_normal((2, 5, 8, 10)) * 2))
+    x.view(-1)[[3, 77]] = math.nan
+    x = x.float().contiguous(memory_format=memory_format)
+    samples = torch.rand(2, 5, 2, generator=torch.Generator().manual_seed(6))
+    dy = torch.randn(2, 5, 4, 5).contiguous(memory_format=memory_format)
+    results = []
+    for grid in (engine.regular_grid, lambda *args: None):
+        monkeypatch.setattr(engine, "regular_grid", grid)
+        _cpu._tables.cache_clear()
+        leaf = x.detach().requires_grad_()
+        y, indices = pt.fractional_max_pool(leaf, 2, (4, 5), return_indices=True,
+                                            samples=samples)
+        y.backward(dy)
+        kept = _cpu._fractional_tables(_kind_ops.fractional_geometry((2, 2), (4, 5),
+                                                                     "pseudo_random"),
+                                       list(x.shape), samples,
+                                       torch.empty((10, 0), dtype=torch.float64))
+        results.append((kept, y.detach(), indices, leaf.grad))
+    (on_grid, *ours), (off_grid, *theirs) = results
+    assert on_grid[0] is None and on_grid[1] is not None
+    assert off_grid[0] is not None and off_grid[1] is None
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.stride() == b.stride()
+        np.testing.assert_array_equal(np.ascontiguousarray(a.numpy()).view(np.uint8),
+                                      np.ascontiguousarray(b.numpy()).view(np.uint8))
 
 
 def test_fractional_backward_takes_its_forwards_tables_kept_by_value():

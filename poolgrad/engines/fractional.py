@@ -99,13 +99,13 @@ def fractional_forward_stored(xk: np.ndarray, tables, out_spatial, grid,
     :func:`regular_grid` gives, or None) run max pooling's kernels for it, a
     channels-last ``xk`` its own kernel (which pools blocks of channels in cache: no
     planes written); any other runs on its planes (:func:`fractional_planes`)."""
-    starts, lengths, extent = tables
     ndim = len(out_spatial)
     shape = xk.shape[:2] + _grid(ndim) + tuple(out_spatial)
-    winner_dtype = winner_dtype or geometry.position_dtype(math.prod(extent))
-    if grid is not None:
+    if grid is not None:  # (the tables are not read: poolgrad.torch keeps none for a grid)
         y, winners, forward = maxima_of(xk, grid, shape, record=True)
-        return y, winners.astype(winner_dtype, copy=False), forward.name
+        return y, winners.astype(winner_dtype or winners.dtype, copy=False), forward.name
+    starts, lengths, extent = tables
+    winner_dtype = winner_dtype or geometry.position_dtype(math.prod(extent))
     operand = dispatch.operand(xk)
     if operand.layout != "channels_last":
         y, winners, name = fractional_forward(fractional_planes(xk), tables, out_spatial,
@@ -138,7 +138,7 @@ def fractional_routing(tables, winners: np.ndarray, in_spatial, grid, dtype):
     ``dtype`` (the compute dtype). Windows on one grid (``grid``, :func:`regular_grid`'s
     plan, or None) run max pooling's backward for it, which adds ``dy`` at the winners
     in the same order from the same +0 (the same bits) and reads a channels-last ``dy``
-    where it lies; any other runs on planes."""
+    where it lies (``tables`` are then not read); any other runs on planes."""
     ndim = len(in_spatial)
     dx_shape = winners.shape[:2] + _grid(ndim) + tuple(in_spatial)
     if grid is not None:
