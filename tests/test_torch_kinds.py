@@ -194,7 +194,7 @@ def test_fractional_windows_on_one_grid_keep_only_the_grid(memory_format, monkey
     results = []
     for grid in (engine.regular_grid, lambda *args: None):
         monkeypatch.setattr(engine, "regular_grid", grid)
-        _cpu._tables.cache_clear()
+        _cpu._grids.clear()
         leaf = x.detach().requires_grad_()
         y, indices = pt.fractional_max_pool(leaf, 2, (4, 5), return_indices=True,
                                             samples=samples)
@@ -213,27 +213,42 @@ def test_fractional_windows_on_one_grid_keep_only_the_grid(memory_format, monkey
                                       np.ascontiguousarray(b.numpy()).view(np.uint8))
 
 
-def test_fractional_backward_takes_its_forwards_tables_kept_by_value():
-    """The CPU ops keep the last few calls' windows by the contents of their samples and
-    orders: a backward reuses its forward's, equal samples in another tensor find them,
-    other samples (or another sequence's orders) build their own."""
+def test_fractional_ops_keep_the_grids_by_value_and_build_tables_afresh(monkeypatch):
+    """The CPU ops keep the last few calls' grids by the contents of their samples and
+    orders: a backward finds its forward's grid, equal samples in another tensor find it
+    too, and the oldest go once more are kept. Windows off a grid are built afresh at
+    every call (the same tables each time), none kept."""
+    from poolgrad.engines import fractional as engine
     from poolgrad.torch import _cpu
+
+    searches = []
+    search = engine.regular_grid
+    monkeypatch.setattr(engine, "regular_grid", lambda *args: searches.append(1) or search(*args))
+    _cpu._grids.clear()
+    orders = torch.empty((6, 0), dtype=torch.float64)
+    on_grid = _kind_ops.fractional_geometry((2, 2), (3, 4), "pseudo_random")
+    grid_size = [2, 3, 6, 8]  # ratio 0.5 of even sizes: one grid (for draws below 0.5)
+    samples = torch.rand(2, 3, 2, generator=torch.Generator().manual_seed(0)) / 2
+    tables, grid = _cpu._fractional_tables(on_grid, grid_size, samples, orders)
+    assert tables is None and grid is not None
+    assert _cpu._fractional_tables(on_grid, grid_size, samples.clone(), orders.clone()) == (
+        None, grid)
+    assert len(searches) == 1
+    for k in range(_cpu._GRIDS_KEPT):
+        _cpu._fractional_tables(on_grid, grid_size, samples + k + 1, orders)
+    assert _cpu._fractional_tables(on_grid, grid_size, samples, orders) == (None, grid)
+    assert len(searches) == _cpu._GRIDS_KEPT + 2  # the first was searched again
 
     window = _kind_ops.fractional_geometry((2, 2), (3, 4), "pseudo_random")
     size = [2, 3, 7, 9]
-    samples = torch.rand(2, 3, 2)
-    orders = torch.empty((6, 0), dtype=torch.float64)
-    tables = _cpu._fractional_tables(window, size, samples, orders)
-    assert _cpu._fractional_tables(window, size, samples.clone(), orders.clone()) is tables
-    other = _cpu._fractional_tables(window, size, samples.flip(0), orders)
-    assert other is not tables
-    expected = fractional.region_tables((7, 9), (2, 2), (3, 4), samples.flip(0).numpy()
+    first, grid = _cpu._fractional_tables(window, size, samples, orders)
+    again, _ = _cpu._fractional_tables(window, size, samples.clone(), orders)
+    assert grid is None and first is not again
+    expected = fractional.region_tables((7, 9), (2, 2), (3, 4), samples.numpy()
                                         .reshape(6, 2), "pseudo_random", None)
-    for got, want in zip(other[0], expected, strict=True):
+    for got, got_again, want in zip(first, again, expected, strict=True):
         np.testing.assert_array_equal(got, want)
-    for k in range(_cpu._TABLES_KEPT):  # the oldest go once more are kept
-        _cpu._fractional_tables(window, size, samples + k + 1, orders)
-    assert _cpu._fractional_tables(window, size, samples, orders) is not tables
+        np.testing.assert_array_equal(got_again, want)
     x = torch.rand(2, 3, 7, 9, requires_grad=True)
     y = pt.fractional_max_pool(x, 2, (3, 4), samples=samples)
     y.backward(torch.ones_like(y))

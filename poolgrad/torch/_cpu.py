@@ -10,6 +10,7 @@ them.
 
 from __future__ import annotations
 
+import collections
 import functools
 
 import numpy as np
@@ -385,37 +386,43 @@ class _Columns:
         return self.orders[:, self.taken - shape[1]: self.taken]
 
 
-# How many calls' region tables are kept: a backward finds its forward's (1.1 ms on the
-# host for 32x64 planes, twice per step)
-_TABLES_KEPT = 4
+# How many calls' grids (or the word that their windows lie on none) are kept
+_GRIDS_KEPT = 8
+_grids: collections.OrderedDict = collections.OrderedDict()
+_UNSEEN = object()
 
 
 def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
     """``(tables, grid)``: the windows' ``(starts, lengths, extent)`` and the grid they
     lie on (None if none: :func:`poolgrad.engines.fractional.regular_grid`), a function
-    of the arguments alone, kept by their values: the samples' bytes (16 KB for 32x64
-    planes) and the random sequence's orders (about 1.8 MB for 32x64 planes of 112x112).
-    The kernels only read them, so the forward, its backward and the indices share one
-    set. Windows on a grid keep the grid alone (``tables`` None): max pooling's kernels
-    need nothing else, and four calls' tables kept (2.8 MB each for 32x64 planes of
-    56x56) cost each forward 0.3-0.5 ms in the fresh pages of the next ones."""
+    of the arguments alone. Windows on a grid give the grid alone (``tables`` None): max
+    pooling's kernels need nothing else.
+
+    The last calls' grids are kept by the arguments' values (the samples' bytes, 16 KB
+    for 32x64 planes, and the random sequence's orders), so a backward finds its
+    forward's grid. Tables are never kept: they are built again (0.25 ms for 32x64 planes
+    of 56x56), where four calls' tables kept (2.8 MB each) cost each forward 0.3-0.5 ms in
+    the fresh pages of the next calls' arrays."""
     sample_values, order_values = _array(samples), _array(orders)
-    return _tables(tuple(fractional), tuple(int(s) for s in x_size),
-                   sample_values.dtype.str, sample_values.shape, sample_values.tobytes(),
-                   order_values.dtype.str, order_values.shape, order_values.tobytes())
-
-
-@functools.lru_cache(maxsize=_TABLES_KEPT)
-def _tables(fractional, x_size, sample_dtype, sample_shape, sample_bytes, order_dtype,
-            order_shape, order_bytes):
+    key = (tuple(fractional), tuple(int(s) for s in x_size), sample_values.dtype.str,
+           sample_values.shape, sample_values.tobytes(), order_values.dtype.str,
+           order_values.shape, order_values.tobytes())
+    seen = _grids.pop(key, _UNSEEN)
+    if seen is not _UNSEEN:
+        _grids[key] = seen  # the newest again
+        if seen is not None:
+            return None, seen
     kernel, out, sequence = _kind_ops.fractional_args(fractional)
     # writable, as the NumPy operator's (a read-only array is another kernel signature)
-    samples = np.frombuffer(sample_bytes, sample_dtype).reshape(sample_shape).copy()
-    orders = np.frombuffer(order_bytes, order_dtype).reshape(order_shape)
-    u = numpy_fractional.in_sample_precision(samples.reshape(x_size[0] * x_size[1], len(out)))
-    tables = numpy_fractional.region_tables(x_size[2:], kernel, out, u, sequence,
-                                            _Columns(orders))
-    grid = engines.fractional.regular_grid(tables, x_size[2:], out)
+    u = numpy_fractional.in_sample_precision(
+        sample_values.reshape(x_size[0] * x_size[1], len(out)).copy())
+    tables = numpy_fractional.region_tables(key[1][2:], kernel, out, u, sequence,
+                                            _Columns(order_values))
+    if seen is not _UNSEEN:
+        return tables, None
+    grid = _grids[key] = engines.fractional.regular_grid(tables, key[1][2:], out)
+    while len(_grids) > _GRIDS_KEPT:
+        _grids.popitem(last=False)
     return (tables if grid is None else None), grid
 
 
