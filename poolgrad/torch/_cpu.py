@@ -386,7 +386,8 @@ class _Columns:
         return self.orders[:, self.taken - shape[1]: self.taken]
 
 
-# How many calls' grids (or the word that their windows lie on none) are kept
+# How many calls' grids (or the word that their windows lie on none) are kept, keyed
+# by their samples' bytes (16 KB for 32x64 planes; a random sequence adds its orders)
 _GRIDS_KEPT = 8
 _grids: collections.OrderedDict = collections.OrderedDict()
 _UNSEEN = object()
@@ -415,7 +416,7 @@ def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
     kernel, out, sequence = _kind_ops.fractional_args(fractional)
     # writable, as the NumPy operator's (a read-only array is another kernel signature)
     u = numpy_fractional.in_sample_precision(
-        sample_values.reshape(x_size[0] * x_size[1], len(out)).copy())
+        sample_values.reshape(key[1][0] * key[1][1], len(out)).copy())
     tables = numpy_fractional.region_tables(key[1][2:], kernel, out, u, sequence,
                                             _Columns(order_values))
     if seen is not _UNSEEN:
