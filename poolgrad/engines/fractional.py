@@ -18,7 +18,7 @@ import numpy as np
 from .. import geometry
 from ..kernels import dispatch, layouts
 from ..kernels.fractional import on_one_grid
-from .maxima import maxima_of
+from .maxima import maxima_of, winner_indices
 from .pullback import empty
 
 
@@ -140,10 +140,10 @@ def fractional_routing(tables, winners: np.ndarray, in_spatial, grid, dtype):
     in the same order from the same +0 (the same bits) and reads a channels-last ``dy``
     where it lies (``tables`` are then not read); any other runs on planes."""
     ndim = len(in_spatial)
-    dx_shape = winners.shape[:2] + _grid(ndim) + tuple(in_spatial)
     if grid is not None:
         kernel = dispatch.choose("max", "backward", grid, dispatch.stored_as(
             dispatch.is_channels_last(winners), dtype))
+        dx_shape = winners.shape[:2] + _grid(ndim) + tuple(in_spatial)
 
         def by_grid(dyk):
             dx = empty(dx_shape, dyk.dtype, kernel.channels_last)
@@ -169,3 +169,14 @@ def fractional_indices(tables, winners: np.ndarray, in_spatial) -> np.ndarray:
     dispatch.choose("fractional", "indices", plan, operand)(starts, extent, winners, full[1],
                                                             full[2], indices)
     return indices
+
+
+def fractional_indices_stored(tables, winners: np.ndarray, in_spatial, grid) -> np.ndarray:
+    """PyTorch's int64 indices of ``winners`` (5-d, as :func:`fractional_forward_stored`
+    gave them), stored as they are: max pooling's for windows on one grid (``grid``;
+    ``tables`` are then not read), else :func:`fractional_indices` on planes."""
+    if grid is not None:
+        return winner_indices(winners, grid)
+    return planes_in_layout(fractional_indices(tables, fractional_planes(winners), in_spatial),
+                            winners)
+

@@ -12,14 +12,7 @@ import numpy as np
 
 from .. import _inputs as inputs
 from .. import autodiff, geometry
-from ..engines import (
-    Pullback,
-    fractional_forward_stored,
-    fractional_indices,
-    fractional_planes,
-    fractional_routing,
-    planes_in_layout,
-)
+from ..engines import Pullback
 from ..engines import fractional as windows
 from ..kernels.fractional import pseudo_random_windows
 
@@ -218,17 +211,17 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     view = inputs.compute_view(x, layout)
     grid = windows.regular_grid(tables, layout.spatial, out)
     # y and the winners stored as x is (channels-last in, channels-last out)
-    y, winners, forward = fractional_forward_stored(view, tables, out, grid)
+    y, winners, forward = windows.fractional_forward_stored(view, tables, out, grid)
     values = y.astype(x.dtype, copy=False).reshape(layout.user_shape(out))
     result = values
     if return_indices:
-        indices = fractional_indices(tables, fractional_planes(winners), layout.spatial)
-        result = (values, planes_in_layout(indices, view).reshape(values.shape))
+        indices = windows.fractional_indices_stored(tables, winners, layout.spatial, grid)
+        result = (values, indices.reshape(values.shape))
     if not want_pullback:
         return result, None
 
-    backward, backward_name = fractional_routing(tables, winners, layout.spatial, grid,
-                                                 view.dtype)
+    backward, backward_name = windows.fractional_routing(tables, winners, layout.spatial,
+                                                         grid, view.dtype)
     return result, Pullback("fractional_max_pool",
                             lambda dy: backward(layout.to_kernel(dy)).reshape(x.shape),
                             values.shape, x.shape, x.dtype,

@@ -427,13 +427,6 @@ def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
     return (tables if grid is None else None), grid
 
 
-def _fractional_planes(a: np.ndarray, ndim: int) -> np.ndarray:
-    """``(N * C, 1, D, H, W)`` C-contiguous planes, values in the compute dtype."""
-    planes = engines.fractional_planes(a.reshape(a.shape[:2] + (1,) * (3 - ndim) + a.shape[2:]))
-    compute = _inputs.COMPUTE_DTYPE.get(a.dtype, a.dtype)
-    return planes if planes.dtype == compute else planes.astype(compute)
-
-
 @_ops.implement(_kind_ops.fractional_max_pool, "cpu")
 def fractional_max_pool(x: Tensor, samples: Tensor, orders: Tensor,
                         fractional: list[int]) -> tuple[Tensor, Tensor]:
@@ -475,15 +468,10 @@ def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor
                                 fractional: list[int], x_size: list[int]) -> Tensor:
     """PyTorch's int64 indices of the winners."""
     _on_cpu(winners, samples, orders)
-    ndim = len(x_size) - 2
     tables, grid = _fractional_tables(fractional, x_size, samples, orders)
-    if grid is not None:  # max pooling's indices, stored as the winners are
-        indices = engines.winner_indices(_layout(winners.shape, ndim).to_kernel(
-            winners.numpy()), grid)
-    else:
-        indices = engines.fractional_indices(tables, _fractional_planes(winners.numpy(),
-                                                                        ndim),
-                                             tuple(x_size[2:]))
+    indices = engines.fractional_indices_stored(
+        tables, _layout(winners.shape, len(x_size) - 2).to_kernel(winners.numpy()),
+        tuple(x_size[2:]), grid)
     return _tensor(indices.reshape(winners.shape), _ops.memory_format(winners))
 
 
