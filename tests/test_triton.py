@@ -306,6 +306,51 @@ def test_weighted_averages_and_the_stochastic_draw_match_the_cpu(name, ndim, win
             same_bits(twinners, winners)
 
 
+FRACTIONAL_CASES = [  # (shape, kernel, out, sequence)
+    ((2, 3, 9, 11), (2, 2), (4, 5), "pseudo_random"),
+    ((2, 3, 9, 11), (3, 3), (4, 5), "pseudo_random"),  # overlapping windows
+    ((2, 3, 9, 11), ("disjoint", "overlapping"), (4, 6), "pseudo_random"),
+    ((2, 3, 9, 11), ("overlapping", 2), (5, 6), "random"),
+    ((2, 3, 13), (3,), (6,), "random"),
+    ((1, 2, 5, 6, 7), (2, "disjoint", 3), (3, 4, 4), "pseudo_random"),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("shape,kernel,out,sequence", FRACTIONAL_CASES,
+                         ids=[f"{c[1]}-{c[3]}" for c in FRACTIONAL_CASES])
+def test_fractional_max_pooling_gives_the_cpu_bits(shape, kernel, out, sequence, dtype):
+    """Windows built on the device from the same draws: the values, PyTorch's indices
+    and dx of the CPU's kernels, bit for bit, in every layout, with ties, NaN, -0 and
+    infinities (the winners are numbered over a bound on the windows' lengths, so only
+    what they decode to is compared)."""
+    from poolgrad.torch._fractional import sequence_steps
+    g = torch.Generator().manual_seed(len(shape) + len(out))
+    n, c = shape[:2]
+    x = special(shape, dtype, seed=3)
+    samples = torch.rand((n, c, len(out)), generator=g,
+                         dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+    orders = torch.rand((n * c, sum(sequence_steps(kernel, out, sequence))), generator=g,
+                        dtype=torch.float64)
+    geometry_ = _kind_ops.fractional_geometry(kernel, out, sequence)
+    draws = (samples, orders, geometry_)
+    for _, xs in layouts(x):
+        size = list(xs.shape)
+        y, winners = cpu("fractional_max_pool")(xs, *draws)
+        ty, twinners = triton_impl("fractional_max_pool")(on_device(xs), *map(on_device,
+                                                          draws[:2]), geometry_)
+        same_bits(ty, y)
+        assert twinners.dtype == winners.dtype and twinners.stride() == winners.stride()
+        same_bits(triton_impl("fractional_max_pool_indices")(twinners, *map(on_device,
+                  draws[:2]), geometry_, size),
+                  cpu("fractional_max_pool_indices")(winners, *draws, size))
+        dy = special(tuple(y.shape), dtype, seed=4).contiguous(
+            memory_format=_ops.memory_format(y))
+        same_bits(triton_impl("fractional_max_pool_backward")(
+                      on_device(dy), twinners, *map(on_device, draws[:2]), geometry_, size),
+                  cpu("fractional_max_pool_backward")(dy, winners, *draws, size))
+
+
 APS_CASES = [("2-d stride 2", (2, 3, 6, 8), [2, 2]), ("2-d odd sizes (2, 3)", (3, 2, 7, 5), [2, 3]),
              ("1-d stride 3", (2, 3, 10), [3]), ("3-d", (2, 2, 4, 5, 6), [2, 1, 3])]
 
@@ -442,11 +487,15 @@ def test_the_dispatch_chooses_one_triton_kernel_per_pass():
                 ("global_avg", "backward", False): "triton.avg_backward",
                 ("lp", "backward", False): "triton.lp_backward",
                 ("max", "split", False): "triton.max_split_backward",
-                ("unpool", "backward", False): "triton.unpool_gather"}
+                ("unpool", "backward", False): "triton.unpool_gather",
+                ("fractional", "forward", False): "triton.fractional_forward",
+                ("fractional", "backward", False): "triton.fractional_backward",
+                ("fractional", "indices", False): "triton.fractional_indices"}
     for (op, direction, record), name in expected.items():
         kernel = dispatch.choose(op, direction, plan, record=record)
         assert kernel.name == name
-        assert kernel.records == (name == "triton.max_forward")
+        assert kernel.records == (name in ("triton.max_forward",
+                                           "triton.fractional_forward"))
     assert dispatch.names("max", "forward") == ["triton.max_values_forward",
                                                 "triton.max_forward"]
     with pytest.raises(ValueError, match="no Triton kernel for op 'unpool', pass 'split'; known"):
@@ -477,7 +526,7 @@ import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from poolgrad.torch.triton import blend as B, kernels as K, power_mean as G, weighted as WK
-from poolgrad.torch.triton import polyphase as PP
+from poolgrad.torch.triton import fractional as FR, polyphase as PP
 
 # the tuples: each axis's (L, O, K, S, P, A, DIL, N), each tensor's 5 strides
 STRIDES = {"xs", "ys", "gs", "ps", "rs", "ss", "outs", "ts", "ds"}
@@ -491,7 +540,7 @@ def signature(fn, pointers, constants, integers):
             sig[name] = ((integers,) * 8,) * 3
         elif name in STRIDES:
             sig[name] = (integers,) * 5
-        elif name in ("sizes", "steps", "comps"):  # polyphase's per-axis triples
+        elif name in ("sizes", "steps", "comps", "counts", "ws", "fs"):  # per-axis triples
             sig[name] = (integers,) * 3
         else:
             sig[name] = pointers.get(name, integers)
@@ -565,6 +614,15 @@ cases = {
         dict(SCATTER=False, BLOCK=256), "i32"),
     "phase_move scatter f64 i64": (PP.phase_move, {"src": "*fp64", "phases": "*i64",
         "dst": "*fp64"}, dict(SCATTER=True, BLOCK=256), "i64"),
+    "fractional_forward bf16 channels-last": (FR.fractional_forward, {"x": bf16,
+        "starts": "*i64", "lengths": "*i64", "y": bf16, "pos": "*u8"}, dict(EXT_D=1, EXT_H=3,
+        EXT_W=3, CHANNELS_LAST=True, ACC=tl.float32, BLOCK=256), "i32"),
+    "fractional_backward f32": (FR.fractional_backward, {"dy": f32, "pos": "*u16",
+        "starts": "*i64", "lengths": "*i64", "first": "*i64", "last": "*i64", "dx": f32},
+        dict(EXT_H=2, EXT_W=3, CHANNELS_LAST=False, ACC=tl.float32, BLOCK=256), "i64"),
+    "fractional_indices": (FR.fractional_indices, {"pos": "*u8", "starts": "*i64",
+        "lengths": "*i64", "indices": "*i64"}, dict(EXT_H=2, EXT_W=2, CHANNELS_LAST=True,
+        BLOCK=256), "i32"),
     "unpool_claim": (K.unpool_claim, {"indices": "*i64", "owner": "*i32"}, dict(BLOCK=256), "i64"),
     "unpool_place": (K.unpool_place, {"values": bf16, "indices": "*i64", "owner": "*i32",
         "out": bf16, "written": "*u8"}, dict(WRITE_VALUES=True, BLOCK=256), "i32"),
@@ -602,7 +660,8 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
                  "max_split_backward", "unpool_gather", "max_gather values", "gem_backward",
                  "gem_p_terms f64", "weighted_backward self", "weighted_backward soft f64",
                  "blend_backward mixed", "blend_weight_terms gated f64",
-                 "phase_move scatter f64 i64", "phase_norm_partials l2 bf16"):
+                 "phase_move scatter f64 i64", "phase_norm_partials l2 bf16",
+                 "fractional_backward f32"):
         assert not report[name]["atomics"], name
     assert report["unpool_claim"]["atomics"]  # the claim is the one atomic (a maximum)
     for name in ("avg_forward f32", "avg_backward bf16", "max_split_backward"):
@@ -699,6 +758,8 @@ cases = {
                                                              dtype=torch.float64), 2, 1),
                    False),
     "aps_pool": (lambda t: pgt.aps_pool(t, 2), True),
+    "fractional_max_pool": (lambda t: pgt.fractional_max_pool(
+        t, 2, (2, 3), samples=torch.tensor([[[0.3, 0.7]]], dtype=torch.float64)), True),
     "aps_pool given phases": (lambda t: pgt.aps_pool(t, (1, 2), phase=torch.tensor([1])),
                               False),
 }
@@ -716,7 +777,8 @@ print(json.dumps({"checks": checks, "calls": calls}))
 
 
 def test_gradients_through_the_public_functions_on_the_triton_kernels():
-    """gradcheck (and gradgradcheck for max, Lp, SoftPool and APS; GeM's p and mixed
+    """gradcheck (and gradgradcheck for max, Lp, SoftPool, APS and fractional max; GeM's
+    p and mixed
     pooling's alpha too), in fast mode, through poolgrad.torch's functions and autograd
     formulas with every op running its CUDA implementation, on CPU tensors under the
     interpreter: float64, 1x1x4x5."""

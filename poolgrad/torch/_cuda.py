@@ -19,7 +19,9 @@ import math
 import torch
 from torch import Tensor
 
+from .. import geometry
 from . import _kind_ops, _ops
+from ._fractional import covering_windows, device_windows, extent_bound
 from ._ops import empty
 from .triton import dispatch
 
@@ -206,6 +208,47 @@ def stochastic_pool_sample(x: Tensor, seed: Tensor, window: list[int]) -> tuple[
     return y, winners
 
 
+# -------------------------------------------------------------- fractional max pooling
+
+
+def fractional_max_pool(x: Tensor, samples: Tensor, orders: Tensor,
+                        fractional: list[int]) -> tuple[Tensor, Tensor]:
+    """The windows built on the device from the draws, each one's maximum and winner
+    (:mod:`.triton.fractional`)."""
+    starts, lengths = device_windows(fractional, x.shape, samples, orders)
+    fmt = _ops.memory_format(x)
+    y = empty([*x.shape[:2], *_kind_ops.fractional_args(fractional)[1]], x, fmt)
+    winners = empty(y.shape, x, fmt, _ops.TORCH_DTYPE[geometry.position_dtype(
+        _kind_ops.fractional_taps(fractional, x.shape[2:]))])
+    dispatch.choose("fractional", "forward", None)(
+        _five(x), starts, lengths, extent_bound(fractional, x.shape[2:]), _five(y),
+        _five(winners))
+    return y, winners
+
+
+def fractional_max_pool_backward(dy: Tensor, winners: Tensor, samples: Tensor,
+                                 orders: Tensor, fractional: list[int],
+                                 x_size: list[int]) -> Tensor:
+    starts, lengths = device_windows(fractional, x_size, samples, orders)
+    first, last = covering_windows(starts, lengths, fractional, x_size)
+    dx = empty(x_size, dy, _ops.memory_format(dy))
+    dispatch.choose("fractional", "backward", None)(
+        _five(dy), _five(winners), starts, lengths, first, last,
+        extent_bound(fractional, x_size[2:]), _five(dx))
+    return dx
+
+
+def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor,
+                                fractional: list[int], x_size: list[int]) -> Tensor:
+    starts, lengths = device_windows(fractional, x_size, samples, orders)
+    indices = empty(winners.shape, winners, _ops.memory_format(winners), torch.int64)
+    sizes = [1] * (5 - len(x_size)) + [int(s) for s in x_size[2:]]
+    dispatch.choose("fractional", "indices", None)(
+        _five(winners), starts, lengths, extent_bound(fractional, x_size[2:]), sizes,
+        _five(indices))
+    return indices
+
+
 # -------------------------------------------------------------------------- unpooling
 
 
@@ -318,6 +361,9 @@ IMPLEMENTATIONS = {
     "weighted_pool_backward": weighted_pool_backward,
     "weighted_pool_values": weighted_pool_values,
     "stochastic_pool_sample": stochastic_pool_sample,
+    "fractional_max_pool": fractional_max_pool,
+    "fractional_max_pool_backward": fractional_max_pool_backward,
+    "fractional_max_pool_indices": fractional_max_pool_indices,
     "blend_pool": blend_pool,
     "blend_pool_backward": blend_pool_backward,
     "aps_pool": aps_pool,

@@ -20,9 +20,8 @@ kind                        composition
 ``stochastic_pool``         its own operators: training, ``stochastic_pool_sample``
                             (the draw; its gradient is max pooling's routing);
                             evaluation, ``weighted_pool``
-``fractional_max_pool``     its own operators on the CPU (the draws in, the
-                            windows built there); on CUDA the windows from the
-                            host gathered by index, their argmax, a gather
+``fractional_max_pool``     its own operators (the draws in, the windows
+                            built on the tensor's device)
 ``gem_pool``                its own operators (fused Numba kernels on the CPU,
                             Triton on CUDA); ``p`` a tensor
 ``mixed_pool``              its own operators (``blend_pool``)
@@ -53,7 +52,7 @@ from . import _kind_ops as kind_ops
 from . import _ops as ops
 from ._autograd import call
 from ._blur import blur, check_blur
-from ._fractional import fractional_by_gather, sequence_steps
+from ._fractional import sequence_steps
 from .functional import arguments, max_result, sliding, unbatch
 from .functional import batched as _check_input
 from .onnx import refuse_export
@@ -249,41 +248,53 @@ def _stochastic(x, window, training, generator):
 # ------------------------------------------------------------------------- fractional
 
 
+def _drawn(source, shape, dtype, device) -> Tensor:
+    """``torch.rand(shape)`` from ``source`` (None: the device's default generator),
+    drawn where the generator lives and moved to ``device``."""
+    where = device if source is None else source.device
+    return torch.rand(shape, generator=source, dtype=dtype, device=where).to(device)
+
+
 def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
                         return_indices=False, *, samples=None, generator=None,
                         sequence="pseudo_random", spatial_dims=None):
     """:func:`poolgrad.fractional_max_pool` on a tensor. ``samples`` is torch's
     ``_random_samples`` (``(N, C, ndim)``, PyTorch's order; ``(1, C, ndim)`` for an
-    unbatched x, as torch's); without it they are ``torch.rand`` draws in x's dtype on the
-    CPU (``generator`` a CPU generator or seed). ``x`` as :func:`blur_pool` takes it."""
+    unbatched x, as torch's), on x's device; without it they are ``torch.rand`` draws
+    (float64 for a float64 x, else float32) from ``generator``: a torch.Generator, which
+    draws where it lives (a CPU one serves a CUDA x), or an int seed of a generator on
+    x's device, or None for the device's default one. The random sequence's orders come
+    from it too. The windows are built on x's device, and on CUDA the Triton kernels of
+    :mod:`poolgrad.torch.triton.fractional` pool over them. ``x`` as :func:`blur_pool`
+    takes it."""
     refuse_export("fractional_max_pool cannot be exported: its windows are drawn at random "
-                  "on the host at every call; export a model with max_pool in its place")
+                  "at every call; export a model with max_pool in its place")
     ndim, kernel, out = arguments(numpy_fractional.fractional_arguments)(
         _shape(x, "fractional_max_pool"), kernel_size, output_size, output_ratio, sequence,
         spatial_dims, "fractional_max_pool: ")
     x, unbatched = _check_input(x, ndim, "fractional_max_pool")
     n, c = x.shape[:2]
-    source = seeded_generator(generator, "cpu")
+    source = seeded_generator(generator, x.device.type)
     drawn = samples is None
     if drawn:
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        samples = torch.rand((n, c, ndim), generator=source, dtype=dtype)
+        samples = _drawn(source, (n, c, ndim), dtype, x.device)
     elif generator is not None:
         raise ValueError("fractional_max_pool takes samples or generator, not both")
     elif not torch.compiler.is_compiling():  # a compiled graph cannot read the data
         checked = samples.detach().cpu()  # NumPy has no bfloat16: checked as float32
         checked = checked.float() if checked.dtype == torch.bfloat16 else checked
         numpy_fractional.check_samples(checked.numpy(), (n, c), ndim, sequence)
-    if x.device.type == "cpu":
-        orders = torch.cat([torch.rand((n * c, steps), generator=source, dtype=torch.float64)
-                            for steps in sequence_steps(kernel, out, sequence)]
-                           or [torch.empty((n * c, 0), dtype=torch.float64)], 1)
-        windows = kind_ops.fractional_geometry(kernel, out, sequence)
-        y, winners = call(kind_ops.fractional_max_pool, x, samples, orders, windows)
-        indices = (call(kind_ops.fractional_max_pool_indices, winners, samples, orders, windows,
-                        list(x.shape)) if return_indices else None)
-    else:  # CUDA: the windows from the host, gathered (no Triton kernel yet)
-        y, indices = fractional_by_gather(x, ndim, kernel, out, samples, drawn, source, sequence)
+    if samples.device != x.device:
+        raise ValueError(f"fractional_max_pool: samples must be on x's device {x.device}, "
+                         f"got {samples.device}")
+    orders = torch.cat([_drawn(source, (n * c, steps), torch.float64, x.device)
+                        for steps in sequence_steps(kernel, out, sequence)]
+                       or [torch.empty((n * c, 0), dtype=torch.float64, device=x.device)], 1)
+    windows = kind_ops.fractional_geometry(kernel, out, sequence)
+    y, winners = call(kind_ops.fractional_max_pool, x, samples, orders, windows)
+    indices = (call(kind_ops.fractional_max_pool_indices, winners, samples, orders, windows,
+                    list(x.shape)) if return_indices else None)
     if return_indices:
         return unbatch(y, unbatched), unbatch(indices, unbatched)
     return unbatch(y, unbatched)

@@ -14,7 +14,11 @@ H, W)`` of any strides. The runs take the arguments of the Numba dispatch's sign
   ``run(x, y, p, eps)``, ``run(x, y, dy, p, eps, dx)`` and ``p_terms``'
   ``run(x, y, dy, p, eps, terms)``.
 * the weighted averages, the blends and the stochastic draw take the Numba
-  signatures, with ``norm`` and ``pos`` stored as ``y``.
+  signatures, with ``norm`` and ``pos`` stored as ``y``;
+* fractional max pooling (``plan`` None) takes its windows' tables and the per-axis
+  bound on their lengths: ``run(x, starts, lengths, extent, y, pos)``, ``run(dy, pos,
+  starts, lengths, first, last, extent, dx)`` and ``run(pos, starts, lengths, extent,
+  sizes, indices)`` (:mod:`.fractional`).
 
 There is one kernel per pass: the windows are recomputed per element, so every
 geometry and layout takes the same kernel, with layout and adaptivity as its
@@ -81,6 +85,13 @@ RULES = {
     ("stochastic", "sample"): [
         Rule("triton.stochastic_sample", always, _launched("stochastic_sample_run"),
              records=True)],
+    ("fractional", "forward"): [
+        Rule("triton.fractional_forward", always, _launched("fractional_forward_run"),
+             records=True)],
+    ("fractional", "backward"): [
+        Rule("triton.fractional_backward", always, _launched("fractional_backward_run"))],
+    ("fractional", "indices"): [
+        Rule("triton.fractional_indices", always, _launched("fractional_indices_run"))],
     ("polyphase", "norms"): [
         Rule("triton.phase_norm_partials", always, _launched("polyphase_norms_run"))],
     ("polyphase", "gather"): [

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .. import _ops
-from . import blend, kernels, polyphase, power_mean, weighted
+from . import blend, fractional, kernels, polyphase, power_mean, weighted
 
 BLOCK = 256
 _DIVISOR_MODES = {"padded": 0, "real": 1}
@@ -266,4 +266,43 @@ def polyphase_scatter_run(plan):
     def run(dy, steps, phases, dx):
         dx.zero_()
         _move(dy, phases, dx, steps, dy, True)
+    return run
+
+
+def _fractional_launch(kernel, out, tensors, scalars, strided, extent, **constants):
+    """One lane per element of ``out`` (in its memory order): ``tensors``, ``out``'s
+    size and C, ``scalars``, the strides of the ``strided`` tensors (a tuple each), the
+    extent bound's constants besides ``constants``."""
+    kernel[(triton.cdiv(out.numel(), BLOCK),)](
+        *tensors, out.numel(), out.shape[1], *scalars,
+        *(tuple(t.stride()) for t in strided), EXT_H=extent[1], EXT_W=extent[2],
+        CHANNELS_LAST=_ops.is_channels_last(out), BLOCK=BLOCK, **constants)
+
+
+def fractional_forward_run(plan):
+    """``run(x, starts, lengths, extent, y, pos)``: ``pos`` stored as ``y``."""
+    def run(x, starts, lengths, extent, y, pos):
+        _fractional_launch(fractional.fractional_forward, y, (x, starts, lengths, y, pos),
+                           (tuple(x.shape[2:]), tuple(y.shape[2:])), (x, y, starts), extent,
+                           EXT_D=extent[0], ACC=_accumulator(x.dtype))
+    return run
+
+
+def fractional_backward_run(plan):
+    """``run(dy, pos, starts, lengths, first, last, extent, dx)``."""
+    def run(dy, pos, starts, lengths, first, last, extent, dx):
+        _fractional_launch(fractional.fractional_backward, dx,
+                           (dy, pos, starts, lengths, first, last, dx),
+                           (tuple(dx.shape[2:]), tuple(dy.shape[2:])),
+                           (dy, pos, dx, starts, first), extent, ACC=_accumulator(dx.dtype))
+    return run
+
+
+def fractional_indices_run(plan):
+    """``run(pos, starts, lengths, extent, sizes, indices)``: ``sizes`` the input's
+    (D, H, W)."""
+    def run(pos, starts, lengths, extent, sizes, indices):
+        _fractional_launch(fractional.fractional_indices, indices,
+                           (pos, starts, lengths, indices),
+                           (tuple(sizes), tuple(pos.shape[2:])), (pos, starts), extent)
     return run
