@@ -20,13 +20,13 @@ SEQUENCES = ("pseudo_random", "random")
 REGIONS = ("disjoint", "overlapping")
 
 
-def _sample_axis(ndim: int, axis: int) -> int:
+def sample_axis(ndim: int, axis: int) -> int:
     """Which entry of a plane's samples places spatial axis ``axis``: PyTorch's order,
     ``(W, H)`` for 2 dims and ``(D, H, W)`` for 3."""
     return 1 - axis if ndim == 2 else axis
 
 
-def _pseudo_random_constants(dtype, span: int, steps: int):
+def pseudo_random_constants(dtype, span: int, steps: int):
     """The pseudo-random sequence's ``alpha = span / steps`` and indices ``0, 1, ...,
     steps - 1``, both in ``dtype`` (the draws'), as :func:`boundaries` computes them."""
     dtype = np.dtype(dtype).type
@@ -49,7 +49,7 @@ def boundaries(u: np.ndarray, span: int, steps: int, sequence: str, rng) -> np.n
     if steps == 0:
         return b
     if sequence == "pseudo_random":  # the disjoint regions' starts are the b[i], i < steps
-        pseudo_random_windows(u, *_pseudo_random_constants(u.dtype, span, steps), span, 0,
+        pseudo_random_windows(u, *pseudo_random_constants(u.dtype, span, steps), span, 0,
                               span, b[:, :steps], np.empty((planes, steps), np.int64))
     else:
         short, longer = divmod(span, steps)
@@ -73,7 +73,7 @@ def region_tables(spatial, kernel, out, u, sequence, generator):
         spatial, out: the input's and output's spatial sizes.
         kernel: per dim, the window's length, or Graham's regions, ``"disjoint"`` or
             ``"overlapping"``.
-        u: ``(P, ndim)`` draws in PyTorch's order (:func:`_sample_axis`).
+        u: ``(P, ndim)`` draws in PyTorch's order (:func:`sample_axis`).
         sequence: ``"pseudo_random"`` or ``"random"``; generator: what ``"random"``
             draws its orders from (``.random(shape)``).
     """
@@ -87,14 +87,14 @@ def region_tables(spatial, kernel, out, u, sequence, generator):
     extent = [1] * axes
     for axis, (length, k, o) in enumerate(zip(spatial, kernel, out, strict=True)):
         row = axes - ndim + axis
-        draws = u[:, _sample_axis(ndim, axis)]
+        draws = u[:, sample_axis(ndim, axis)]
         # PyTorch's: windows of k from o starts spanning n - k; Graham's: from each
         # boundary to the next (and its first, if overlapping)
         window = _REGION_CODES[k] if isinstance(k, str) else k
         span, steps = (length, o) if isinstance(k, str) else (length - k, o - 1)
         if sequence == "pseudo_random":  # in one pass, with no boundaries array
             extent[row] = pseudo_random_windows(
-                draws, *_pseudo_random_constants(draws.dtype, span, steps), span, window,
+                draws, *pseudo_random_constants(draws.dtype, span, steps), span, window,
                 length, starts[:, row], lengths[:, row])
             continue
         b = boundaries(draws, span, steps, sequence, generator)

@@ -43,7 +43,7 @@ def _boundaries(draws, span: int, steps: int, sequence: str, orders):
     if steps == 0:
         return last
     if sequence == "pseudo_random":
-        alpha, _ = numpy_fractional._pseudo_random_constants(
+        alpha, _ = numpy_fractional.pseudo_random_constants(
             np.float64 if draws.dtype == torch.float64 else np.float32, span, steps)
         # 0, 1, ..., steps - 1 exactly (below 2**24) in the draws' dtype, made on the
         # device: no copy from the host, so a CUDA graph can capture the call
@@ -78,7 +78,7 @@ def device_windows(fractional, x_size, samples, orders):
         window = _WINDOW_CODES[k] if isinstance(k, str) else int(k)
         span, steps = (length, o) if isinstance(k, str) else (length - k, o - 1)
         columns = steps if sequence == "random" else 0
-        b = _boundaries(u[:, numpy_fractional._sample_axis(ndim, axis)], span, steps,
+        b = _boundaries(u[:, numpy_fractional.sample_axis(ndim, axis)], span, steps,
                         sequence, orders[:, taken:taken + columns])
         taken += columns
         if window > 0:  # PyTorch's windows of k taps from b[0..steps]
