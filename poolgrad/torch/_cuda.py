@@ -233,19 +233,18 @@ def fractional_max_pool_backward(dy: Tensor, winners: Tensor, samples: Tensor,
     first, last = covering_windows(starts, lengths, fractional, x_size)
     dx = empty(x_size, dy, _ops.memory_format(dy))
     dispatch.choose("fractional", "backward", None)(
-        _five(dy), _five(winners), starts, lengths, first, last,
-        extent_bound(fractional, x_size[2:]), _five(dx))
+        _five(dy), _five(winners), starts, first, last, extent_bound(fractional, x_size[2:]),
+        _five(dx))
     return dx
 
 
 def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor,
                                 fractional: list[int], x_size: list[int]) -> Tensor:
-    starts, lengths = device_windows(fractional, x_size, samples, orders)
+    starts, _ = device_windows(fractional, x_size, samples, orders)
     indices = empty(winners.shape, winners, _ops.memory_format(winners), torch.int64)
     sizes = [1] * (5 - len(x_size)) + [int(s) for s in x_size[2:]]
     dispatch.choose("fractional", "indices", None)(
-        _five(winners), starts, lengths, extent_bound(fractional, x_size[2:]), sizes,
-        _five(indices))
+        _five(winners), starts, extent_bound(fractional, x_size[2:]), sizes, _five(indices))
     return indices
 
 

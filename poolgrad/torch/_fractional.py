@@ -9,7 +9,7 @@ import torch
 
 from .. import geometry
 from ..kinds import fractional as numpy_fractional
-from ._kind_ops import fractional_args
+from ._kind_ops import fractional_args, fractional_extents
 
 # the window codes of :func:`poolgrad.kernels.fractional.pseudo_random_windows`
 _WINDOW_CODES = {"disjoint": 0, "overlapping": -1}
@@ -24,14 +24,10 @@ def sequence_steps(kernel, out, sequence) -> list[int]:
 
 
 def extent_bound(fractional, spatial) -> tuple[int, int, int]:
-    """Per kernel axis (D, H, W) a bound on any window's length whatever the draws (the
-    per-dim factors of :func:`poolgrad.torch._kind_ops.fractional_taps`), 1 on an
-    unused axis."""
-    kernel, out, _ = fractional_args(fractional)
-    bounds = [int(k) if not isinstance(k, str) else
-              min(int(n), -(-int(n) // int(o)) + 1 + (k == "overlapping"))
-              for k, n, o in zip(kernel, spatial, out, strict=True)]
-    return tuple([1] * (geometry.KERNEL_AXES - len(bounds)) + bounds)
+    """:func:`~poolgrad.torch._kind_ops.fractional_extents` over the kernels' (D, H, W)
+    axes, 1 on an unused one."""
+    bounds = fractional_extents(fractional, spatial)
+    return (1,) * (geometry.KERNEL_AXES - len(bounds)) + bounds
 
 
 def _boundaries(draws, span: int, steps: int, sequence: str, orders):

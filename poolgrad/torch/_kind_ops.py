@@ -276,14 +276,20 @@ def fractional_args(fractional) -> tuple:
     return kernel, tuple(fractional[ndim: 2 * ndim]), SEQUENCES[int(fractional[-1])]
 
 
-def fractional_taps(fractional, spatial) -> int:
-    """A bound on the taps of any window, whatever the draws: per dim the window's
-    length, or a region's mean step ``n / o`` rounded up, plus one for the sequence's
-    rounding and one more if overlapping. The winners' dtype holds it."""
+def fractional_extents(fractional, spatial) -> tuple[int, ...]:
+    """Per dim a bound on any window's length, whatever the draws: the window's length,
+    or a region's mean step ``n / o`` rounded up, plus one for the sequence's rounding
+    and one more if overlapping."""
     kernel, out, _ = fractional_args(fractional)
-    return math.prod(int(k) if not isinstance(k, str) else
-                     min(int(n), -(-int(n) // int(o)) + 1 + (k == "overlapping"))
-                     for k, n, o in zip(kernel, spatial, out, strict=True))
+    return tuple(int(k) if not isinstance(k, str) else
+                 min(int(n), -(-int(n) // int(o)) + 1 + (k == "overlapping"))
+                 for k, n, o in zip(kernel, spatial, out, strict=True))
+
+
+def fractional_taps(fractional, spatial) -> int:
+    """A bound on the taps of any window (the product of :func:`fractional_extents`):
+    the winners' dtype holds it."""
+    return math.prod(fractional_extents(fractional, spatial))
 
 
 @define

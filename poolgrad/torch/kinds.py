@@ -248,13 +248,6 @@ def _stochastic(x, window, training, generator):
 # ------------------------------------------------------------------------- fractional
 
 
-def _drawn(source, shape, dtype, device) -> Tensor:
-    """``torch.rand(shape)`` from ``source`` (None: the device's default generator),
-    drawn where the generator lives and moved to ``device``."""
-    where = device if source is None else source.device
-    return torch.rand(shape, generator=source, dtype=dtype, device=where).to(device)
-
-
 def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
                         return_indices=False, *, samples=None, generator=None,
                         sequence="pseudo_random", spatial_dims=None):
@@ -275,10 +268,9 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     x, unbatched = _check_input(x, ndim, "fractional_max_pool")
     n, c = x.shape[:2]
     source = seeded_generator(generator, x.device.type)
-    drawn = samples is None
-    if drawn:
+    if samples is None:
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        samples = _drawn(source, (n, c, ndim), dtype, x.device)
+        samples = draw(torch.rand, ((n, c, ndim),), source, x.device, dtype)
     elif generator is not None:
         raise ValueError("fractional_max_pool takes samples or generator, not both")
     elif not torch.compiler.is_compiling():  # a compiled graph cannot read the data
@@ -288,7 +280,7 @@ def fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     if samples.device != x.device:
         raise ValueError(f"fractional_max_pool: samples must be on x's device {x.device}, "
                          f"got {samples.device}")
-    orders = torch.cat([_drawn(source, (n * c, steps), torch.float64, x.device)
+    orders = torch.cat([draw(torch.rand, ((n * c, steps),), source, x.device, torch.float64)
                         for steps in sequence_steps(kernel, out, sequence)]
                        or [torch.empty((n * c, 0), dtype=torch.float64, device=x.device)], 1)
     windows = kind_ops.fractional_geometry(kernel, out, sequence)

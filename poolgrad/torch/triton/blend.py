@@ -25,7 +25,7 @@ def _stats(x, base, windows, axes, xs, live, weights, KIND: tl.constexpr,
     for t in range(0, walk.taps(axes)):
         offset, real = walk.tap(t, axes, windows, xs, live)
         v = tl.load(x + base + offset, mask=real, other=0.0).to(ACC)
-        wins = real & (~found | ((largest == largest) & ((v > largest) | (v != v))))
+        wins = real & (~found | walk.beats(v, largest))
         largest = tl.where(wins, v, largest)
         winner = tl.where(wins, (tl.zeros_like(winner) + t).to(tl.int32), winner)
         found = found | real

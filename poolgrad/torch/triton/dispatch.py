@@ -17,8 +17,8 @@ H, W)`` of any strides. The runs take the arguments of the Numba dispatch's sign
   signatures, with ``norm`` and ``pos`` stored as ``y``;
 * fractional max pooling (``plan`` None) takes its windows' tables and the per-axis
   bound on their lengths: ``run(x, starts, lengths, extent, y, pos)``, ``run(dy, pos,
-  starts, lengths, first, last, extent, dx)`` and ``run(pos, starts, lengths, extent,
-  sizes, indices)`` (:mod:`.fractional`).
+  starts, first, last, extent, dx)`` and ``run(pos, starts, extent, sizes, indices)``
+  (:mod:`.fractional`).
 
 There is one kernel per pass: the windows are recomputed per element, so every
 geometry and layout takes the same kernel, with layout and adaptivity as its

@@ -6,7 +6,7 @@ from the draws (:func:`poolgrad.torch._fractional.device_windows`): ``starts[p, 
 and ``lengths[p, a, o]`` for kernel axis ``a`` (D, H, W; an unused axis has one window,
 start 0 and length 1) and output ``o``, in int64 tensors of strides ``ws``. ``EXT_D``,
 ``EXT_H`` and ``EXT_W`` bound every window's length along each axis whatever the draws
-(:func:`poolgrad.torch._kind_ops.fractional_taps`' per-axis bound), and a winner is its
+(:func:`poolgrad.torch._kind_ops.fractional_extents`), and a winner is its
 tap number row-major over them. The CPU numbers taps over the longest window the draws
 gave, so the two devices' winners are each their own backward's and indices' input:
 the values, the indices and ``dx`` are the same.
@@ -28,10 +28,10 @@ from . import walk
 
 
 @triton.jit
-def _window(starts, lengths, ws, p, axis, o):
-    """Window ``o`` of plane ``p`` along kernel axis ``axis``: ``(start, length)``."""
-    at = p * ws[0] + axis * ws[1] + o * ws[2]
-    return tl.load(starts + at), tl.load(lengths + at)
+def _entry(table, ws, p, axis, o):
+    """Window ``o`` of plane ``p`` along kernel axis ``axis`` in ``table`` (the starts
+    or the lengths)."""
+    return tl.load(table + p * ws[0] + axis * ws[1] + o * ws[2])
 
 
 @triton.jit
@@ -43,9 +43,9 @@ def fractional_forward(x, starts, lengths, y, pos, total, C, sizes, counts, xs, 
     offs, live = walk.lanes(total, BLOCK)
     n, c, od, oh, ow = walk.element(offs, C, counts[0], counts[1], counts[2], CHANNELS_LAST)
     p = tl.where(live, n * C + c, 0)  # (a lane past the end reads plane 0's tables)
-    sd, ld = _window(starts, lengths, ws, p, 0, od)
-    sh, lh = _window(starts, lengths, ws, p, 1, oh)
-    sw, lw = _window(starts, lengths, ws, p, 2, ow)
+    sd, ld = _entry(starts, ws, p, 0, od), _entry(lengths, ws, p, 0, od)
+    sh, lh = _entry(starts, ws, p, 1, oh), _entry(lengths, ws, p, 1, oh)
+    sw, lw = _entry(starts, ws, p, 2, ow), _entry(lengths, ws, p, 2, ow)
     base = n * xs[0] + c * xs[1]
     largest = tl.zeros([BLOCK], dtype=ACC)
     winner = tl.zeros([BLOCK], dtype=tl.int32)
@@ -57,7 +57,7 @@ def fractional_forward(x, starts, lengths, y, pos, total, C, sizes, counts, xs, 
         real = live & (jd < ld) & (jh < lh) & (jw < lw)
         offset = (sd + jd) * xs[2] + (sh + jh) * xs[3] + (sw + jw) * xs[4]
         v = tl.load(x + base + offset, mask=real, other=0.0).to(ACC)
-        wins = real & (~found | ((largest == largest) & ((v > largest) | (v != v))))
+        wins = real & (~found | walk.beats(v, largest))
         largest = tl.where(wins, v, largest)
         winner = tl.where(wins, t, winner)
         found = found | real
@@ -73,7 +73,7 @@ def _decoded(winner, EXT_H: tl.constexpr, EXT_W: tl.constexpr):
 
 
 @triton.jit
-def fractional_indices(pos, starts, lengths, indices, total, C, sizes, counts, ps, ws,
+def fractional_indices(pos, starts, indices, total, C, sizes, counts, ps, ws,
                        EXT_H: tl.constexpr, EXT_W: tl.constexpr,
                        CHANNELS_LAST: tl.constexpr, BLOCK: tl.constexpr):
     """PyTorch's int64 indices: each winner's flat position in its input plane, stored
@@ -83,9 +83,9 @@ def fractional_indices(pos, starts, lengths, indices, total, C, sizes, counts, p
     p = tl.where(live, n * C + c, 0)
     at = walk.at(ps, n, c, od, oh, ow)
     jd, jh, jw = _decoded(tl.load(pos + at, mask=live, other=0).to(tl.int64), EXT_H, EXT_W)
-    sd, _ = _window(starts, lengths, ws, p, 0, od)
-    sh, _ = _window(starts, lengths, ws, p, 1, oh)
-    sw, _ = _window(starts, lengths, ws, p, 2, ow)
+    sd = _entry(starts, ws, p, 0, od)
+    sh = _entry(starts, ws, p, 1, oh)
+    sw = _entry(starts, ws, p, 2, ow)
     flat = ((sd + jd) * sizes[1] + (sh + jh)) * sizes[2] + (sw + jw)
     tl.store(indices + at, flat, mask=live)
 
@@ -99,7 +99,7 @@ def _covers(first, last, fs, p, axis, i):
 
 
 @triton.jit
-def fractional_backward(dy, pos, starts, lengths, first, last, dx, total, C, sizes, counts,
+def fractional_backward(dy, pos, starts, first, last, dx, total, C, sizes, counts,
                         gs, ps, rs, ws, fs, EXT_H: tl.constexpr, EXT_W: tl.constexpr,
                         CHANNELS_LAST: tl.constexpr, ACC: tl.constexpr,
                         BLOCK: tl.constexpr):
@@ -115,14 +115,14 @@ def fractional_backward(dy, pos, starts, lengths, first, last, dx, total, C, siz
     acc = tl.zeros([BLOCK], dtype=ACC)
     for kd in range(0, tl.max(nd, 0)):
         od = fd + kd
-        sd, _ = _window(starts, lengths, ws, p, 0, tl.where(kd < nd, od, 0))
+        sd = _entry(starts, ws, p, 0, tl.where(kd < nd, od, 0))
         for kh in range(0, tl.max(nh, 0)):
             oh = fh + kh
-            sh, _ = _window(starts, lengths, ws, p, 1, tl.where(kh < nh, oh, 0))
+            sh = _entry(starts, ws, p, 1, tl.where(kh < nh, oh, 0))
             for kw in range(0, tl.max(nw, 0)):
                 ow = fw + kw
                 valid = (kd < nd) & (kh < nh) & (kw < nw)
-                sw, _ = _window(starts, lengths, ws, p, 2, tl.where(valid, ow, 0))
+                sw = _entry(starts, ws, p, 2, tl.where(valid, ow, 0))
                 winner = tl.load(pos + walk.at(ps, n, c, od, oh, ow), mask=valid,
                                  other=0).to(tl.int64)
                 jd, jh, jw = _decoded(winner, EXT_H, EXT_W)

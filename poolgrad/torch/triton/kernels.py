@@ -58,7 +58,7 @@ def max_forward(x, y, pos, total, C, axes, xs, ys,
         # as loaded
         wide = v.to(ACC)
         # the first real tap, a larger one, or the first NaN (best stays NaN)
-        wins = real & (~found | ((top == top) & ((wide > top) | (wide != wide))))
+        wins = real & (~found | walk.beats(wide, top))
         best = tl.where(wins, v, best)
         top = tl.where(wins, wide, top)
         # as int32 whatever type the loop counter has (int64 with large arguments)

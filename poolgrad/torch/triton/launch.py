@@ -289,20 +289,18 @@ def fractional_forward_run(plan):
 
 
 def fractional_backward_run(plan):
-    """``run(dy, pos, starts, lengths, first, last, extent, dx)``."""
-    def run(dy, pos, starts, lengths, first, last, extent, dx):
+    """``run(dy, pos, starts, first, last, extent, dx)``."""
+    def run(dy, pos, starts, first, last, extent, dx):
         _fractional_launch(fractional.fractional_backward, dx,
-                           (dy, pos, starts, lengths, first, last, dx),
+                           (dy, pos, starts, first, last, dx),
                            (tuple(dx.shape[2:]), tuple(dy.shape[2:])),
                            (dy, pos, dx, starts, first), extent, ACC=_accumulator(dx.dtype))
     return run
 
 
 def fractional_indices_run(plan):
-    """``run(pos, starts, lengths, extent, sizes, indices)``: ``sizes`` the input's
-    (D, H, W)."""
-    def run(pos, starts, lengths, extent, sizes, indices):
-        _fractional_launch(fractional.fractional_indices, indices,
-                           (pos, starts, lengths, indices),
+    """``run(pos, starts, extent, sizes, indices)``: ``sizes`` the input's (D, H, W)."""
+    def run(pos, starts, extent, sizes, indices):
+        _fractional_launch(fractional.fractional_indices, indices, (pos, starts, indices),
                            (tuple(sizes), tuple(pos.shape[2:])), (pos, starts), extent)
     return run

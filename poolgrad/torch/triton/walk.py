@@ -71,6 +71,14 @@ def narrow(v, dtype: tl.constexpr):
 
 
 @triton.jit
+def beats(v, best):
+    """Whether a later tap ``v`` replaces the running maximum ``best`` (both widened):
+    it is larger, or it is the first NaN (once ``best`` is NaN nothing replaces it), the
+    CPU's rule (:func:`poolgrad.kernels.beats`)."""
+    return (best == best) & ((v > best) | (v != v))
+
+
+@triton.jit
 def window(o, axis, ADAPTIVE: tl.constexpr):
     """Window ``o`` of an axis: ``(start, first, end, padded)``. Tap ``j`` reads
     ``start + j * dilation``; taps ``[first, end)`` are inside the input; ``padded``

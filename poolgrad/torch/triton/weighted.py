@@ -29,7 +29,7 @@ def weighted_forward(x, y, norm, total, C, axes, xs, ys,
         for t in range(0, walk.taps(axes)):
             offset, real = walk.tap(t, axes, windows, xs, live)
             v = tl.load(x + base + offset, mask=real, other=0.0).to(ACC)
-            wins = real & (~found | ((largest == largest) & ((v > largest) | (v != v))))
+            wins = real & (~found | walk.beats(v, largest))
             largest = tl.where(wins, v, largest)
             found = found | real
     weights = tl.zeros([BLOCK], dtype=ACC)
