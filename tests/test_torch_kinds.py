@@ -14,7 +14,6 @@ from poolgrad.kinds import fractional
 torch = pytest.importorskip("torch")
 import poolgrad.torch as pt  # noqa: E402
 from poolgrad.torch import _kind_ops, _ops  # noqa: E402
-from poolgrad.torch._blur import blur, padded  # noqa: E402
 
 
 def _check_against_numpy(torch_fn, numpy_op, x, args, kwargs, params=()):
@@ -427,7 +426,7 @@ def test_mixed_and_gated_pooling_are_operators(kernel, stride, padding):
 def test_blur_kinds_are_operators(pre, mode):
     """``blur_pool`` and its backward: opcheck in both layouts, the output in the input's
     layout, and the values of the definition (the stride-1 pre-pool, the padding and a
-    depthwise binomial convolution, as CUDA composes them)."""
+    depthwise binomial convolution)."""
     g = torch.Generator().manual_seed(6)
     x = torch.rand(2, 3, 9, 8, generator=g)
     kernel = (1, 1) if pre == "none" else (2, 3)
@@ -453,7 +452,24 @@ def test_blur_kinds_are_operators(pre, mode):
     if pre != "none":
         pooled = (torch.nn.functional.max_pool2d(x, kernel, 1) if pre == "max"
                   else torch.nn.functional.avg_pool2d(x, kernel, 1))
-    torch.testing.assert_close(y, blur(pooled, 2, (2, 2), (3, 4), pads, mode))
+    torch.testing.assert_close(y, blurred(pooled, (2, 2), (3, 4), pads, mode))
+
+
+def blurred(x, stride, sizes, pads, mode):
+    """The blur's definition in torch's own ops: ``x`` padded in ``mode``, then a
+    depthwise convolution with the outer product of the binomial filters at the stride."""
+    flat = [p for lo, hi in reversed(pads) for p in (lo, hi)]
+    x = torch.nn.functional.pad(x, flat, mode="constant" if mode == "zeros" else mode)
+    weight = torch.ones((), dtype=torch.float64)
+    for axis, size in enumerate(sizes):
+        taps = torch.tensor([math.comb(size - 1, t) / 2 ** (size - 1) for t in range(size)],
+                            dtype=torch.float64)
+        weight = weight.unsqueeze(-1) * taps.reshape((1,) * axis + (-1,))
+    channels = x.shape[1]
+    weight = weight.to(x.dtype).expand(channels, 1, *sizes)
+    conv = (torch.nn.functional.conv1d, torch.nn.functional.conv2d,
+            torch.nn.functional.conv3d)[len(sizes) - 1]
+    return conv(x, weight, stride=stride, groups=channels)
 
 
 @pytest.mark.parametrize("kernel, sequence", [((2, 3), "pseudo_random"),
@@ -509,36 +525,6 @@ def test_fractional_max_pool_is_an_operator(kernel, sequence):
     assert torch.autograd.gradgradcheck(f, (leaf,))
     compiled = torch.compile(f, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(x), f(x))
-
-
-@pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
-def test_both_paddings_agree(mode):
-    """The CPU's F.pad and CUDA's index_select padding: the same values, and gradients
-    equal up to the order of their sums (what the blur kinds' convolution sees, in
-    either device's form)."""
-    x = torch.rand(2, 3, 5, 4, 3, dtype=torch.float64, requires_grad=True)
-    pads = ((1, 2), (0, 3), (2, 1))
-    by_pad, by_index = padded(x, pads, mode, False), padded(x, pads, mode, True)
-    assert torch.equal(by_pad, by_index)
-    weight = torch.rand_like(by_pad)
-    pad_dx, index_dx = (torch.autograd.grad(y, x, weight)[0] for y in (by_pad, by_index))
-    torch.testing.assert_close(pad_dx, index_dx, rtol=1e-14, atol=1e-15)
-
-
-@pytest.mark.parametrize("layout", ["NCHW", "channels-last"])
-def test_the_cuda_compositions_store_results_as_the_cpu_kernels_do(layout):
-    """The blur kinds' composition (CUDA's path), run on CPU tensors: the CPU kernels'
-    values and strides. On an H200 it returned NCHW results for channels-last inputs,
-    where the CPU returns channels-last ones (fractional pooling's CUDA operators:
-    tests/test_triton.py)."""
-    x = torch.randn(2, 3, 11, 12, dtype=torch.float64, generator=torch.Generator()
-                    .manual_seed(0))
-    if layout == "channels-last":
-        x = x.contiguous(memory_format=torch.channels_last)
-    expected = pt.blur_pool(x, 2, 3, "reflect")
-    got = blur(x, 2, (2, 2), (3, 3), ((1, 1), (1, 1)), "reflect")
-    torch.testing.assert_close(got, expected, rtol=1e-14, atol=1e-14)
-    assert got.stride() == expected.stride()
 
 
 def test_kinds_compile_whole_and_match_eager():

@@ -415,6 +415,63 @@ def test_mixed_and_gated_blends_match_the_cpu(name, ndim, window, dtype):
             torch.testing.assert_close(on_cpu(tdw), dw, equal_nan=True, rtol=1e-5, atol=1e-5)
 
 
+# (name, pre, shape, kernel, stride, filter taps, pads, padding mode, dtype), per
+# spatial dim; few and small: each launch runs its taps' loops in the interpreter
+BLUR_CASES = [
+    ("blur 2-d reflect", "none", (2, 3, 9, 8), (1, 1), (2, 2), (3, 3), ((1, 1), (1, 1)),
+     "reflect", torch.float32),
+    ("blur 2-d reflect bfloat16", "none", (2, 3, 9, 8), (1, 1), (2, 2), (3, 3),
+     ((1, 1), (1, 1)), "reflect", torch.bfloat16),
+    ("max-blur 2-d zeros", "max", (2, 3, 9, 8), (2, 2), (2, 2), (3, 3), ((1, 1), (1, 1)),
+     "zeros", torch.float64),
+    ("max-blur 2-d zeros bfloat16", "max", (2, 3, 9, 8), (2, 2), (2, 2), (3, 3),
+     ((1, 1), (1, 1)), "zeros", torch.bfloat16),
+    ("avg-blur 2-d circular", "avg", (2, 2, 8, 7), (2, 3), (2, 1), (3, 2), ((1, 1), (1, 0)),
+     "circular", torch.float64),
+    ("max-blur 1-d replicate", "max", (2, 3, 13), (3,), (3,), (5,), ((2, 2),), "replicate",
+     torch.float32),
+    ("avg-blur 1-d reflect, 7 taps", "avg", (2, 2, 12), (2,), (2,), (7,), ((3, 3),),
+     "reflect", torch.float64),
+    ("blur 1-d circular wider than the input", "none", (1, 2, 3), (1,), (1,), (7,),
+     ((4, 4),), "circular", torch.float64),
+    ("blur 3-d zeros", "none", (1, 2, 5, 6, 7), (1, 1, 1), (2, 1, 2), (3, 2, 3),
+     ((1, 1), (0, 1), (1, 0)), "zeros", torch.float32),
+    ("max-blur 3-d reflect", "max", (1, 2, 5, 6, 7), (2, 1, 2), (2, 2, 1), (3, 3, 2),
+     ((1, 1), (1, 0), (0, 1)), "reflect", torch.float64),
+]
+BLUR_TOLERANCE = {torch.float64: {"rtol": 1e-12, "atol": 1e-13},
+                  torch.float32: {"rtol": 2e-6, "atol": 2e-6},
+                  torch.bfloat16: {"rtol": 8e-3, "atol": 8e-3}}
+
+
+@pytest.mark.parametrize("name,pre,shape,kernel,stride,sizes,pads,mode,dtype", BLUR_CASES,
+                         ids=[c[0] for c in BLUR_CASES])
+def test_blur_kinds_match_the_cpu(name, pre, shape, kernel, stride, sizes, pads, mode, dtype):
+    """blur_pool, max_blur_pool and avg_blur_pool's operators on their Triton kernels
+    (no stride-1 map stored; the backward a gather): a max-blur's winners the CPU's bits,
+    the values and dx within rounding of the CPU's kernels (their sums run in another
+    order), each in the CPU's layout, in every layout; ties, NaN, -0 and infinities; the
+    output alone is the output with winners."""
+    geometry_ = _kind_ops.blur_geometry(pre, kernel, stride, sizes, pads, mode)
+    x = special(shape, dtype, seed=5)
+    tolerance = BLUR_TOLERANCE[dtype]
+    for _, xs in layouts(x):
+        y, winners = cpu("blur_pool")(xs, geometry_)
+        ty, twinners = triton_impl("blur_pool")(on_device(xs), geometry_)
+        torch.testing.assert_close(on_cpu(ty), y, equal_nan=True, **tolerance)
+        assert on_cpu(ty).stride() == y.stride()
+        same_bits(twinners, winners)
+        same_bits(triton_impl("blur_pool_values")(on_device(xs), geometry_), ty)
+        dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(6),
+                         dtype=torch.float64).to(dtype).contiguous(
+                             memory_format=_ops.memory_format(y))
+        dx = cpu("blur_pool_backward")(dy, winners, geometry_, list(xs.shape))
+        tdx = triton_impl("blur_pool_backward")(on_device(dy), twinners, geometry_,
+                                                list(xs.shape))
+        torch.testing.assert_close(on_cpu(tdx), dx, equal_nan=True, **tolerance)
+        assert on_cpu(tdx).stride() == dx.stride()
+
+
 @pytest.mark.parametrize("name,ndim,window", WINDOWS, ids=[w[0] for w in WINDOWS])
 def test_split_ties_give_the_cpu_bits(name, ndim, window):
     """``ties="split"``: each tied maximum gets ``dy / ties``, a NaN window its winner."""
@@ -490,7 +547,10 @@ def test_the_dispatch_chooses_one_triton_kernel_per_pass():
                 ("unpool", "backward", False): "triton.unpool_gather",
                 ("fractional", "forward", False): "triton.fractional_forward",
                 ("fractional", "backward", False): "triton.fractional_backward",
-                ("fractional", "indices", False): "triton.fractional_indices"}
+                ("fractional", "indices", False): "triton.fractional_indices",
+                ("blur", "forward", False): "triton.blur_forward",
+                ("blur", "winners", False): "triton.blur_winners",
+                ("blur", "backward", False): "triton.blur_backward"}
     for (op, direction, record), name in expected.items():
         kernel = dispatch.choose(op, direction, plan, record=record)
         assert kernel.name == name
@@ -526,7 +586,7 @@ import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from poolgrad.torch.triton import blend as B, kernels as K, power_mean as G, weighted as WK
-from poolgrad.torch.triton import fractional as FR, polyphase as PP
+from poolgrad.torch.triton import blur as BL, fractional as FR, polyphase as PP
 
 # the tuples: each axis's (L, O, K, S, P, A, DIL, N), each tensor's 5 strides
 STRIDES = {"xs", "ys", "gs", "ps", "rs", "ss", "outs", "ts", "ds"}
@@ -536,7 +596,7 @@ def signature(fn, pointers, constants, integers):
     for name in inspect.signature(fn.fn).parameters:
         if name in constants:
             sig[name] = "constexpr"
-        elif name == "axes":
+        elif name in ("axes", "blurs"):
             sig[name] = ((integers,) * 8,) * 3
         elif name in STRIDES:
             sig[name] = (integers,) * 5
@@ -623,6 +683,20 @@ cases = {
     "fractional_indices": (FR.fractional_indices, {"pos": "*u8", "starts": "*i64",
         "indices": "*i64"}, dict(EXT_H=2, EXT_W=2, CHANNELS_LAST=True,
         BLOCK=256), "i32"),
+    "blur_forward max bf16 channels-last": (BL.blur_forward, {"x": bf16, "filters": f32,
+        "boxes": f32, "y": bf16}, dict(PRE=1, MODE=1, CHANNELS_LAST=True, ACC=tl.float32,
+        BLOCK=256), "i32"),
+    "blur_forward avg f64 circular": (BL.blur_forward, {"x": "*fp64", "filters": "*fp64",
+        "boxes": "*fp64", "y": "*fp64"}, dict(PRE=2, MODE=3, CHANNELS_LAST=False,
+        ACC=tl.float64, BLOCK=256), "i64"),
+    "blur_winners": (BL.blur_winners, {"x": f32, "pos": "*u8"}, dict(CHANNELS_LAST=False,
+        ACC=tl.float32, BLOCK=256), "i32"),
+    "blur_backward avg replicate": (BL.blur_backward, {"dy": f32, "filters": f32,
+        "boxes": f32, "g": f32}, dict(PRE=2, MODE=2, CHANNELS_LAST=True, ACC=tl.float32,
+        BLOCK=256), "i32"),
+    "blur_backward max zeros f64": (BL.blur_backward, {"dy": "*fp64", "filters": "*fp64",
+        "boxes": "*fp64", "g": "*fp64"}, dict(PRE=1, MODE=0, CHANNELS_LAST=False,
+        ACC=tl.float64, BLOCK=256), "i64"),
     "unpool_claim": (K.unpool_claim, {"indices": "*i64", "owner": "*i32"}, dict(BLOCK=256), "i64"),
     "unpool_place": (K.unpool_place, {"values": bf16, "indices": "*i64", "owner": "*i32",
         "out": bf16, "written": "*u8"}, dict(WRITE_VALUES=True, BLOCK=256), "i32"),
@@ -661,7 +735,8 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
                  "gem_p_terms f64", "weighted_backward self", "weighted_backward soft f64",
                  "blend_backward mixed", "blend_weight_terms gated f64",
                  "phase_move scatter f64 i64", "phase_norm_partials l2 bf16",
-                 "fractional_backward f32"):
+                 "fractional_backward f32", "blur_backward avg replicate",
+                 "blur_backward max zeros f64"):
         assert not report[name]["atomics"], name
     assert report["unpool_claim"]["atomics"]  # the claim is the one atomic (a maximum)
     for name in ("avg_forward f32", "avg_backward bf16", "max_split_backward"):
@@ -762,6 +837,9 @@ cases = {
         t, 2, (2, 3), samples=torch.tensor([[[0.3, 0.7]]], dtype=torch.float64)), True),
     "aps_pool given phases": (lambda t: pgt.aps_pool(t, (1, 2), phase=torch.tensor([1])),
                               False),
+    "blur_pool": (lambda t: pgt.blur_pool(t, 2, 3, "circular", 1), False),
+    "max_blur_pool": (lambda t: pgt.max_blur_pool(t, 2, 2, 3, "reflect", 1), True),
+    "avg_blur_pool": (lambda t: pgt.avg_blur_pool(t, 2, 1, 2, "zeros", 1), False),
 }
 checks = {}
 for name, (fn, second) in cases.items():
@@ -777,16 +855,16 @@ print(json.dumps({"checks": checks, "calls": calls}))
 
 
 def test_gradients_through_the_public_functions_on_the_triton_kernels():
-    """gradcheck (and gradgradcheck for max, Lp, SoftPool, APS and fractional max; GeM's
-    p and mixed
-    pooling's alpha too), in fast mode, through poolgrad.torch's functions and autograd
-    formulas with every op running its CUDA implementation, on CPU tensors under the
-    interpreter: float64, 1x1x4x5."""
+    """gradcheck (and gradgradcheck for max, Lp, SoftPool, APS, fractional max and
+    max-blur; GeM's p and mixed pooling's alpha too), in fast mode, through
+    poolgrad.torch's functions and autograd formulas with every op running its CUDA
+    implementation, on CPU tensors under the interpreter: float64, 1x1x4x5."""
     result = printed_json(run_script(GRADCHECK_SCRIPT, interpreter=True))
     assert all(all(checks) for checks in result["checks"].values()), result["checks"]
     used = set(result["calls"])
     # the values-only ops serve inference, where no gradient is taken
-    assert used == set(_cuda.IMPLEMENTATIONS) - {"max_pool_values", "weighted_pool_values"}, used
+    assert used == set(_cuda.IMPLEMENTATIONS) - {"max_pool_values", "weighted_pool_values",
+                                                 "blur_pool_values"}, used
 
 
 def test_tensors_on_two_devices_are_refused():

@@ -208,6 +208,52 @@ def stochastic_pool_sample(x: Tensor, seed: Tensor, window: list[int]) -> tuple[
     return y, winners
 
 
+# ------------------------------------------------------------------ anti-aliased pooling
+
+
+def _blur_plan(blur: list[int], x_size) -> geometry.BlurPlan:
+    return _kind_ops.blur_plan_of(tuple(blur), tuple(int(s) for s in x_size[2:]))
+
+
+def blur_pool_values(x: Tensor, blur: list[int]) -> Tensor:
+    """The chain's output (:mod:`.triton.blur`): the stride-1 map is never stored."""
+    plan = _blur_plan(blur, x.shape)
+    y = empty(_kind_ops.blur_out_shape(x, blur), x, _ops.memory_format(x))
+    dispatch.choose("blur", "forward", plan)(_five(x), _five(y))
+    return y
+
+
+def blur_pool(x: Tensor, blur: list[int]) -> tuple[Tensor, Tensor]:
+    """The output and a max-blur's winners, one per stride-1 window (else empty)."""
+    plan = _blur_plan(blur, x.shape)
+    dtype = _kind_ops.blur_winner_dtype(blur)
+    if plan.pre != "max":
+        return blur_pool_values(x, blur), empty([0], x, torch.contiguous_format, dtype)
+    winners = empty(_kind_ops.blur_winners_shape(x, blur), x, _ops.memory_format(x), dtype)
+    dispatch.choose("blur", "winners", plan)(_five(x), _five(winners))
+    return blur_pool_values(x, blur), winners
+
+
+def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
+                       x_size: list[int]) -> Tensor:
+    """The transposed blur as a gather; a max-blur's into its stride-1 map (in the
+    arithmetic dtype), which max pooling's backward then routes to the winners."""
+    plan = _blur_plan(blur, x_size)
+    fmt = _ops.memory_format(dy)
+    dx = empty(x_size, dy, fmt)
+    if plan.pre != "max":
+        dispatch.choose("blur", "backward", plan)(_five(dy), _five(dx))
+        return dx
+    mapped = empty([*x_size[:2], *plan.map_spatial], dy, fmt, _ops.compute_dtype(dy))
+    dispatch.choose("blur", "backward", plan)(_five(dy), _five(mapped))
+    kernel = _kind_ops.blur_args(blur)[1]
+    ones = (1,) * len(kernel)
+    window = _ops.sliding_window(kernel, ones, ((0, 0),) * len(kernel), ones, False)
+    dispatch.choose("max", "backward", _ops.plan_of(window, x_size[2:]))(
+        _five(mapped), _five(winners), _five(dx))
+    return dx
+
+
 # -------------------------------------------------------------- fractional max pooling
 
 
@@ -364,6 +410,9 @@ IMPLEMENTATIONS = {
     "fractional_max_pool_backward": fractional_max_pool_backward,
     "fractional_max_pool_indices": fractional_max_pool_indices,
     "blend_pool": blend_pool,
+    "blur_pool": blur_pool,
+    "blur_pool_values": blur_pool_values,
+    "blur_pool_backward": blur_pool_backward,
     "blend_pool_backward": blend_pool_backward,
     "aps_pool": aps_pool,
     "aps_gather": aps_gather,

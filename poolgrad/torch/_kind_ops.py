@@ -15,10 +15,10 @@ operator                          what it computes                       its gra
 ``stochastic_pool_sample``    one drawn tap per window, its winner   ``max_pool_backward``
 ``blend_pool``                mixed and gated pooling's blends       ``blend_pool_backward``
 ``blend_pool_backward``       ``dx`` and the weights' gradient       recomputed composite
-``blur_pool``                 anti-aliased pooling (CPU), winners    ``blur_pool_backward``
+``blur_pool``                 anti-aliased pooling, winners          ``blur_pool_backward``
 ``blur_pool_backward``        the transposed chain, routed winners   ``blur_pool`` (+gather)
-``blur_pool_values``          ``blur_pool``'s y (inference, CPU)     recomputes winners
-``fractional_max_pool``       maxima over each plane's windows (CPU) ``..._backward``
+``blur_pool_values``          ``blur_pool``'s y (inference)          recomputes winners
+``fractional_max_pool``       maxima over each plane's windows       ``..._backward``
 ``fractional_max_pool_backward`` ``dy`` at the winners                 a gather at indices
 ``fractional_max_pool_indices`` PyTorch's int64 indices from winners (integer output)
 ``aps_pool``                  each example's polyphase component of  ``aps_scatter``

@@ -3,7 +3,7 @@
 Each kind is an operator of its own (``torch.ops.poolgrad.*``, on the Numba kernels of
 the NumPy operator on the CPU and Triton kernels on CUDA), or an exact composition of
 poolgrad.torch's operators (max and average pooling and the max's gather) and torch's
-own differentiable ops (padding, depthwise convolution, window views, softmax). So
+own differentiable ops (window views, matrix products, softmax). So
 autograd, gradients of gradients, ``torch.compile`` and CUDA tensors work for every
 kind, and the values and gradients are those of the NumPy operators (the tests compare
 them in float64). What each is:
@@ -11,11 +11,11 @@ them in float64). What each is:
 ==========================  =================================================
 kind                        composition
 ==========================  =================================================
-``blur_pool``               padding by index (reflect, replicate, circular) or
-                            zeros, then a depthwise convolution with the
-                            binomial filter at the stride
-``max_blur_pool``           poolgrad's stride-1 max pooling, then ``blur_pool``
-``avg_blur_pool``           poolgrad's stride-1 average pooling, then ``blur_pool``
+``blur_pool``               its own operators (``blur_pool``: the padding, the
+                            binomial filter and the stride in one pass)
+``max_blur_pool``           the same, after a stride-1 max whose winners (1 byte
+                            per window) route the gradient
+``avg_blur_pool``           the same, after a stride-1 average
 ``soft_pool``               its own operators (``weighted_pool``)
 ``stochastic_pool``         its own operators: training, ``stochastic_pool_sample``
                             (the draw; its gradient is max pooling's routing);
@@ -51,9 +51,9 @@ from ..kinds import fractional as numpy_fractional
 from . import _kind_ops as kind_ops
 from . import _ops as ops
 from ._autograd import call
-from ._blur import blur, check_blur
+from ._blur import check_blur
 from ._fractional import sequence_steps
-from .functional import arguments, max_result, sliding, unbatch
+from .functional import arguments, sliding, unbatch
 from .functional import batched as _check_input
 from .onnx import refuse_export
 
@@ -126,17 +126,9 @@ def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode,
         _shape(x, name), pre, kernel_size, stride, filter_size, padding, padding_mode,
         spatial_dims, name)
     x, unbatched = _check_input(x, ndim, name)
-    if x.device.type == "cpu":  # the fused plane kernels (CUDA: the composition below)
-        if _needs_backward(x):
-            return unbatch(call(kind_ops.blur_pool, x, list(blur_geometry))[0], unbatched)
-        return unbatch(call(kind_ops.blur_pool_values, x, list(blur_geometry)), unbatched)
-    if pre != "none":
-        window = ops.sliding_window(kernel, (1,) * ndim, ((0, 0),) * ndim, (1,) * ndim, False)
-        if pre == "max":
-            x = max_result(x, window, False, False, "first")
-        else:
-            x = call(ops.avg_pool, x, window, True, None)
-    return unbatch(blur(x, ndim, stride, sizes, pads, padding_mode), unbatched)
+    if _needs_backward(x):
+        return unbatch(call(kind_ops.blur_pool, x, list(blur_geometry))[0], unbatched)
+    return unbatch(call(kind_ops.blur_pool_values, x, list(blur_geometry)), unbatched)
 
 
 @inputs.memoized

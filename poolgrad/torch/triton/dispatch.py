@@ -18,7 +18,11 @@ H, W)`` of any strides. The runs take the arguments of the Numba dispatch's sign
 * fractional max pooling (``plan`` None) takes its windows' tables and the per-axis
   bound on their lengths: ``run(x, starts, lengths, extent, y, pos)``, ``run(dy, pos,
   starts, first, last, extent, dx)`` and ``run(pos, starts, extent, sizes, indices)``
-  (:mod:`.fractional`).
+  (:mod:`.fractional`);
+* the blur kinds (``plan`` a :class:`~poolgrad.geometry.BlurPlan`) take ``run(x, y)``,
+  ``run(x, pos)`` (a max-blur's ``"winners"``) and ``run(dy, g)``, ``g`` the input's
+  gradient or a max-blur's stride-1 map's, which max pooling's backward routes
+  (:mod:`.blur`).
 
 There is one kernel per pass: the windows are recomputed per element, so every
 geometry and layout takes the same kernel, with layout and adaptivity as its
@@ -92,6 +96,10 @@ RULES = {
         Rule("triton.fractional_backward", always, _launched("fractional_backward_run"))],
     ("fractional", "indices"): [
         Rule("triton.fractional_indices", always, _launched("fractional_indices_run"))],
+    ("blur", "forward"): [Rule("triton.blur_forward", always, _launched("blur_forward_run"))],
+    ("blur", "winners"): [Rule("triton.blur_winners", always, _launched("blur_winners_run"))],
+    ("blur", "backward"): [
+        Rule("triton.blur_backward", always, _launched("blur_backward_run"))],
     ("polyphase", "norms"): [
         Rule("triton.phase_norm_partials", always, _launched("polyphase_norms_run"))],
     ("polyphase", "gather"): [

@@ -16,8 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ... import geometry
 from .. import _ops
-from . import blend, fractional, kernels, polyphase, power_mean, weighted
+from . import blend, blur, fractional, kernels, polyphase, power_mean, weighted
 
 BLOCK = 256
 _DIVISOR_MODES = {"padded": 0, "real": 1}
@@ -304,3 +305,59 @@ def fractional_indices_run(plan):
         _fractional_launch(fractional.fractional_indices, indices, (pos, starts, indices),
                            (tuple(sizes), tuple(pos.shape[2:])), (pos, starts), extent)
     return run
+
+
+@functools.lru_cache(maxsize=256)
+def _blurs(plan) -> tuple[tuple[int, ...], ...]:
+    """Per kernel axis ``(L, M, O, K, F, S, B, A)`` of a
+    :class:`~poolgrad.geometry.BlurPlan` (:mod:`.blur`), leading axes of length 1."""
+    lead = (1,) * (3 - len(plan.in_spatial))
+    return tuple((int(length), int(mapped), int(out), int(k), *(int(v) for v in blurs[:4]))
+                 for length, mapped, out, k, blurs in zip(
+                     lead + plan.in_spatial, lead + plan.map_spatial, lead + plan.out_spatial,
+                     plan.window, plan.axis_blurs.tolist(), strict=True))
+
+
+def _blur_constants(plan, like: torch.Tensor):
+    """``(filters, boxes, width, constants)``: each axis's taps and ``1 / k`` in the
+    kernels' arithmetic dtype, and the compile-time constants (the padding mode is
+    every blurred axis's; an axis without a blur has mode 0 and never pads)."""
+    dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
+    filters = _ops.constant(tuple(plan.axis_filters.ravel().tolist()), dtype, like.device)
+    boxes = _ops.constant(tuple(1.0 / k for k in plan.window), dtype, like.device)
+    constants = dict(PRE=geometry.BLUR_PRE.index(plan.pre),
+                     MODE=int(plan.axis_blurs[:, 4].max()), ACC=_accumulator(dtype),
+                     BLOCK=BLOCK)
+    return filters, boxes, plan.axis_filters.shape[1], constants
+
+
+def _blur_launch(kernel, plan, src, out, arithmetic):
+    """One lane per element of ``out``, which ``kernel`` computes from ``src``:
+    ``(src, filters, boxes, out)``, ``out``'s size and C, the filters' width, the
+    blurs, both strides (the arithmetic's dtype follows ``arithmetic``)."""
+    filters, boxes, width, constants = _blur_constants(plan, arithmetic)
+    kernel[(triton.cdiv(out.numel(), BLOCK),)](
+        src, filters, boxes, out, out.numel(), out.shape[1], width, _blurs(plan),
+        tuple(src.stride()), tuple(out.stride()), CHANNELS_LAST=_ops.is_channels_last(out),
+        **constants)
+
+
+def blur_forward_run(plan):
+    """``run(x, y)``: the chain's output, no stride-1 map stored."""
+    return lambda x, y: _blur_launch(blur.blur_forward, plan, x, y, x)
+
+
+def blur_winners_run(plan):
+    """``run(x, pos)``: a max-blur's winner per stride-1 window (``pos`` map-shaped)."""
+    def run(x, pos):
+        blur.blur_winners[(triton.cdiv(pos.numel(), BLOCK),)](
+            x, pos, pos.numel(), pos.shape[1], _blurs(plan), tuple(x.stride()),
+            tuple(pos.stride()), CHANNELS_LAST=_ops.is_channels_last(pos),
+            ACC=_accumulator(x.dtype), BLOCK=BLOCK)
+    return run
+
+
+def blur_backward_run(plan):
+    """``run(dy, g)``: the transposed blur, into the input's gradient or (a max-blur)
+    the stride-1 map's."""
+    return lambda dy, g: _blur_launch(blur.blur_backward, plan, dy, g, g)

@@ -1,0 +1,233 @@
+"""Triton kernels of the anti-aliased kinds (:func:`poolgrad.blur_pool`,
+:func:`poolgrad.max_blur_pool`, :func:`poolgrad.avg_blur_pool`): the forward, a
+max-blur's winners, and the transposed blur as a gather. The chain and its order are
+:mod:`poolgrad.kernels.blur`'s: per axis D, H, W in turn, an average's box (``1 / k``
+over ``k`` taps at stride 1) then the binomial blur over the padded map at the stride;
+a max-blur starts from the stride-1 maximum over the whole window (the first maximum
+in row-major window order, or the first NaN). Nothing of the stride-1 map is stored:
+the forward takes each tap's maximum or box where it reads it.
+
+The contract is :mod:`.kernels`', with ``blurs`` in place of ``axes``: one tuple per
+axis ``(D, H, W)``, ``(L, M, O, K, F, S, B, A)``: input length, the stride-1 map's
+length, output length, the pre-pool's window (1 without one), the filter's taps, its
+stride and the padding before and after the map. ``filters`` holds each axis's taps
+(a row of ``width``, in ``ACC``), ``boxes`` each axis's ``1 / k``; ``PRE`` is 0 none,
+1 max, 2 average, ``MODE`` the padding (0 zeros, 1 reflect, 2 replicate, 3 circular).
+Each sum starts from +0 and adds the filter's taps in increasing order, an axis's sum
+inside the next axis's (D's innermost, as the chain runs D's pass first); on a GPU the
+products may fuse into the sums, so the values agree with the CPU's to rounding.
+"""
+
+import triton
+import triton.language as tl
+
+from . import walk
+
+
+@triton.jit
+def source(i, length, MODE: tl.constexpr):
+    """The map coordinate that padded coordinate ``i`` copies along an axis of
+    ``length``, and whether it copies one (zeros: only inside), as
+    :func:`poolgrad.kernels.blur.padded_source` maps it. Remainders of non-negative
+    operands only: C's and Python's ``%`` differ on negative ones."""
+    inside = (i >= 0) & (i < length)
+    if MODE == 0:
+        j = tl.minimum(tl.maximum(i, 0), length - 1)
+        real = inside
+    elif MODE == 2:
+        j = tl.minimum(tl.maximum(i, 0), length - 1)
+        real = i == i
+    elif MODE == 3:
+        j = (i % length + length) % length
+        real = i == i
+    else:
+        period = tl.maximum(2 * (length - 1), 1)
+        k = (i % period + period) % period
+        j = tl.where(length == 1, 0, tl.where(k < length, k, period - k))
+        real = i == i
+    return j, real
+
+
+@triton.jit
+def _weight(table, width, row, t):
+    return tl.load(table + row * width + t)
+
+
+@triton.jit
+def _window_max(x, base, md, mh, mw, blurs, xs, valid, ACC: tl.constexpr):
+    """The stride-1 maximum of the window whose first tap is map position ``(md, mh,
+    mw)``, as loaded, and its winning tap number (row-major)."""
+    d, h, w = blurs
+    best = tl.load(x + base + md * xs[2] + mh * xs[3] + mw * xs[4], mask=valid,
+                   other=0.0).to(ACC)
+    chosen = (md * 0).to(tl.int32)
+    for t in range(1, d[3] * h[3] * w[3]):
+        jd = t // (h[3] * w[3])
+        jh = (t // w[3]) % h[3]
+        jw = t % w[3]
+        v = tl.load(x + base + (md + jd) * xs[2] + (mh + jh) * xs[3] + (mw + jw) * xs[4],
+                    mask=valid, other=0.0).to(ACC)
+        wins = walk.beats(v, best)
+        best = tl.where(wins, v, best)
+        chosen = tl.where(wins, (tl.zeros_like(chosen) + t).to(tl.int32), chosen)
+    return best, chosen
+
+
+@triton.jit
+def _box(k, PRE: tl.constexpr):
+    """How many box taps an axis's sum takes: its window's with an average, else 1."""
+    if PRE == 2:
+        count = k
+    else:
+        count = k * 0 + 1
+    return count
+
+
+@triton.jit
+def _boxed(total, inner, boxes, axis: tl.constexpr, PRE: tl.constexpr):
+    """``total`` plus a box tap's ``inner`` (an average's), or ``inner`` itself."""
+    if PRE == 2:
+        total = total + _weight(boxes, 1, axis, 0) * inner
+    else:
+        total = inner
+    return total
+
+
+@triton.jit
+def _tapped(total, inner, real, filters, width, axis: tl.constexpr, t):
+    """``total`` plus filter tap ``t``'s ``inner``, where the tap is ``real``."""
+    return tl.where(real, total + _weight(filters, width, axis, t) * inner, total)
+
+
+@triton.jit
+def blur_forward(x, filters, boxes, y, total, C, width, blurs, xs, ys,
+                 PRE: tl.constexpr, MODE: tl.constexpr, CHANNELS_LAST: tl.constexpr,
+                 ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """``y``: the chain's output, one lane per output element (the module docstring)."""
+    offs, live = walk.lanes(total, BLOCK)
+    d, h, w = blurs
+    n, c, od, oh, ow = walk.element(offs, C, d[2], h[2], w[2], CHANNELS_LAST)
+    base = n * xs[0] + c * xs[1]
+    acc_w = tl.zeros([BLOCK], dtype=ACC)
+    for tw in range(0, w[4]):
+        mw, real_w = source(ow * w[5] - w[6] + tw, w[1], MODE)
+        box_w = tl.zeros([BLOCK], dtype=ACC)
+        for jw in range(0, _box(w[3], PRE)):
+            acc_h = tl.zeros([BLOCK], dtype=ACC)
+            for th in range(0, h[4]):
+                mh, real_h = source(oh * h[5] - h[6] + th, h[1], MODE)
+                box_h = tl.zeros([BLOCK], dtype=ACC)
+                for jh in range(0, _box(h[3], PRE)):
+                    acc_d = tl.zeros([BLOCK], dtype=ACC)
+                    for td in range(0, d[4]):
+                        md, real_d = source(od * d[5] - d[6] + td, d[1], MODE)
+                        box_d = tl.zeros([BLOCK], dtype=ACC)
+                        for jd in range(0, _box(d[3], PRE)):
+                            valid = live & real_d & real_h & real_w
+                            if PRE == 1:
+                                v, _ = _window_max(x, base, md, mh, mw, blurs, xs, valid, ACC)
+                            else:
+                                v = tl.load(x + base + (md + jd) * xs[2] + (mh + jh) * xs[3]
+                                            + (mw + jw) * xs[4], mask=valid, other=0.0).to(ACC)
+                            box_d = _boxed(box_d, v, boxes, 0, PRE)
+                        acc_d = _tapped(acc_d, box_d, real_d, filters, width, 0, td)
+                    box_h = _boxed(box_h, acc_d, boxes, 1, PRE)
+                acc_h = _tapped(acc_h, box_h, real_h, filters, width, 1, th)
+            box_w = _boxed(box_w, acc_h, boxes, 2, PRE)
+        acc_w = _tapped(acc_w, box_w, real_w, filters, width, 2, tw)
+    tl.store(y + walk.at(ys, n, c, od, oh, ow), walk.narrow(acc_w, y.dtype.element_ty),
+             mask=live)
+
+
+@triton.jit
+def blur_winners(x, pos, total, C, blurs, xs, ps, CHANNELS_LAST: tl.constexpr,
+                 ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """A max-blur's winners: one lane per stride-1 window, its winning tap number."""
+    offs, live = walk.lanes(total, BLOCK)
+    d, h, w = blurs
+    n, c, md, mh, mw = walk.element(offs, C, d[1], h[1], w[1], CHANNELS_LAST)
+    _, chosen = _window_max(x, n * xs[0] + c * xs[1], md, mh, mw, blurs, xs, live, ACC)
+    tl.store(pos + walk.at(ps, n, c, md, mh, mw), chosen.to(pos.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _reader(m, candidate, axis, MODE: tl.constexpr):
+    """The ``candidate``-th padded coordinate that copies map coordinate ``m``: 0 the
+    coordinate itself, then the padding's ``B + A`` positions (front, then back), each
+    where it copies ``m``. ``(padded coordinate, whether it reads m)``."""
+    _, length, _, _, _, _, before, _ = axis
+    inside = (m >= 0) & (m < length)
+    padding = tl.where(candidate <= before, -candidate, length - 1 + candidate - before) + m * 0
+    copied, real = source(padding, length, MODE)
+    first = candidate == 0
+    return tl.where(first, m, padding), inside & (first | (real & (copied == m)))
+
+
+@triton.jit
+def _readers(axis, MODE: tl.constexpr):
+    """How many candidates :func:`_reader` tries: with zeros padding, only the coordinate."""
+    _, _, _, _, _, _, before, after = axis
+    if MODE == 0:
+        count = before * 0 + 1
+    else:
+        count = 1 + before + after
+    return count
+
+
+@triton.jit
+def _path(i, j, r, t, axis, MODE: tl.constexpr):
+    """Through box tap ``j`` and reader ``r`` (:func:`_reader`) of coordinate ``i``, the
+    output whose filter tap ``t`` reads it, and whether there is one."""
+    _, _, count, _, _, stride, before, _ = axis
+    p, hit = _reader(i - j, r, axis, MODE)
+    q = p + before - t
+    o = tl.maximum(q, 0) // stride
+    return o, hit & (q >= 0) & (tl.maximum(q, 0) % stride == 0) & (o < count)
+
+
+@triton.jit
+def blur_backward(dy, filters, boxes, g, total, C, width, blurs, gs, rs,
+                  PRE: tl.constexpr, MODE: tl.constexpr, CHANNELS_LAST: tl.constexpr,
+                  ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """The transposed chain as a gather: one lane per element of ``g``, which sums, over
+    the outputs whose taps read it, ``dy`` times the taps' weights: W's sum innermost
+    (the adjoint runs W's passes first), each axis's box outside its blur, candidates
+    and taps in increasing order. ``g`` is the input's gradient, or (``PRE`` 1) a
+    max-blur's stride-1 map's, which the max's routing then takes to the winners.
+    ``dy`` has the strides ``gs``, ``g`` the strides ``rs``."""
+    offs, live = walk.lanes(total, BLOCK)
+    d, h, w = blurs
+    if PRE == 1:
+        n, c, i_d, ih, iw = walk.element(offs, C, d[1], h[1], w[1], CHANNELS_LAST)
+    else:
+        n, c, i_d, ih, iw = walk.element(offs, C, d[0], h[0], w[0], CHANNELS_LAST)
+    acc_d = tl.zeros([BLOCK], dtype=ACC)
+    for jd in range(0, _box(d[3], PRE)):
+        sum_d = tl.zeros([BLOCK], dtype=ACC)
+        for rd in range(0, _readers(d, MODE)):
+            for td in range(0, d[4]):
+                od, on_d = _path(i_d, jd, rd, td, d, MODE)
+                acc_h = tl.zeros([BLOCK], dtype=ACC)
+                for jh in range(0, _box(h[3], PRE)):
+                    sum_h = tl.zeros([BLOCK], dtype=ACC)
+                    for rh in range(0, _readers(h, MODE)):
+                        for th in range(0, h[4]):
+                            oh, on_h = _path(ih, jh, rh, th, h, MODE)
+                            acc_w = tl.zeros([BLOCK], dtype=ACC)
+                            for jw in range(0, _box(w[3], PRE)):
+                                sum_w = tl.zeros([BLOCK], dtype=ACC)
+                                for rw in range(0, _readers(w, MODE)):
+                                    for tw in range(0, w[4]):
+                                        ow, on_w = _path(iw, jw, rw, tw, w, MODE)
+                                        valid = live & on_d & on_h & on_w
+                                        grad = tl.load(dy + walk.at(gs, n, c, od, oh, ow),
+                                                       mask=valid, other=0.0).to(ACC)
+                                        sum_w = _tapped(sum_w, grad, valid, filters, width, 2,
+                                                        tw)
+                                acc_w = _boxed(acc_w, sum_w, boxes, 2, PRE)
+                            sum_h = _tapped(sum_h, acc_w, on_h, filters, width, 1, th)
+                    acc_h = _boxed(acc_h, sum_h, boxes, 1, PRE)
+                sum_d = _tapped(sum_d, acc_h, on_d, filters, width, 0, td)
+        acc_d = _boxed(acc_d, sum_d, boxes, 0, PRE)
+    tl.store(g + walk.at(rs, n, c, i_d, ih, iw), walk.narrow(acc_d, g.dtype.element_ty),
+             mask=live)
