@@ -380,6 +380,27 @@ def test_polyphase_sampling_matches_the_cpu(name, shape, steps, dtype):
                   cpu("aps_scatter")(dy, given, steps, list(shape)))
 
 
+# (shape, pads: before and after per spatial dim), some wrapping more than once
+CIRCULAR_CASES = [((2, 3, 7), [2, 1]), ((2, 3, 4, 5), [1, 2, 3, 0]),
+                  ((1, 2, 2, 3), [3, 3, 4, 5]), ((1, 2, 3, 4, 2), [1, 1, 0, 2, 2, 3])]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("shape,pads", CIRCULAR_CASES, ids=[str(c[0]) for c in CIRCULAR_CASES])
+def test_circular_padding_and_its_fold_give_the_cpu_bits(shape, pads, dtype):
+    """max_aps_pool's circular padding and its transpose: the CPU's bits and strides in
+    every layout (the fold sums each axis's copies in the CPU's order), NaN, -0 and
+    infinities included."""
+    x = special(shape, dtype, seed=8)
+    for _, xs in layouts(x):
+        padded = cpu("circular_pad")(xs, pads)
+        same_bits(triton_impl("circular_pad")(on_device(xs), pads), padded)
+        dy = special(tuple(padded.shape), dtype, seed=9).contiguous(
+            memory_format=_ops.memory_format(padded))
+        same_bits(triton_impl("circular_fold")(on_device(dy), pads, list(shape)),
+                  cpu("circular_fold")(dy, pads, list(shape)))
+
+
 BLEND_WINDOWS = [("2x2 float32", 2, sliding(2, 2, 2, 0, 0, 1, False), torch.float32),
                  ("3x3 stride 2 padded", 2, sliding(2, 3, 2, 1, 1, 1, False), torch.float64),
                  ("1-d 3 stride 1", 1, sliding(1, 3, 1, 1, 0, 1, False), torch.float64)]
@@ -550,7 +571,9 @@ def test_the_dispatch_chooses_one_triton_kernel_per_pass():
                 ("fractional", "indices", False): "triton.fractional_indices",
                 ("blur", "forward", False): "triton.blur_forward",
                 ("blur", "winners", False): "triton.blur_winners",
-                ("blur", "backward", False): "triton.blur_backward"}
+                ("blur", "backward", False): "triton.blur_backward",
+                ("circular", "pad", False): "triton.circular_pad",
+                ("circular", "fold", False): "triton.circular_fold"}
     for (op, direction, record), name in expected.items():
         kernel = dispatch.choose(op, direction, plan, record=record)
         assert kernel.name == name
@@ -600,7 +623,8 @@ def signature(fn, pointers, constants, integers):
             sig[name] = ((integers,) * 8,) * 3
         elif name in STRIDES:
             sig[name] = (integers,) * 5
-        elif name in ("sizes", "steps", "comps", "counts", "ws", "fs"):  # per-axis triples
+        elif name in ("sizes", "steps", "comps", "counts", "ws", "fs", "padded", "befores",
+                      "copies"):  # per-axis triples
             sig[name] = (integers,) * 3
         else:
             sig[name] = pointers.get(name, integers)
@@ -697,6 +721,10 @@ cases = {
     "blur_backward max zeros f64": (BL.blur_backward, {"dy": "*fp64", "filters": "*fp64",
         "boxes": "*fp64", "g": "*fp64"}, dict(PRE=1, MODE=0, CHANNELS_LAST=False,
         ACC=tl.float64, BLOCK=256), "i64"),
+    "circular_pad bf16": (PP.circular_pad, {"x": bf16, "out": bf16},
+        dict(CHANNELS_LAST=True, BLOCK=256), "i32"),
+    "circular_fold f32": (PP.circular_fold, {"dy": f32, "dx": f32},
+        dict(CHANNELS_LAST=False, ACC=tl.float32, BLOCK=256), "i64"),
     "unpool_claim": (K.unpool_claim, {"indices": "*i64", "owner": "*i32"}, dict(BLOCK=256), "i64"),
     "unpool_place": (K.unpool_place, {"values": bf16, "indices": "*i64", "owner": "*i32",
         "out": bf16, "written": "*u8"}, dict(WRITE_VALUES=True, BLOCK=256), "i32"),
@@ -735,7 +763,7 @@ def test_every_kernel_compiles_for_an_h100_without_atomics_in_the_backwards():
                  "gem_p_terms f64", "weighted_backward self", "weighted_backward soft f64",
                  "blend_backward mixed", "blend_weight_terms gated f64",
                  "phase_move scatter f64 i64", "phase_norm_partials l2 bf16",
-                 "fractional_backward f32", "blur_backward avg replicate",
+                 "fractional_backward f32", "blur_backward avg replicate", "circular_fold f32",
                  "blur_backward max zeros f64"):
         assert not report[name]["atomics"], name
     assert report["unpool_claim"]["atomics"]  # the claim is the one atomic (a maximum)
@@ -840,6 +868,7 @@ cases = {
     "blur_pool": (lambda t: pgt.blur_pool(t, 2, 3, "circular", 1), False),
     "max_blur_pool": (lambda t: pgt.max_blur_pool(t, 2, 2, 3, "reflect", 1), True),
     "avg_blur_pool": (lambda t: pgt.avg_blur_pool(t, 2, 1, 2, "zeros", 1), False),
+    "max_aps_pool": (lambda t: pgt.max_aps_pool(t, 2, 2, 3), False),
 }
 checks = {}
 for name, (fn, second) in cases.items():

@@ -387,6 +387,23 @@ def aps_scatter(dy: Tensor, phases: Tensor, steps: list[int], x_size: list[int])
     return dx
 
 
+# ------------------------------------------------------------------- circular padding
+
+
+def circular_pad(x: Tensor, pads: list[int]) -> Tensor:
+    """``x`` padded circularly, stored as x is; a pad longer than its dim wraps round
+    again, as on the CPU."""
+    out = empty(_kind_ops.padded_shape(x.shape, pads), x, _ops.memory_format(x))
+    dispatch.choose("circular", "pad", None)(_five(x), pads[0::2], _five(out))
+    return out
+
+
+def circular_fold(dy: Tensor, pads: list[int], x_size: list[int]) -> Tensor:
+    dx = empty(x_size, dy, _ops.memory_format(dy))
+    dispatch.choose("circular", "fold", None)(_five(dy), pads[0::2], _five(dx))
+    return dx
+
+
 IMPLEMENTATIONS = {
     "max_pool": max_pool,
     "max_pool_values": max_pool_values,
@@ -417,6 +434,8 @@ IMPLEMENTATIONS = {
     "aps_pool": aps_pool,
     "aps_gather": aps_gather,
     "aps_scatter": aps_scatter,
+    "circular_pad": circular_pad,
+    "circular_fold": circular_fold,
 }
 IMPLEMENTATIONS = {name: _on_their_device(implementation)
                    for name, implementation in IMPLEMENTATIONS.items()}

@@ -25,9 +25,9 @@ operator                          what it computes                       its gra
                               largest norm, and its phase
 ``aps_gather``                the components of given phases         ``aps_scatter``
 ``aps_scatter``               ``dy`` at the chosen positions         ``aps_gather``
-``circular_pad``              x padded circularly (CPU)              ``circular_fold``
+``circular_pad``              x padded circularly                    ``circular_fold``
 ``circular_fold``             each padded position's ``dy`` added    ``circular_pad``
-                              onto the element it copies (CPU)
+                              onto the element it copies
 ================================  =====================================  ==================
 """
 
@@ -385,7 +385,7 @@ def _(dy, phases, steps, x_size):
     return empty(x_size, dy, memory_format(dy))
 
 
-# -------------------------------------------------------------- circular padding (CPU)
+# ------------------------------------------------------------------- circular padding
 
 
 def padded_shape(x_size, pads) -> list[int]:
@@ -398,8 +398,7 @@ def padded_shape(x_size, pads) -> list[int]:
 def circular_pad(x: Tensor, pads: list[int]) -> Tensor:
     """``x`` padded circularly, ``pads`` the ``before, after`` of each spatial dim in
     order, stored as x is; a pad longer than its dim wraps round again, as the NumPy
-    operators pad. CPU only: on CUDA :func:`poolgrad.torch.max_aps_pool` pads with
-    ``F.pad``, which wraps at most once."""
+    operators pad."""
     refuse_device(x)
 
 

@@ -18,7 +18,6 @@ from .. import geometry
 from ..engines.polyphase import NORMS
 from . import _kind_ops as kind_ops
 from ._autograd import call
-from ._ops import is_channels_last
 from .kinds import draw, kind_input, max_blur_pool
 from .onnx import refuse_export
 
@@ -110,36 +109,9 @@ def max_aps_pool(x, kernel_size=2, stride=2, filter_size=None, *, norm="l2", pha
 
 def _circular_pad(x: Tensor, ndim: int, pads) -> Tensor:
     """``x`` padded circularly, ``pads[i]`` = (before, after) along spatial dim ``i``,
-    stored as ``x`` is. On the CPU the ``circular_pad`` op, whose gradient is a kernel
-    too. On CUDA, F.pad: it writes a channels-last x contiguously (5.1 ms for a
-    32x64x56x56 float32 tensor against 1.8 for an NCHW one, and the kernels after it
-    then run NCHW), so a channels-last x is padded as its ``(N, 1, *spatial, C)`` view,
-    C a dim padded by nothing (1.1 ms); 3-d in two passes, as F.pad's circular mode
-    pads at most three dims."""
-    if x.device.type == "cpu":  # the NumPy operators' kernel, and its transpose
-        return call(kind_ops.circular_pad, x, [p for pair in pads for p in pair])
-    sizes = tuple(x.shape[2:])
-    if any(max(pair) > n for pair, n in zip(pads, sizes, strict=True)):
-        raise ValueError(f"max_aps_pool: on {x.device.type} the circular padding "
-                         f"{[tuple(pair) for pair in pads]} must be at most the spatial "
-                         f"size {sizes} (F.pad wraps once); a smaller kernel_size, or "
-                         f"the CPU, pads further")
-    flat = [p for before, after in reversed(pads) for p in (before, after)]
-    if not is_channels_last(x):
-        return torch.nn.functional.pad(x, flat, mode="circular")
-    pixels = x.permute(0, *range(2, ndim + 2), 1)  # contiguous
-    if ndim == 2:
-        padded = torch.nn.functional.pad(pixels.unsqueeze(1), [0, 0] + flat,
-                                         mode="circular").squeeze(1)
-    else:  # (N, D, H, W, C): D on the (N, 1, D, H*W*C) view, then H and W
-        n, depth, height, width, channels = pixels.shape
-        padded = torch.nn.functional.pad(pixels.reshape(n, 1, depth, -1), [0, 0] + flat[4:],
-                                         mode="circular").reshape(n, -1, height, width,
-                                                                  channels)
-        padded = torch.nn.functional.pad(padded.reshape(-1, 1, height, width, channels),
-                                         [0, 0] + flat[:4], mode="circular").reshape(
-            n, padded.shape[1], height + sum(pads[1]), width + sum(pads[2]), channels)
-    return padded.permute(0, ndim + 1, *range(1, ndim + 1))
+    stored as ``x`` is: the ``circular_pad`` op, whose gradient ``circular_fold`` is a
+    kernel too (the NumPy operators' on the CPU, Triton's on CUDA)."""
+    return call(kind_ops.circular_pad, x, [p for pair in pads for p in pair])
 
 
 class APSPool(nn.Module):

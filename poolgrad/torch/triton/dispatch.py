@@ -22,7 +22,9 @@ H, W)`` of any strides. The runs take the arguments of the Numba dispatch's sign
 * the blur kinds (``plan`` a :class:`~poolgrad.geometry.BlurPlan`) take ``run(x, y)``,
   ``run(x, pos)`` (a max-blur's ``"winners"``) and ``run(dy, g)``, ``g`` the input's
   gradient or a max-blur's stride-1 map's, which max pooling's backward routes
-  (:mod:`.blur`).
+  (:mod:`.blur`);
+* circular padding (``plan`` None) takes ``run(x, before, out)`` and its fold
+  ``run(dy, before, dx)``, ``before`` the padding ahead of each spatial axis.
 
 There is one kernel per pass: the windows are recomputed per element, so every
 geometry and layout takes the same kernel, with layout and adaptivity as its
@@ -106,6 +108,9 @@ RULES = {
         Rule("triton.phase_gather", always, _launched("polyphase_gather_run"))],
     ("polyphase", "scatter"): [
         Rule("triton.phase_scatter", always, _launched("polyphase_scatter_run"))],
+    ("circular", "pad"): [Rule("triton.circular_pad", always, _launched("circular_pad_run"))],
+    ("circular", "fold"): [
+        Rule("triton.circular_fold", always, _launched("circular_fold_run"))],
     ("unpool", "forward"): [
         Rule("triton.unpool_place", always, _launched("unpool_forward_run"))],
     ("unpool", "backward"): [
