@@ -175,14 +175,31 @@ def _readers(axis, MODE: tl.constexpr):
 
 
 @triton.jit
-def _path(i, j, r, t, axis, MODE: tl.constexpr):
+def _steps(axis):
+    """How many of an axis's filter taps can read one padded coordinate: those of one
+    remainder modulo the stride."""
+    return (axis[4] + axis[5] - 1) // axis[5]
+
+
+@triton.jit
+def _path(i, j, r, k, axis, MODE: tl.constexpr):
     """Through box tap ``j`` and reader ``r`` (:func:`_reader`) of coordinate ``i``, the
-    output whose filter tap ``t`` reads it, and whether there is one."""
-    _, _, count, _, _, stride, before, _ = axis
+    ``k``-th filter tap that can read it (the taps ``t`` with ``o * stride + t`` at the
+    padded coordinate, in increasing order): ``(o, t, whether there is such an
+    output)``."""
+    _, _, count, _, taps, stride, before, _ = axis
     p, hit = _reader(i - j, r, axis, MODE)
-    q = p + before - t
-    o = tl.maximum(q, 0) // stride
-    return o, hit & (q >= 0) & (tl.maximum(q, 0) % stride == 0) & (o < count)
+    reach = p + before  # >= 0: a reader lies inside the padded axis
+    t = reach % stride + k * stride
+    o = (reach - t) // stride
+    return o, t, hit & (t < taps) & (t <= reach) & (o < count)
+
+
+@triton.jit
+def _tapped_at(total, inner, real, filters, width, axis: tl.constexpr, t):
+    """:func:`_tapped` for a tap number per lane (a gather from the filter's row)."""
+    weight = tl.load(filters + axis * width + t, mask=real, other=0.0)
+    return tl.where(real, total + weight * inner, total)
 
 
 @triton.jit
@@ -192,9 +209,10 @@ def blur_backward(dy, filters, boxes, g, total, C, width, blurs, gs, rs,
     """The transposed chain as a gather: one lane per element of ``g``, which sums, over
     the outputs whose taps read it, ``dy`` times the taps' weights: W's sum innermost
     (the adjoint runs W's passes first), each axis's box outside its blur, candidates
-    and taps in increasing order. ``g`` is the input's gradient, or (``PRE`` 1) a
-    max-blur's stride-1 map's, which the max's routing then takes to the winners.
-    ``dy`` has the strides ``gs``, ``g`` the strides ``rs``."""
+    and taps in increasing order (only the taps of the stride's remainder are visited).
+    ``g`` is the input's gradient, or (``PRE`` 1) a max-blur's stride-1 map's, which
+    the max's routing then takes to the winners. ``dy`` has the strides ``gs``, ``g``
+    the strides ``rs``."""
     offs, live = walk.lanes(total, BLOCK)
     d, h, w = blurs
     if PRE == 1:
@@ -205,29 +223,29 @@ def blur_backward(dy, filters, boxes, g, total, C, width, blurs, gs, rs,
     for jd in range(0, _box(d[3], PRE)):
         sum_d = tl.zeros([BLOCK], dtype=ACC)
         for rd in range(0, _readers(d, MODE)):
-            for td in range(0, d[4]):
-                od, on_d = _path(i_d, jd, rd, td, d, MODE)
+            for kd in range(0, _steps(d)):
+                od, td, on_d = _path(i_d, jd, rd, kd, d, MODE)
                 acc_h = tl.zeros([BLOCK], dtype=ACC)
                 for jh in range(0, _box(h[3], PRE)):
                     sum_h = tl.zeros([BLOCK], dtype=ACC)
                     for rh in range(0, _readers(h, MODE)):
-                        for th in range(0, h[4]):
-                            oh, on_h = _path(ih, jh, rh, th, h, MODE)
+                        for kh in range(0, _steps(h)):
+                            oh, th, on_h = _path(ih, jh, rh, kh, h, MODE)
                             acc_w = tl.zeros([BLOCK], dtype=ACC)
                             for jw in range(0, _box(w[3], PRE)):
                                 sum_w = tl.zeros([BLOCK], dtype=ACC)
                                 for rw in range(0, _readers(w, MODE)):
-                                    for tw in range(0, w[4]):
-                                        ow, on_w = _path(iw, jw, rw, tw, w, MODE)
+                                    for kw in range(0, _steps(w)):
+                                        ow, tw, on_w = _path(iw, jw, rw, kw, w, MODE)
                                         valid = live & on_d & on_h & on_w
                                         grad = tl.load(dy + walk.at(gs, n, c, od, oh, ow),
                                                        mask=valid, other=0.0).to(ACC)
-                                        sum_w = _tapped(sum_w, grad, valid, filters, width, 2,
-                                                        tw)
+                                        sum_w = _tapped_at(sum_w, grad, valid, filters, width,
+                                                           2, tw)
                                 acc_w = _boxed(acc_w, sum_w, boxes, 2, PRE)
-                            sum_h = _tapped(sum_h, acc_w, on_h, filters, width, 1, th)
+                            sum_h = _tapped_at(sum_h, acc_w, on_h, filters, width, 1, th)
                     acc_h = _boxed(acc_h, sum_h, boxes, 1, PRE)
-                sum_d = _tapped(sum_d, acc_h, on_d, filters, width, 0, td)
+                sum_d = _tapped_at(sum_d, acc_h, on_d, filters, width, 0, td)
         acc_d = _boxed(acc_d, sum_d, boxes, 0, PRE)
     tl.store(g + walk.at(rs, n, c, i_d, ih, iw), walk.narrow(acc_d, g.dtype.element_ty),
              mask=live)
