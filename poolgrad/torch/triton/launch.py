@@ -346,13 +346,19 @@ def _blurs(plan) -> tuple[tuple[int, ...], ...]:
                      plan.window, plan.axis_blurs.tolist(), strict=True))
 
 
+@functools.lru_cache(maxsize=256)
+def _blur_tables(plan, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each axis's filter taps and ``1 / k`` in ``dtype`` on ``device``, built once."""
+    return (_ops.constant(tuple(plan.axis_filters.ravel().tolist()), dtype, device),
+            _ops.constant(tuple(1.0 / k for k in plan.window), dtype, device))
+
+
 def _blur_constants(plan, like: torch.Tensor):
     """``(filters, boxes, width, constants)``: each axis's taps and ``1 / k`` in the
     kernels' arithmetic dtype, and the compile-time constants (the padding mode is
     every blurred axis's; an axis without a blur has mode 0 and never pads)."""
     dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
-    filters = _ops.constant(tuple(plan.axis_filters.ravel().tolist()), dtype, like.device)
-    boxes = _ops.constant(tuple(1.0 / k for k in plan.window), dtype, like.device)
+    filters, boxes = _blur_tables(plan, dtype, like.device)
     constants = dict(PRE=geometry.BLUR_PRE.index(plan.pre),
                      MODE=int(plan.axis_blurs[:, 4].max()), ACC=_accumulator(dtype),
                      BLOCK=BLOCK)
