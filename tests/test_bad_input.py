@@ -27,10 +27,11 @@ from poolgrad import (
 OPS = {  # name -> (operator, default arguments)
     "max_pool": (max_pool, {"kernel_size": 2}),
     "avg_pool": (avg_pool, {"kernel_size": 2}),
-    "lp_pool": (lp_pool, {"p": 2, "kernel_size": 2}),
+    # p 3: the Lp signatures other files compile too (the kernels compile per power)
+    "lp_pool": (lp_pool, {"p": 3, "kernel_size": 2}),
     "global_max_pool": (global_max_pool, {}),
     "global_avg_pool": (global_avg_pool, {}),
-    "global_lp_pool": (global_lp_pool, {"p": 2}),
+    "global_lp_pool": (global_lp_pool, {"p": 3}),
     "adaptive_max_pool": (adaptive_max_pool, {"output_size": 2}),
     "adaptive_avg_pool": (adaptive_avg_pool, {"output_size": 2}),
     "max_unpool": (max_unpool, {"kernel_size": 2}),
@@ -379,7 +380,7 @@ def test_any_layout_gives_the_contiguous_result(name, kwargs, layout):
 def test_pullback_does_not_see_later_changes_to_x():
     """The pullbacks that keep x (Lp, split ties) keep their own copy."""
     x = np.array([[[0.5, 2.0, 2.0, 1.0]]])
-    cases = [(poolgrad.lp_pool, (2.0, 2), {}), (poolgrad.max_pool, (2,), {"ties": "split"})]
+    cases = [(poolgrad.lp_pool, (3.0, 2), {}), (poolgrad.max_pool, (2,), {"ties": "split"})]
     for op, args, kwargs in cases:
         y, pullback = poolgrad.vjp(op, x, *args, **kwargs)
         before = pullback(np.ones_like(y))
@@ -391,7 +392,7 @@ def test_pullback_does_not_see_later_changes_to_x():
 
 def test_pullback_does_not_see_later_changes_to_y_or_indices():
     x = np.array([[[0.5, 2.0, 2.0, 1.0]]])
-    for op, args, kwargs in [(poolgrad.lp_pool, (2.0, 2), {}),
+    for op, args, kwargs in [(poolgrad.lp_pool, (3.0, 2), {}),
                              (poolgrad.max_pool, (2,), {"ties": "split"})]:
         y, pullback = poolgrad.vjp(op, x, *args, **kwargs)
         before = pullback(np.ones_like(y))
