@@ -246,9 +246,7 @@ def blur_pool_backward(dy: Tensor, winners: Tensor, blur: list[int],
         return dx
     mapped = empty([*x_size[:2], *plan.map_spatial], dy, fmt, _ops.compute_dtype(dy))
     dispatch.choose("blur", "backward", plan)(_five(dy), _five(mapped))
-    kernel = _kind_ops.blur_args(blur)[1]
-    ones = (1,) * len(kernel)
-    window = _ops.sliding_window(kernel, ones, ((0, 0),) * len(kernel), ones, False)
+    window = _kind_ops.blur_max_window(_kind_ops.blur_args(blur)[1])
     dispatch.choose("max", "backward", _ops.plan_of(window, x_size[2:]))(
         _five(mapped), _five(winners), _five(dx))
     return dx
@@ -288,9 +286,9 @@ def fractional_max_pool_indices(winners: Tensor, samples: Tensor, orders: Tensor
                                 fractional: list[int], x_size: list[int]) -> Tensor:
     starts, _ = device_windows(fractional, x_size, samples, orders)
     indices = empty(winners.shape, winners, _ops.memory_format(winners), torch.int64)
-    sizes = [1] * (5 - len(x_size)) + [int(s) for s in x_size[2:]]
     dispatch.choose("fractional", "indices", None)(
-        _five(winners), starts, extent_bound(fractional, x_size[2:]), sizes, _five(indices))
+        _five(winners), starts, extent_bound(fractional, x_size[2:]), _triple(x_size[2:]),
+        _five(indices))
     return indices
 
 
@@ -358,13 +356,14 @@ def _on_their_device(implementation):
 # ------------------------------------------------------- adaptive polyphase sampling
 
 
-def _kernel_steps(steps) -> tuple[int, ...]:
-    return (1,) * (3 - len(steps)) + tuple(int(s) for s in steps)
+def _triple(per_dim) -> tuple[int, ...]:
+    """Per-spatial-dim integers as the kernels' ``(D, H, W)``: leading axes get 1."""
+    return (1,) * (3 - len(per_dim)) + tuple(int(v) for v in per_dim)
 
 
 def aps_gather(x: Tensor, phases: Tensor, steps: list[int]) -> Tensor:
     y = empty(_kind_ops.aps_shape(x.shape, steps), x, _ops.memory_format(x))
-    dispatch.choose("polyphase", "gather", None)(_five(x), _kernel_steps(steps),
+    dispatch.choose("polyphase", "gather", None)(_five(x), _triple(steps),
                                                  phases.contiguous(), _five(y))
     return y
 
@@ -372,7 +371,7 @@ def aps_gather(x: Tensor, phases: Tensor, steps: list[int]) -> Tensor:
 def aps_pool(x: Tensor, steps: list[int], norm: int) -> tuple[Tensor, Tensor]:
     n, c = x.shape[:2]
     partials = torch.empty((n, c, math.prod(steps)), dtype=torch.float64, device=x.device)
-    dispatch.choose("polyphase", "norms", None)(_five(x), _kernel_steps(steps), norm,
+    dispatch.choose("polyphase", "norms", None)(_five(x), _triple(steps), norm,
                                                 partials)
     # the first largest, a NaN as largest (torch's argmax, as NumPy's)
     norms = partials.amax(1) if norm == _kind_ops.APS_MAX else partials.sum(1)
@@ -382,7 +381,7 @@ def aps_pool(x: Tensor, steps: list[int], norm: int) -> tuple[Tensor, Tensor]:
 
 def aps_scatter(dy: Tensor, phases: Tensor, steps: list[int], x_size: list[int]) -> Tensor:
     dx = empty(x_size, dy, _ops.memory_format(dy))
-    dispatch.choose("polyphase", "scatter", None)(_five(dy), _kernel_steps(steps),
+    dispatch.choose("polyphase", "scatter", None)(_five(dy), _triple(steps),
                                                   phases.contiguous(), _five(dx))
     return dx
 
@@ -394,13 +393,13 @@ def circular_pad(x: Tensor, pads: list[int]) -> Tensor:
     """``x`` padded circularly, stored as x is; a pad longer than its dim wraps round
     again, as on the CPU."""
     out = empty(_kind_ops.padded_shape(x.shape, pads), x, _ops.memory_format(x))
-    dispatch.choose("circular", "pad", None)(_five(x), pads[0::2], _five(out))
+    dispatch.choose("circular", "pad", None)(_five(x), _triple(pads[0::2]), _five(out))
     return out
 
 
 def circular_fold(dy: Tensor, pads: list[int], x_size: list[int]) -> Tensor:
     dx = empty(x_size, dy, _ops.memory_format(dy))
-    dispatch.choose("circular", "fold", None)(_five(dy), pads[0::2], _five(dx))
+    dispatch.choose("circular", "fold", None)(_five(dy), _triple(pads[0::2]), _five(dx))
     return dx
 
 

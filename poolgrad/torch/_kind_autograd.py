@@ -27,6 +27,7 @@ from ._kind_ops import (
     blend_pool_backward,
     blur_args,
     blur_geometry,
+    blur_max_window,
     blur_pool,
     blur_pool_backward,
     blur_pool_values,
@@ -48,7 +49,6 @@ from ._ops import (
     max_pool,
     max_pool_backward,
     max_pool_gather,
-    sliding_window,
     window_ndim,
 )
 
@@ -309,10 +309,8 @@ def _blur_backward_grad(ctx, g):
     pre, kernel, stride, sizes, pads, mode = blur_args(ctx.blur)
     if pre != "max":
         return call(blur_pool, g, ctx.blur)[0], None, None, None
-    ones = (1,) * len(kernel)
-    mapped = call(max_pool_gather, g, winners,
-                  sliding_window(kernel, ones, ((0, 0),) * len(kernel), ones, False))
-    plain = blur_geometry("none", ones, stride, sizes, pads, mode)
+    mapped = call(max_pool_gather, g, winners, blur_max_window(kernel))
+    plain = blur_geometry("none", (1,) * len(kernel), stride, sizes, pads, mode)
     return call(blur_pool, mapped, plain)[0], None, None, None
 
 

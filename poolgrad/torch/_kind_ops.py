@@ -48,6 +48,7 @@ from ._ops import (
     memory_format,
     out_shape,
     refuse_device,
+    sliding_window,
     winner_dtype,
 )
 
@@ -192,6 +193,13 @@ def blur_args(blur) -> tuple:
 def blur_plan_of(blur: tuple[int, ...], in_spatial: tuple[int, ...]) -> geometry.BlurPlan:
     pre, kernel, stride, sizes, pads, mode = blur_args(blur)
     return geometry.blur_plan(in_spatial, pre, kernel, sizes, stride, pads, mode)
+
+
+def blur_max_window(kernel) -> list[int]:
+    """A max-blur's stride-1 max over ``kernel`` (no padding) as a window: the geometry
+    its winners number their taps in, which max pooling's ops route and gather by."""
+    ones = (1,) * len(kernel)
+    return sliding_window(kernel, ones, ((0, 0),) * len(kernel), ones, False)
 
 
 def blur_out_shape(x: Tensor, blur) -> list:

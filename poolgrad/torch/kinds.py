@@ -46,12 +46,12 @@ import torch
 from torch import Tensor, nn
 
 from .. import _inputs as inputs
+from .. import geometry
 from ..kinds import blur as numpy_blur
 from ..kinds import fractional as numpy_fractional
 from . import _kind_ops as kind_ops
 from . import _ops as ops
 from ._autograd import call
-from ._blur import check_blur
 from ._fractional import sequence_steps
 from .functional import arguments, sliding, unbatch
 from .functional import batched as _check_input
@@ -131,6 +131,15 @@ def _blur_kind(x, pre, kernel_size, stride, filter_size, padding, padding_mode,
     return unbatch(call(kind_ops.blur_pool_values, x, list(blur_geometry)), unbatched)
 
 
+@torch.compiler.assume_constant_result
+def _check_blur(in_spatial, pre, kernel, sizes, stride, pads, padding_mode) -> bool:
+    """The NumPy operator's plan, built for its checks (sizes, reflect padding shorter
+    than the map). torch.compile runs it while tracing, on the static sizes, and keeps
+    none of it in the graph (the plan's NumPy tables are not for Dynamo to trace)."""
+    geometry.blur_plan(in_spatial, pre, kernel, sizes, stride, pads, padding_mode)
+    return True
+
+
 @inputs.memoized
 def _blur_setup(shape, pre, kernel_size, stride, filter_size, padding, padding_mode,
                 spatial_dims, name):
@@ -139,7 +148,7 @@ def _blur_setup(shape, pre, kernel_size, stride, filter_size, padding, padding_m
     ndim, kernel, stride, sizes, pads = numpy_blur.blur_arguments.uncached(
         shape, kernel_size, stride, filter_size, padding, padding_mode, spatial_dims,
         f"{name}: ")
-    check_blur(tuple(shape[-ndim:]), pre, kernel, sizes, stride, pads, padding_mode)
+    _check_blur(tuple(shape[-ndim:]), pre, kernel, sizes, stride, pads, padding_mode)
     blur_geometry = kind_ops.blur_geometry(pre, kernel, stride, sizes, pads, padding_mode)
     return ndim, kernel, stride, sizes, pads, tuple(blur_geometry)
 

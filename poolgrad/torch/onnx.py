@@ -65,9 +65,8 @@ import numpy as np
 import torch
 
 from .. import geometry
-from ._blur import pad_source
-from ._kind_ops import MIXED, SOFT, blur_args
-from ._ops import ADAPTIVE, plan_of, sliding_args, sliding_window, window_ndim
+from ._kind_ops import MIXED, SOFT, blur_args, blur_max_window
+from ._ops import ADAPTIVE, plan_of, sliding_args, window_ndim
 
 __all__ = ["MIN_OPSET", "ExportRefused", "export", "translations"]
 
@@ -483,19 +482,30 @@ def _blur_pool_values(x, blur):
     return _blur_pool(x, blur)[0]
 
 
+def _pad_source(length: int, before: int, after: int, mode: str) -> np.ndarray:
+    """Which element each position of an axis padded by ``(before, after)`` in ``mode``
+    copies (reflect, replicate or circular; zeros pads with a Pad node)."""
+    index = np.arange(-before, length + after)
+    if mode == "reflect":
+        index = np.abs(index)
+        return np.where(index >= length, 2 * (length - 1) - index, index)
+    if mode == "circular":
+        return index % length
+    return index.clip(0, length - 1)
+
+
 def _blur_pool(x, blur):
     """The optional stride-1 max or mean, the padding, and the N-d binomial filter as a
     single-channel ``Conv`` over ``(N*C, 1, *padded)`` at the stride. The second output
     is a max-blur's winners (pruned from the graph when unused), else empty."""
     op, ir = _onnxscript()
     pre, kernel, stride, sizes, pads, mode = blur_args(blur)
-    ndim, ones = len(kernel), [1] * len(kernel)
+    ones = [1] * len(kernel)
     spatial = _static_spatial(x.shape, "blur_pool")
     lead = op.Slice(op.Shape(x), op.Constant(value_ints=[0]), op.Constant(value_ints=[2]))
     source, winners = x.dtype, op.Constant(value=ir.tensor(np.zeros(0, np.uint8)))
     if pre == "max":  # max pooling's translation, in the input's dtype
-        x, winners = _max_pool(x, sliding_window(kernel, ones, ((0, 0),) * ndim, ones, False),
-                               "first")
+        x, winners = _max_pool(x, blur_max_window(kernel), "first")
     half = source in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
     x, dtype = (op.Cast(x, to=ir.DataType.FLOAT), np.float32) if half else (x, source.numpy())
     if pre == "avg":
@@ -507,7 +517,7 @@ def _blur_pool(x, blur):
     else:
         for axis, ((lo, hi), length) in enumerate(zip(pads, lengths, strict=True)):
             if lo or hi:
-                copied = pad_source(length, lo, hi, mode, "cpu").numpy()
+                copied = _pad_source(length, lo, hi, mode)
                 x = op.Gather(x, op.Constant(value=ir.tensor(copied)), axis=2 + axis)
     padded = [length + lo + hi for length, (lo, hi) in zip(lengths, pads, strict=True)]
     weight = np.ones((), np.float64)

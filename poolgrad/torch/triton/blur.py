@@ -30,20 +30,17 @@ def source(i, length, MODE: tl.constexpr):
     ``length``, and whether it copies one (zeros: only inside), as
     :func:`poolgrad.kernels.blur.padded_source` maps it. Remainders of non-negative
     operands only: C's and Python's ``%`` differ on negative ones."""
-    inside = (i >= 0) & (i < length)
-    if MODE == 0:
+    if MODE == 0 or MODE == 2:  # zeros: any in-range address, masked by ``real``
         j = tl.minimum(tl.maximum(i, 0), length - 1)
-        real = inside
-    elif MODE == 2:
-        j = tl.minimum(tl.maximum(i, 0), length - 1)
-        real = i == i
     elif MODE == 3:
         j = (i % length + length) % length
-        real = i == i
-    else:
+    else:  # reflect; a length of 1 has period 1, so every i reads 0
         period = tl.maximum(2 * (length - 1), 1)
         k = (i % period + period) % period
-        j = tl.where(length == 1, 0, tl.where(k < length, k, period - k))
+        j = tl.where(k < length, k, period - k)
+    if MODE == 0:
+        real = (i >= 0) & (i < length)
+    else:
         real = i == i
     return j, real
 
@@ -94,9 +91,9 @@ def _boxed(total, inner, boxes, axis: tl.constexpr, PRE: tl.constexpr):
 
 
 @triton.jit
-def _tapped(total, inner, real, filters, width, axis: tl.constexpr, t):
-    """``total`` plus filter tap ``t``'s ``inner``, where the tap is ``real``."""
-    return tl.where(real, total + _weight(filters, width, axis, t) * inner, total)
+def _tapped(total, inner, real, weight):
+    """``total`` plus a filter tap's ``weight`` times ``inner``, where the tap is ``real``."""
+    return tl.where(real, total + weight * inner, total)
 
 
 @triton.jit
@@ -130,11 +127,11 @@ def blur_forward(x, filters, boxes, y, total, C, width, blurs, xs, ys,
                                 v = tl.load(x + base + (md + jd) * xs[2] + (mh + jh) * xs[3]
                                             + (mw + jw) * xs[4], mask=valid, other=0.0).to(ACC)
                             box_d = _boxed(box_d, v, boxes, 0, PRE)
-                        acc_d = _tapped(acc_d, box_d, real_d, filters, width, 0, td)
+                        acc_d = _tapped(acc_d, box_d, real_d, _weight(filters, width, 0, td))
                     box_h = _boxed(box_h, acc_d, boxes, 1, PRE)
-                acc_h = _tapped(acc_h, box_h, real_h, filters, width, 1, th)
+                acc_h = _tapped(acc_h, box_h, real_h, _weight(filters, width, 1, th))
             box_w = _boxed(box_w, acc_h, boxes, 2, PRE)
-        acc_w = _tapped(acc_w, box_w, real_w, filters, width, 2, tw)
+        acc_w = _tapped(acc_w, box_w, real_w, _weight(filters, width, 2, tw))
     tl.store(y + walk.at(ys, n, c, od, oh, ow), walk.narrow(acc_w, y.dtype.element_ty),
              mask=live)
 
@@ -196,10 +193,9 @@ def _path(i, j, r, k, axis, MODE: tl.constexpr):
 
 
 @triton.jit
-def _tapped_at(total, inner, real, filters, width, axis: tl.constexpr, t):
-    """:func:`_tapped` for a tap number per lane (a gather from the filter's row)."""
-    weight = tl.load(filters + axis * width + t, mask=real, other=0.0)
-    return tl.where(real, total + weight * inner, total)
+def _weight_at(table, width, row, t, real):
+    """:func:`_weight` for a tap number per lane (a gather from the row)."""
+    return tl.load(table + row * width + t, mask=real, other=0.0)
 
 
 @triton.jit
@@ -240,12 +236,13 @@ def blur_backward(dy, filters, boxes, g, total, C, width, blurs, gs, rs,
                                         valid = live & on_d & on_h & on_w
                                         grad = tl.load(dy + walk.at(gs, n, c, od, oh, ow),
                                                        mask=valid, other=0.0).to(ACC)
-                                        sum_w = _tapped_at(sum_w, grad, valid, filters, width,
-                                                           2, tw)
+                                        sum_w = _tapped(sum_w, grad, valid, _weight_at(
+                                            filters, width, 2, tw, valid))
                                 acc_w = _boxed(acc_w, sum_w, boxes, 2, PRE)
-                            sum_h = _tapped_at(sum_h, acc_w, on_h, filters, width, 1, th)
+                            sum_h = _tapped(sum_h, acc_w, on_h,
+                                            _weight_at(filters, width, 1, th, on_h))
                     acc_h = _boxed(acc_h, sum_h, boxes, 1, PRE)
-                sum_d = _tapped_at(sum_d, acc_h, on_d, filters, width, 0, td)
+                sum_d = _tapped(sum_d, acc_h, on_d, _weight_at(filters, width, 0, td, on_d))
         acc_d = _boxed(acc_d, sum_d, boxes, 0, PRE)
     tl.store(g + walk.at(rs, n, c, i_d, ih, iw), walk.narrow(acc_d, g.dtype.element_ty),
              mask=live)

@@ -24,7 +24,7 @@ H, W)`` of any strides. The runs take the arguments of the Numba dispatch's sign
   gradient or a max-blur's stride-1 map's, which max pooling's backward routes
   (:mod:`.blur`);
 * circular padding (``plan`` None) takes ``run(x, before, out)`` and its fold
-  ``run(dy, before, dx)``, ``before`` the padding ahead of each spatial axis.
+  ``run(dy, before, dx)``, ``before`` the padding ahead of each axis ``(D, H, W)``.
 
 There is one kernel per pass: the windows are recomputed per element, so every
 geometry and layout takes the same kernel, with layout and adaptivity as its

@@ -270,29 +270,24 @@ def polyphase_scatter_run(plan):
     return run
 
 
-def _triples(sizes) -> tuple[int, ...]:
-    """A spatial shape as ``(D, H, W)``, leading axes of length 1."""
-    return (1,) * (3 - len(sizes)) + tuple(int(n) for n in sizes)
-
-
 def circular_pad_run(plan):
     """``run(x, before, out)``: ``out`` := ``x`` padded circularly, ``before`` ahead of
-    each spatial axis (``(D, H, W)``)."""
+    each axis ``(D, H, W)``."""
     def run(x, before, out):
         polyphase.circular_pad[(triton.cdiv(out.numel(), BLOCK),)](
-            x, out, out.numel(), out.shape[1], _triples(x.shape[2:]),
-            _triples(out.shape[2:]), _triples(before), tuple(x.stride()),
-            tuple(out.stride()), CHANNELS_LAST=_ops.is_channels_last(out), BLOCK=BLOCK)
+            x, out, out.numel(), out.shape[1], tuple(x.shape[2:]), tuple(out.shape[2:]),
+            before, tuple(x.stride()), tuple(out.stride()),
+            CHANNELS_LAST=_ops.is_channels_last(out), BLOCK=BLOCK)
     return run
 
 
 def circular_fold_run(plan):
     """``run(dy, before, dx)``: each padded position's ``dy`` added onto what it copies."""
     def run(dy, before, dx):
-        sizes, padded = _triples(dx.shape[2:]), _triples(dy.shape[2:])
+        sizes, padded = tuple(dx.shape[2:]), tuple(dy.shape[2:])
         copies = tuple(-(-p // n) for p, n in zip(padded, sizes, strict=True))
         polyphase.circular_fold[(triton.cdiv(dx.numel(), BLOCK),)](
-            dy, dx, dx.numel(), dx.shape[1], sizes, padded, _triples(before), copies,
+            dy, dx, dx.numel(), dx.shape[1], sizes, padded, before, copies,
             tuple(dy.stride()), tuple(dx.stride()), CHANNELS_LAST=_ops.is_channels_last(dx),
             ACC=_accumulator(dx.dtype), BLOCK=BLOCK)
     return run
