@@ -42,7 +42,7 @@ def source(i, length, MODE: tl.constexpr):
         real = (i >= 0) & (i < length)
     else:
         real = i == i
-    return j, real
+    return j.to(tl.int64), real  # an address's factor: 64-bit
 
 
 @triton.jit
@@ -105,19 +105,21 @@ def blur_forward(x, filters, boxes, y, total, C, width, blurs, xs, ys,
     d, h, w = blurs
     n, c, od, oh, ow = walk.element(offs, C, d[2], h[2], w[2], CHANNELS_LAST)
     base = n * xs[0] + c * xs[1]
+    # the padding's remainders in 32 bits, as the backward's (:func:`blur_backward`)
+    at_d, at_h, at_w = od.to(tl.int32), oh.to(tl.int32), ow.to(tl.int32)
     acc_w = tl.zeros([BLOCK], dtype=ACC)
     for tw in range(0, w[4]):
-        mw, real_w = source(ow * w[5] - w[6] + tw, w[1], MODE)
+        mw, real_w = source(at_w * w[5] - w[6] + tw, w[1], MODE)
         box_w = tl.zeros([BLOCK], dtype=ACC)
         for jw in range(0, _box(w[3], PRE)):
             acc_h = tl.zeros([BLOCK], dtype=ACC)
             for th in range(0, h[4]):
-                mh, real_h = source(oh * h[5] - h[6] + th, h[1], MODE)
+                mh, real_h = source(at_h * h[5] - h[6] + th, h[1], MODE)
                 box_h = tl.zeros([BLOCK], dtype=ACC)
                 for jh in range(0, _box(h[3], PRE)):
                     acc_d = tl.zeros([BLOCK], dtype=ACC)
                     for td in range(0, d[4]):
-                        md, real_d = source(od * d[5] - d[6] + td, d[1], MODE)
+                        md, real_d = source(at_d * d[5] - d[6] + td, d[1], MODE)
                         box_d = tl.zeros([BLOCK], dtype=ACC)
                         for jd in range(0, _box(d[3], PRE)):
                             valid = live & real_d & real_h & real_w
@@ -154,7 +156,8 @@ def _reader(m, candidate, axis, MODE: tl.constexpr):
     where it copies ``m``. ``(padded coordinate, whether it reads m)``."""
     _, length, _, _, _, _, before, _ = axis
     inside = (m >= 0) & (m < length)
-    padding = tl.where(candidate <= before, -candidate, length - 1 + candidate - before) + m * 0
+    # the padding position and what it copies are the same for every lane: scalars
+    padding = tl.where(candidate <= before, -candidate, length - 1 + candidate - before)
     copied, real = source(padding, length, MODE)
     first = candidate == 0
     return tl.where(first, m, padding), inside & (first | (real & (copied == m)))
@@ -189,7 +192,7 @@ def _path(i, j, r, k, axis, MODE: tl.constexpr):
     reach = p + before  # >= 0: a reader lies inside the padded axis
     t = reach % stride + k * stride
     o = (reach - t) // stride
-    return o, t, hit & (t < taps) & (t <= reach) & (o < count)
+    return o.to(tl.int64), t, hit & (t < taps) & (t <= reach) & (o < count)
 
 
 @triton.jit
@@ -215,6 +218,9 @@ def blur_backward(dy, filters, boxes, g, total, C, width, blurs, gs, rs,
         n, c, i_d, ih, iw = walk.element(offs, C, d[1], h[1], w[1], CHANNELS_LAST)
     else:
         n, c, i_d, ih, iw = walk.element(offs, C, d[0], h[0], w[0], CHANNELS_LAST)
+    # the paths' divisions and remainders in 32 bits (coordinates fit; 64-bit ones are
+    # long instruction sequences on a GPU); the addresses stay 64-bit
+    i_d, ih, iw = i_d.to(tl.int32), ih.to(tl.int32), iw.to(tl.int32)
     acc_d = tl.zeros([BLOCK], dtype=ACC)
     for jd in range(0, _box(d[3], PRE)):
         sum_d = tl.zeros([BLOCK], dtype=ACC)
