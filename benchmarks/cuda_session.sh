@@ -59,8 +59,9 @@ wait $cli; echo "cli exit $?" >> "$OUT/cli.log"
 stamp "correctness done"
 
 # ---- timings, alone
+# TIMINGS_ARGS: more arguments (--skip-layers: the kinds alone)
 timeout "${TIMINGS_SECONDS:-300}" $PYTHON benchmarks/cuda_timings.py --out "$OUT/timings.json" \
-  --seconds "${TIMINGS_DEADLINE:-250}" > "$OUT/timings.log" 2>&1
+  --seconds "${TIMINGS_DEADLINE:-250}" ${TIMINGS_ARGS:-} > "$OUT/timings.log" 2>&1
 echo "timings exit $?" >> "$OUT/timings.log"
 stamp "timings done"
 
