@@ -154,6 +154,29 @@ def test_channels_last_global_average_pool():
     np.testing.assert_array_equal(pullback_cl(dy), pullback(dy))
 
 
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(2, 70, 9, 11), (3, 5, 13), (1, 4, 2, 3, 5), (0, 3, 4, 4)])
+def test_channels_last_global_average_gradient_has_the_nchw_bits(shape, dtype):
+    """The channels-last global average's backward runs a kernel of its own, which
+    spreads each image's shares along its rows: the planes kernel's bits for gradients
+    whose -0 (kept, as PyTorch keeps it), infinities and NaN show in the bytes, on more
+    rows than one parallel step takes, an empty batch included; dx stays channels-last."""
+    x = np.random.default_rng(4).standard_normal(shape).astype(dtype)
+    y, pullback = pg.vjp(pg.global_avg_pool, x)
+    _, pullback_cl = pg.vjp(pg.global_avg_pool, channels_last(x))
+    if x.size:  # (an empty array is C-contiguous too, and takes the planes kernel)
+        assert pullback_cl.kernels["backward"] == "channels_last.global_avg_backward"
+    dy = np.random.default_rng(5).standard_normal(y.shape).astype(dtype)
+    flat = dy.reshape(-1)
+    flat[::3], flat[1::7], flat[2::11] = -0.0, np.inf, np.nan
+    dx, dx_cl = pullback(dy), pullback_cl(dy)
+    assert np.ascontiguousarray(dx_cl).tobytes() == dx.tobytes()
+    assert dx_cl.shape == x.shape
+    if x.size:
+        assert is_channels_last(dx_cl)
+        assert np.signbit(dx_cl[0, 0]).all()  # dy[0, 0] is -0
+
 def test_channels_last_matches_torch_channels_last():
     torch = pytest.importorskip("torch")
     # no NaN: PyTorch routes a NaN window to its last NaN, poolgrad to its first

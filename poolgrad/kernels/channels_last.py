@@ -469,3 +469,26 @@ def avg_pool_backward(dy, divisor, cover_ptr, cover_out, dx):
                         grad = dy[n, od, oh, ow]
                         for c in range(n_chan):
                             total[c] += grad[c] / window
+
+
+_SPREAD_ROWS = 64  # rows of dx per parallel step of global_avg_backward
+
+
+@parallel_kernel
+def global_avg_backward(dy, divisor, dx):
+    """Channels-last :func:`poolgrad.kernels.sum_pool.global_avg_backward` on ``(N, C)``
+    and ``(N, L, C)`` views: ``dx[n, j, :] = dy[n, :] / divisor``, the planes kernel's
+    bits (a -0 gradient stays -0; the windowed backward adds it to +0). Each image's
+    shares are divided once, then copied along L in blocks of :data:`_SPREAD_ROWS`
+    rows, the parallel steps, so that one image also takes both threads."""
+    n_batch, length, n_chan = dx.shape
+    blocks = (length + _SPREAD_ROWS - 1) // _SPREAD_ROWS
+    for step in prange(n_batch * blocks):
+        n, first = step // blocks, step % blocks * _SPREAD_ROWS
+        share = np.empty(n_chan, dx.dtype)
+        for c in range(n_chan):
+            share[c] = dy[n, c] / divisor
+        for j in range(first, min(first + _SPREAD_ROWS, length)):
+            row = dx[n, j]
+            for c in range(n_chan):
+                row[c] = share[c]

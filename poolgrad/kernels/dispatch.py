@@ -69,6 +69,7 @@ signatures.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -380,7 +381,7 @@ def _avg_back_rows(plan):
 
 def _planes(a):
     """A C-contiguous 5-d array as ``(planes, plane length)``."""
-    return a.reshape(a.shape[0] * a.shape[1], -1)
+    return a.reshape(a.shape[0] * a.shape[1], math.prod(a.shape[2:]))  # also when empty
 
 
 def _one_divisor(divisor):
@@ -398,6 +399,14 @@ def _global_avg(plan):
 def _global_avg_back(plan):
     return lambda dy, divisor, dx: sum_pool.global_avg_backward(
         np.ascontiguousarray(dy).reshape(-1), _one_divisor(divisor), _planes(dx))
+
+
+def _global_avg_back_cl(plan):
+    def run(dy, divisor, dx):
+        n, c = dx.shape[:2]
+        cl.global_avg_backward(np.ascontiguousarray(dy).reshape(n, c), _one_divisor(divisor),
+                               _cl(dx).reshape(n, math.prod(dx.shape[2:]), c))
+    return run
 
 
 # ------------------------------------------------------------------------- lp, unpool
@@ -498,14 +507,17 @@ _RULES = {
     ("max", "split"): [_Rule("max_pool.max_pool_backward_split", _always, _split)],
     ("avg", "forward"): _AVG_FORWARD,
     ("avg", "backward"): _AVG_BACKWARD,
-    # contiguous planes: one window per plane, summed in one pass; any other layout
-    # takes the average's kernels with the same plan
+    # contiguous planes: one window per plane, summed in one pass; a channels-last
+    # backward spreads each image's shares along its rows; any other layout takes the
+    # average's kernels with the same plan
     ("global_avg", "forward"): [
         _Rule("sum_pool.global_avg_forward", lambda plan, operand, record:
               operand.layout == "nchw", _global_avg)] + _AVG_FORWARD,
     ("global_avg", "backward"): [
         _Rule("sum_pool.global_avg_backward", lambda plan, operand, record:
-              operand.layout == "nchw", _global_avg_back)] + _AVG_BACKWARD,
+              operand.layout == "nchw", _global_avg_back),
+        _Rule("channels_last.global_avg_backward", _is_cl, _global_avg_back_cl),
+    ] + _AVG_BACKWARD,
     # windows inside x without dilation: GeM's rows kernels, with the general ones' bits
     ("lp", "forward"): [
         _Rule("power_quads.gem_quads_forward", paired_quads,
