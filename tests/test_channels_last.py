@@ -154,7 +154,6 @@ def test_channels_last_global_average_pool():
     np.testing.assert_array_equal(pullback_cl(dy), pullback(dy))
 
 
-
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(2, 70, 9, 11), (3, 5, 13), (1, 4, 2, 3, 5), (0, 3, 4, 4)])
 def test_channels_last_global_average_gradient_has_the_nchw_bits(shape, dtype):
@@ -176,6 +175,7 @@ def test_channels_last_global_average_gradient_has_the_nchw_bits(shape, dtype):
     if x.size:
         assert is_channels_last(dx_cl)
         assert np.signbit(dx_cl[0, 0]).all()  # dy[0, 0] is -0
+
 
 def test_channels_last_matches_torch_channels_last():
     torch = pytest.importorskip("torch")

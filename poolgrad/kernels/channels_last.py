@@ -358,16 +358,14 @@ def _add_taps(total, row, start_w, first_w, end_w, dil_w):
 
 
 @jit(inline="always")
-def _mean_run_end(table, divisor, ow, out_w):
-    """The end of the run of output columns from ``ow`` whose windows have ``ow``'s
-    count of real taps along W and its divisor along W: every interior column is one
-    run, whose division and fold are chosen once."""
-    count = table[2, 2, ow] - table[2, 1, ow]
-    end = ow + 1
-    while (end < out_w and table[2, 2, end] - table[2, 1, end] == count
-           and divisor[2, end] == divisor[2, ow]):
-        end += 1
-    return end
+def _mean_run_end(table, divisor, ow, out_w, count):
+    """:func:`_run_end`, cut where the divisor along W changes: every interior column is
+    one run, whose division and fold are chosen once."""
+    end = _run_end(table, ow, out_w, count)
+    same = ow + 1
+    while same < end and divisor[2, same] == divisor[2, ow]:
+        same += 1
+    return same
 
 
 @parallel_kernel
@@ -400,8 +398,8 @@ def avg_pool_forward(x, table, dilation, divisor, plus_zero, y):
         lead = divisor[0, od] * divisor[1, oh]
         ow = 0
         while ow < out_w:
-            end = _mean_run_end(table, divisor, ow, out_w)
             count = table[2, 2, ow] - table[2, 1, ow]
+            end = _mean_run_end(table, divisor, ow, out_w, count)
             window = lead * divisor[2, ow]
             if (rows == 2) & (count == 2):
                 for o in range(ow, end):
