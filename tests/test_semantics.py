@@ -279,3 +279,37 @@ def test_small_calls_run_on_one_thread_and_restore_the_pool():
     finally:
         numba.set_num_threads(outside)
     assert [small[0], large[0]] == [1, pool]
+
+
+@kernels.parallel_kernel(any_layout=True)
+def scaled_copy(x, factor, y):
+    for i in numba.prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            y[i, j] = x[i, j] * factor
+
+
+def _array_layouts(signature):
+    return [(arg.layout, arg.mutable, arg.aligned) for arg in signature
+            if isinstance(arg, numba.types.Array)]
+
+
+@pytest.mark.filterwarnings("ignore:Cannot cache compiled function")  # a test-only kernel
+def test_an_any_layout_kernel_compiles_once_for_every_layout_and_write_flag():
+    values = np.arange(24.0).reshape(4, 6)
+    read_only = values.copy()
+    read_only.flags.writeable = False
+    # the same values stored four ways: C order, F order, a strided view, read-only
+    stored = [values, np.asfortranarray(values), np.repeat(values, 2, axis=1)[:, ::2],
+              read_only]
+    for x in stored:
+        for y in (np.zeros((4, 6)), np.zeros((6, 4)).T):  # a C and a strided output
+            scaled_copy(x, 2.0, y)
+            np.testing.assert_array_equal(y, values * 2.0)
+    signatures = scaled_copy.compiled.signatures
+    assert len(signatures) == 1
+    assert _array_layouts(signatures[0]) == [("A", True, True)] * 2
+    x32 = values.astype(np.float32)  # another dtype: a signature of its own
+    y32 = np.zeros((4, 6), np.float32)
+    scaled_copy(x32, 2.0, y32)
+    np.testing.assert_array_equal(y32, x32 * 2)
+    assert len(scaled_copy.compiled.signatures) == 2

@@ -85,20 +85,62 @@ def jit(*, cache: bool = True, **options):
     return compile_cached
 
 
-def parallel_kernel(fn):
+class _AnyLayout:
+    """Calls a dispatcher through one signature per argument types, every array in it
+    typed as any layout ("A") and writeable, whatever its layout and write flag.
+
+    Numba compiles a kernel anew for each layout (C or strided) and each write flag of
+    its arrays: a kernel that takes NCHW arrays and channels-last views, read-only
+    inputs and writeable ones compiled up to four times what one signature serves. For
+    a kernel whose loops are scalar, a compile for C-contiguous arrays gains nothing
+    (each kernel given ``any_layout`` was timed both ways on C-contiguous arrays). An
+    array in another byte order goes to the dispatcher as it is. A read-only array is
+    typed writeable: a kernel never writes its inputs (the contract of every kernel;
+    tests/test_bad_input.py checks it)."""
+
+    def __init__(self, dispatcher):
+        self.dispatcher = dispatcher
+        self.entries = {}
+
+    def __call__(self, *args):
+        key = []
+        for a in args:
+            if type(a) is np.ndarray:
+                if not a.dtype.isnative:
+                    return self.dispatcher(*args)
+                key.append((a.dtype, a.ndim))
+            elif a is None or type(a) in (int, float, bool):
+                key.append(type(a))
+            else:
+                key.append(numba.typeof(a))
+        key = tuple(key)
+        entry = self.entries.get(key)
+        if entry is None:
+            signature = tuple(numba.types.Array(numba.from_dtype(a.dtype), a.ndim, "A")
+                              if type(a) is np.ndarray else numba.typeof(a) for a in args)
+            entry = self.entries[key] = self.dispatcher.compile(signature)
+        return entry(*args)
+
+
+def parallel_kernel(fn=None, *, any_layout: bool = False):
     """Compile ``fn`` with ``parallel=True`` (see :func:`jit`); calls on small arrays
-    run it on one thread."""
+    run it on one thread. ``any_layout``: one compile for arrays of every layout and
+    write flag (:class:`_AnyLayout`), for kernels that read by strides anyway, where a
+    C-contiguous array gains nothing from a compile of its own (measured per kernel)."""
+    if fn is None:
+        return functools.partial(parallel_kernel, any_layout=any_layout)
     compiled = jit(parallel=True)(fn)
+    run = _AnyLayout(compiled) if any_layout else compiled
 
     @functools.wraps(fn)
     def call(*args):
         for a in args:  # (a loop: a generator's frames cost more than small calls)
             if type(a) is np.ndarray and a.size >= SERIAL_BELOW:
-                return compiled(*args)
+                return run(*args)
         threads = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
-            return compiled(*args)
+            return run(*args)
         finally:
             numba.set_num_threads(threads)
 

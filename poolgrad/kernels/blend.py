@@ -93,7 +93,7 @@ def _coefficients(largest, total, logit, dy, count, weights, kind):
     return route, spread, dy * (largest - mean) * share * (1.0 - share), 0.0
 
 
-@parallel_kernel
+@parallel_kernel(any_layout=True)
 def blend_window_forward(x, table, extent, count, kind, weights, y):
     """``y``: each window's blend (the module docstring); ``extent`` the window's
     ``(D, H, W)`` extent, ``count`` its ``K``, ``weights`` float64 (``alpha`` alone, or
@@ -119,7 +119,7 @@ def blend_window_forward(x, table, extent, count, kind, weights, y):
             y[n, c, od, oh, ow] = _blend(largest, total, logit, weights, kind, count, y)
 
 
-@parallel_kernel
+@parallel_kernel(any_layout=True)
 def blend_window_backward(x, dy, table, extent, count, kind, weights, dx, partials):
     """``dx`` (every element written) and ``partials[n * C + c]``: plane ``(n, c)``'s
     part of the weights' gradient (the module docstring), ``weights.size`` entries

@@ -37,7 +37,7 @@ def max_pool_row(x, table, dilation, extent, y_row, pos_row, n, c, od, oh):
         pos_row[ow] = best_tap
 
 
-@parallel_kernel
+@parallel_kernel(any_layout=True)
 def max_pool_forward(x, table, dilation, extent, y, pos):
     """``y[n, c, o]`` = max over the real taps of window ``o``; ``pos`` = its tap number
     (see :func:`max_pool_row`): the first maximum, PyTorch's argmax."""

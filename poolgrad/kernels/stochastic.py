@@ -57,7 +57,7 @@ def _window_number(n, c, od, oh, ow, channels, out_d, out_h, out_w):
     return uint64((((n * channels + c) * out_d + od) * out_h + oh) * out_w + ow)
 
 
-@parallel_kernel
+@parallel_kernel(any_layout=True)
 def stochastic_pool_sample(x, table, extent, draws, seed, y, pos):
     """One tap per window, drawn with probability ``x_j / S`` by ``draws`` or, where
     that is empty, by ``seed``'s counted draws (the module docstring): its value into

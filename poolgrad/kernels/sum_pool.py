@@ -80,7 +80,7 @@ def _lp_window_sum(x, n, c, xd0, first_d, end_d, dil_d, xh0, first_h, end_h, dil
     return total
 
 
-@parallel_kernel
+@parallel_kernel(any_layout=True)
 def lp_pool_forward(x, table, dilation, p, whole, y):
     """``y = (sum over real taps of |x|^p) ** (1/p)``; padding adds 0. ``p`` float64,
     ``whole`` a compile-time power (:func:`.powers.power_form`) or None. The sum runs
@@ -120,7 +120,7 @@ def _lp_forward_row(x, table, dilation, p, whole, y, row):
         y[n, c, od, oh, ow] = relative_mean(largest, total, 1.0, p, whole, precise)
 
 
-@parallel_kernel
+@parallel_kernel(any_layout=True)
 def lp_pool_backward(x, y, dy, p, whole, cover_ptr, cover_out, dx):
     """``dx[i]`` = sum over windows ``o`` reading ``i`` (in increasing order) of
     ``dy[o] * (|x[i]| / y[o])^(p-1)``, times ``sign(x[i])``; 0 where ``x[i]`` is 0 (the
