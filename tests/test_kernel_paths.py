@@ -357,6 +357,9 @@ def test_dispatch_lists_its_rules_and_refuses_what_it_has_no_kernel_for():
     ((5, 6, 9), 3, 2, 1, 1),          # windows of more tap rows: a pass per row
     ((25,), 4, 3, 2, 1),              # 1-d rows of 4 taps and the cut 2 and 3 at edges
     ((23,), 3, 2, 1, 3),              # dilated 1-d rows of 3
+    ((10, 12), 2, 2, 0, 1),           # VGG's 2x2/2: the quads kernel
+    ((9, 11), 2, 2, 0, 1),            # 2x2/2 tiling all but the last row and column
+    ((3, 6, 8), (1, 2, 2), (1, 2, 2), 0, 1),  # 2x2/2 planes of a 3-d input
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, stride, padding,
@@ -388,8 +391,39 @@ def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, st
     with monkeypatch.context() as patch:
         ran = chosen_kernels(patch)
         fast = pg.max_pool(view, **args)
-    assert ran == ["channels_last.max_values_forward"]
+    quads = np.ndim(kernel) == 0 and kernel == stride == 2 and padding == 0 and len(
+        spatial) == 2 or kernel == (1, 2, 2) and padding == 0
+    assert ran == ["channels_last.max_values_forward" + ("_quads" if quads else "")]
     _, slow = both_paths(lambda: pg.max_pool(view, **args), monkeypatch)
+    assert np.ascontiguousarray(fast).tobytes() == np.ascontiguousarray(slow).tobytes()
+
+
+@pytest.mark.parametrize("spatial", [(10, 12), (9, 11), (3, 6, 8)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("options", [{}, {"divisor_override": 3}, {"ceil_mode": True}])
+def test_channels_last_quads_average_has_the_general_kernels_bits(spatial, dtype, options,
+                                                                   monkeypatch):
+    """The channels-last average of 2x2 windows that tile (VGG's 2x2/2) runs the quads
+    kernel, with the general kernel's bits: -0 windows give +0, a NaN or an infinity
+    spreads to its window, and a divisor override divides every window. Windows cut by
+    ceil_mode take the windowed kernel."""
+    from poolgrad.bench.suite import channels_last
+
+    rng = np.random.default_rng(len(spatial))
+    x = rng.standard_normal((2, 21) + spatial).astype(dtype)
+    x[0, :3] = -0.0  # windows of -0s: their mean is +0, as from a sum that starts at 0
+    x[1, 4].flat[::5] = np.nan
+    x[1, 5].flat[::3] = np.inf
+    x[0, 6].flat[1::4] = -np.inf
+    x[1, 7].flat[::2] = np.finfo(dtype).tiny / 4  # subnormals, divided without a flush
+    kernel = (1, 2, 2) if len(spatial) == 3 else 2
+    view = channels_last(x)
+    with monkeypatch.context() as patch:
+        ran = chosen_kernels(patch)
+        fast = pg.avg_pool(view, kernel, kernel, **options)
+    cut = options.get("ceil_mode") and any(n % 2 for n in spatial[-2:])
+    assert ran == ["channels_last.avg_pool_forward" + ("" if cut else "_quads")]
+    _, slow = both_paths(lambda: pg.avg_pool(view, kernel, kernel, **options), monkeypatch)
     assert np.ascontiguousarray(fast).tobytes() == np.ascontiguousarray(slow).tobytes()
 
 

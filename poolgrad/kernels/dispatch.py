@@ -455,6 +455,11 @@ def _is_cl(plan, operand, record):
     return operand.layout == "channels_last"
 
 
+def _cl_quads(plan, operand, record):
+    """Channels-last 2x2 windows that tile H and W, one tap row along D (VGG's 2x2/2)."""
+    return _is_cl(plan, operand, record) and plan.tiles and tuple(plan.extent) == (1, 2, 2)
+
+
 def _fast(geometry):
     """The fast NCHW kernels' test: an operand they take and a plan ``geometry`` accepts."""
     return lambda plan, operand, record: operand.fast and geometry(plan)
@@ -465,6 +470,8 @@ def _rows_serve(plan):
 
 
 _AVG_FORWARD = [
+    _Rule("channels_last.avg_pool_forward_quads", _cl_quads, lambda plan: lambda x, y, d:
+          cl.avg_pool_forward_quads(_cl(x), d, _zero(x.dtype), _cl(y))),
     _Rule("channels_last.avg_pool_forward", _is_cl, _avg_cl),
     _Rule("tiled.avg_pool_forward_tiled", _fast(_tiled_forward), _avg_tiled),
     _Rule("blocks.avg_pool_forward_blocks", _fast(_stride2_blocks), _avg_blocks),
@@ -479,6 +486,8 @@ _AVG_BACKWARD = [
 
 _RULES = {
     ("max", "forward"): [
+        _Rule("channels_last.max_values_forward_quads", _values(_cl_quads), lambda plan:
+              lambda x, y, pos: cl.max_values_forward_quads(_cl(x), _cl(y))),
         _Rule("channels_last.max_values_forward", _values(_is_cl), _max_values_cl),
         _Rule("channels_last.max_pool_forward", _is_cl, _max_cl, records=True),
         _Rule("tiled.max_values_forward_tiled", _values(_fast(_tiled_forward)),
