@@ -357,9 +357,11 @@ def test_dispatch_lists_its_rules_and_refuses_what_it_has_no_kernel_for():
     ((5, 6, 9), 3, 2, 1, 1),          # windows of more tap rows: a pass per row
     ((25,), 4, 3, 2, 1),              # 1-d rows of 4 taps and the cut 2 and 3 at edges
     ((23,), 3, 2, 1, 3),              # dilated 1-d rows of 3
-    ((10, 12), 2, 2, 0, 1),           # VGG's 2x2/2: the quads kernel
+    ((10, 12), 2, 2, 0, 1),           # VGG's 2x2/2: tiling windows
     ((9, 11), 2, 2, 0, 1),            # 2x2/2 tiling all but the last row and column
     ((3, 6, 8), (1, 2, 2), (1, 2, 2), 0, 1),  # 2x2/2 planes of a 3-d input
+    ((5, 6, 9), 2, 2, 0, 1),          # 2x2x2/2, tiling all but the last slice
+    ((26,), 4, 4, 0, 1),              # 1-d k4/4, tiling all but the last two
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, stride, padding,
@@ -391,9 +393,9 @@ def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, st
     with monkeypatch.context() as patch:
         ran = chosen_kernels(patch)
         fast = pg.max_pool(view, **args)
-    quads = np.ndim(kernel) == 0 and kernel == stride == 2 and padding == 0 and len(
-        spatial) == 2 or kernel == (1, 2, 2) and padding == 0
-    assert ran == ["channels_last.max_values_forward" + ("_quads" if quads else "")]
+    window = (1,) * (3 - len(spatial)) + tuple(np.broadcast_to(kernel, len(spatial)))
+    tiles = padding == 0 and kernel == stride and window in ((1, 2, 2), (2, 2, 2), (1, 1, 4))
+    assert ran == [("channels_last_tiles" if tiles else "channels_last") + ".max_values_forward"]
     _, slow = both_paths(lambda: pg.max_pool(view, **args), monkeypatch)
     assert np.ascontiguousarray(fast).tobytes() == np.ascontiguousarray(slow).tobytes()
 
@@ -403,8 +405,8 @@ def test_channels_last_window_folds_match_the_general_kernel(spatial, kernel, st
 @pytest.mark.parametrize("options", [{}, {"divisor_override": 3}, {"ceil_mode": True}])
 def test_channels_last_quads_average_has_the_general_kernels_bits(spatial, dtype, options,
                                                                    monkeypatch):
-    """The channels-last average of 2x2 windows that tile (VGG's 2x2/2) runs the quads
-    kernel, with the general kernel's bits: -0 windows give +0, a NaN or an infinity
+    """The channels-last average of 2x2 windows that tile (VGG's 2x2/2) runs the tiling
+    windows' kernel, with the general kernel's bits: -0 windows give +0, a NaN or an infinity
     spreads to its window, and a divisor override divides every window. Windows cut by
     ceil_mode take the windowed kernel."""
     from poolgrad.bench.suite import channels_last
@@ -422,7 +424,8 @@ def test_channels_last_quads_average_has_the_general_kernels_bits(spatial, dtype
         ran = chosen_kernels(patch)
         fast = pg.avg_pool(view, kernel, kernel, **options)
     cut = options.get("ceil_mode") and any(n % 2 for n in spatial[-2:])
-    assert ran == ["channels_last.avg_pool_forward" + ("" if cut else "_quads")]
+    assert ran == ["channels_last.avg_pool_forward" if cut else
+                   "channels_last_tiles.avg_pool_forward_quads"]
     _, slow = both_paths(lambda: pg.avg_pool(view, kernel, kernel, **options), monkeypatch)
     assert np.ascontiguousarray(fast).tobytes() == np.ascontiguousarray(slow).tobytes()
 

@@ -283,38 +283,6 @@ def max_values_forward(x, table, dilation, y):
 
 
 
-@jit(inline="always")
-def _quad_rows(x, y, row):
-    """``(top, bottom, out_row)``: output row ``row`` of a quads kernel (numbered in C
-    order over ``(N, D, H)``) and the two input rows its 2x2 windows read."""
-    n, _, od, oh = row_index(row, 1, y.shape[1], y.shape[2])
-    return x[n, od, 2 * oh], x[n, od, 2 * oh + 1], y[n, od, oh]
-
-
-@jit(inline="always")
-def _quad(top, bottom, out_row, o):
-    """``(a, b, d, e, out)``: the C values of output column ``o``'s four taps, in window
-    order, and its output."""
-    return top[2 * o], top[2 * o + 1], bottom[2 * o], bottom[2 * o + 1], out_row[o]
-
-@parallel_kernel
-def max_values_forward_quads(x, y):
-    """:func:`max_values_forward` for 2x2 windows that tile H and W (VGG's 2x2/2: stride
-    2, no padding, no dilation, no cut window) and take one tap row along D: output
-    column ``o`` of row ``(n, od, oh)`` folds input columns ``2o`` and ``2o + 1`` of input
-    rows ``2oh`` and ``2oh + 1``, by :func:`_max_of_4`'s rule (the same bits). With no
-    table to read, run to find or fold to choose, the loop over C is all the work, and
-    the pass is faster than :func:`max_values_forward`'s (docs/kernels.md)."""
-    n_batch, out_d, out_h, out_w, channels = y.shape
-    for row in prange(n_batch * out_d * out_h):
-        top, bottom, out_row = _quad_rows(x, y, row)
-        for o in range(out_w):
-            a, b, d, e, out = _quad(top, bottom, out_row, o)
-            for c in range(channels):
-                m = _larger(e[c], _larger(d[c], _larger(b[c], a[c])))
-                q = _nan_or(_nan_or(_nan_or(a[c], b[c]), d[c]), e[c])
-                out[c] = _nan_or(q, m)
-
 @parallel_kernel
 def max_pool_backward(dy, pos, cover_ptr, cover_out, cover_tap, extent, tap_like, plus_zero,
                       dx):
@@ -454,21 +422,6 @@ def avg_pool_forward(x, table, dilation, divisor, plus_zero, y):
             ow = end
 
 
-
-@parallel_kernel
-def avg_pool_forward_quads(x, divisor, plus_zero, y):
-    """:func:`avg_pool_forward` for the windows of :func:`max_values_forward_quads`:
-    every window has the same divisor, and each sum is its 2x2 sum, from the first tap
-    and with ``plus_zero`` added before the division (the same bits)."""
-    n_batch, out_d, out_h, out_w, channels = y.shape
-    zero = plus_zero[0]
-    window = divisor[0, 0] * divisor[1, 0] * divisor[2, 0]  # the windows are all full
-    for row in prange(n_batch * out_d * out_h):
-        top, bottom, out_row = _quad_rows(x, y, row)
-        for o in range(out_w):
-            a, b, d, e, out = _quad(top, bottom, out_row, o)
-            for c in range(channels):
-                out[c] = ((((a[c] + b[c]) + d[c]) + e[c]) + zero) / window
 
 @jit(inline="always")
 def _mean_3x3(out, r0, r1, r2, w0, dil_w, window, zero):

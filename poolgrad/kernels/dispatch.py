@@ -4,14 +4,13 @@
 ``choose(op, direction, plan, operand)``, and run the :class:`Kernel` they get back.
 Nothing else picks a kernel. Each ``(op, direction)`` has a list of rules, tried in
 order; the first whose ``serves`` accepts the call wins, and the last rule of every list,
-the general kernel, serves every call. The table of
-which call goes where, and why each kernel exists, is ``docs/kernels.md``.
+the general kernel, serves every call. The table of which call goes where, and why each
+kernel exists, is ``docs/kernels.md``.
 
 A :class:`Kernel` runs with the same arguments whichever kernel it is, 5-d arrays
-``(N, C, D, H, W)`` whatever their memory layout (the signatures below): the
-rule's ``run`` turns them into the arguments its family's kernel takes (a
-channels-last view, a flat row, the plan's tables), so a kernel's own parameters never
-leak into the engines.
+``(N, C, D, H, W)`` whatever their memory layout (the signatures below): the rule's
+``run`` turns them into the arguments its family's kernel takes (a channels-last view, a
+flat row, the plan's tables), so a kernel's own parameters never leak into the engines.
 
 Run signatures (one per op and direction)::
 
@@ -86,6 +85,7 @@ from . import (
     tiled,
 )
 from . import channels_last as cl
+from . import channels_last_tiles as cl_tiles
 from . import max_pool as general_max
 from . import unpool as unpool_kernels
 from .rule import Kernel, apart, full_windows, paired_quads, rules_of
@@ -241,10 +241,6 @@ def _max_cl(plan):
     return lambda x, y, pos: cl.max_pool_forward(_cl(x), plan.table, plan.dilation,
                                                  plan.extent, _tap_like(x.dtype), _cl(y),
                                                  _cl(pos))
-
-
-def _max_values_cl(plan):
-    return lambda x, y, pos: cl.max_values_forward(_cl(x), plan.table, plan.dilation, _cl(y))
 
 
 def _max_tiled(plan):
@@ -455,9 +451,10 @@ def _is_cl(plan, operand, record):
     return operand.layout == "channels_last"
 
 
-def _cl_quads(plan, operand, record):
-    """Channels-last 2x2 windows that tile H and W, one tap row along D (VGG's 2x2/2)."""
-    return _is_cl(plan, operand, record) and plan.tiles and tuple(plan.extent) == (1, 2, 2)
+def _cl_tiling(*extents):
+    """Channels-last windows that tile the input, of one of these ``(D, H, W)`` extents."""
+    return lambda plan, operand, record: (_is_cl(plan, operand, record) and plan.tiles
+                                          and tuple(plan.extent) in extents)
 
 
 def _fast(geometry):
@@ -470,8 +467,9 @@ def _rows_serve(plan):
 
 
 _AVG_FORWARD = [
-    _Rule("channels_last.avg_pool_forward_quads", _cl_quads, lambda plan: lambda x, y, d:
-          cl.avg_pool_forward_quads(_cl(x), d, _zero(x.dtype), _cl(y))),
+    _Rule("channels_last_tiles.avg_pool_forward_quads", _cl_tiling((1, 2, 2)), lambda plan:
+          lambda x, y, d: cl_tiles.avg_pool_forward_quads(_cl(x), plan.extent, d,
+                                                          _zero(x.dtype), _cl(y))),
     _Rule("channels_last.avg_pool_forward", _is_cl, _avg_cl),
     _Rule("tiled.avg_pool_forward_tiled", _fast(_tiled_forward), _avg_tiled),
     _Rule("blocks.avg_pool_forward_blocks", _fast(_stride2_blocks), _avg_blocks),
@@ -486,9 +484,11 @@ _AVG_BACKWARD = [
 
 _RULES = {
     ("max", "forward"): [
-        _Rule("channels_last.max_values_forward_quads", _values(_cl_quads), lambda plan:
-              lambda x, y, pos: cl.max_values_forward_quads(_cl(x), _cl(y))),
-        _Rule("channels_last.max_values_forward", _values(_is_cl), _max_values_cl),
+        _Rule("channels_last_tiles.max_values_forward", _values(_cl_tiling(
+            (1, 2, 2), (2, 2, 2), (1, 1, 4))), lambda plan: lambda x, y, pos:
+            cl_tiles.max_values_forward(_cl(x), plan.extent, _cl(y))),
+        _Rule("channels_last.max_values_forward", _values(_is_cl), lambda plan: lambda x, y,
+              pos: cl.max_values_forward(_cl(x), plan.table, plan.dilation, _cl(y))),
         _Rule("channels_last.max_pool_forward", _is_cl, _max_cl, records=True),
         _Rule("tiled.max_values_forward_tiled", _values(_fast(_tiled_forward)),
               _max_values_tiled),
