@@ -11,7 +11,7 @@ pass, as in the NCHW :mod:`.tiled` kernels. Each kernel gives the bits of its
 from numba import prange
 
 from . import jit, parallel_kernel
-from .channels_last import _larger, _nan_or
+from .channels_last import larger, nan_or
 from .walk import row_index
 
 
@@ -38,16 +38,16 @@ def max_values_forward(x, extent, y):
             for o in range(out_w):
                 a, b, d, e, out = r0[4 * o], r0[4 * o + 1], r0[4 * o + 2], r0[4 * o + 3], out_row[o]
                 for c in range(channels):
-                    m = _larger(e[c], _larger(d[c], _larger(b[c], a[c])))
-                    q = _nan_or(_nan_or(_nan_or(a[c], b[c]), d[c]), e[c])
-                    out[c] = _nan_or(q, m)
+                    m = larger(e[c], larger(d[c], larger(b[c], a[c])))
+                    q = nan_or(nan_or(nan_or(a[c], b[c]), d[c]), e[c])
+                    out[c] = nan_or(q, m)
         elif extent[0] == 1:  # two tap rows of two
             for o in range(out_w):
                 a, b, d, e, out = r0[2 * o], r0[2 * o + 1], r1[2 * o], r1[2 * o + 1], out_row[o]
                 for c in range(channels):
-                    m = _larger(e[c], _larger(d[c], _larger(b[c], a[c])))
-                    q = _nan_or(_nan_or(_nan_or(a[c], b[c]), d[c]), e[c])
-                    out[c] = _nan_or(q, m)
+                    m = larger(e[c], larger(d[c], larger(b[c], a[c])))
+                    q = nan_or(nan_or(nan_or(a[c], b[c]), d[c]), e[c])
+                    out[c] = nan_or(q, m)
         else:  # four tap rows of two
             r2, r3 = _tap_row(x, y, row, 1, 0, extent), _tap_row(x, y, row, 1, 1, extent)
             for o in range(out_w):
@@ -55,11 +55,11 @@ def max_values_forward(x, extent, y):
                 d0, d1, e0, e1 = r2[2 * o], r2[2 * o + 1], r3[2 * o], r3[2 * o + 1]
                 out = out_row[o]
                 for c in range(channels):
-                    m = _larger(b1[c], _larger(b0[c], _larger(a1[c], a0[c])))
-                    m = _larger(e1[c], _larger(e0[c], _larger(d1[c], _larger(d0[c], m))))
-                    q = _nan_or(_nan_or(_nan_or(a0[c], a1[c]), b0[c]), b1[c])
-                    q = _nan_or(_nan_or(_nan_or(_nan_or(q, d0[c]), d1[c]), e0[c]), e1[c])
-                    out[c] = _nan_or(q, m)
+                    m = larger(b1[c], larger(b0[c], larger(a1[c], a0[c])))
+                    m = larger(e1[c], larger(e0[c], larger(d1[c], larger(d0[c], m))))
+                    q = nan_or(nan_or(nan_or(a0[c], a1[c]), b0[c]), b1[c])
+                    q = nan_or(nan_or(nan_or(nan_or(q, d0[c]), d1[c]), e0[c]), e1[c])
+                    out[c] = nan_or(q, m)
 
 
 @parallel_kernel
