@@ -5,7 +5,7 @@ along C over contiguous memory with no branches, and vectorizes for any kernel,
 stride, padding or dilation. Each kernel gives the bits of its ``(N, C, D, H, W)``
 counterpart in :mod:`.max_pool` or :mod:`.sum_pool`: the same operations in the same
 order, or, in the folds of :func:`max_values_forward`, a rule proved to select the same
-element (see the comment above :func:`_max_of_4`).
+element (see the comment above :func:`max_of_4`).
 
 Parallel loops own whole output rows ``(n, od, oh)`` (forward) or input rows
 ``(n, id, ih)`` (backward, gathering through the plan's cover tables).
@@ -130,20 +130,20 @@ def _fold_values(best, row, start_w, first_w, end_w, dil_w, first):
 
 
 @jit(inline="always")
-def larger(v, m):
+def _larger(v, m):
     """``v`` if it is larger than ``m``, else ``m``: a tie or a NaN keeps ``m``."""
     return v if v > m else m
 
 
 @jit(inline="always")
-def nan_or(q, v):
+def _nan_or(q, v):
     """``q`` if it is a NaN, else ``v``."""
     return q if q != q else v
 
 
 # The fused folds below split the exact rule (:func:`beats`) in two chains over the taps
-# in order. ``larger`` gives the first maximum (a tie keeps the earlier tap) when no tap
-# is a NaN, or when the first one is: a NaN maximum is never replaced. ``nan_or`` gives
+# in order. ``_larger`` gives the first maximum (a tie keeps the earlier tap) when no tap
+# is a NaN, or when the first one is: a NaN maximum is never replaced. ``_nan_or`` gives
 # the first NaN, if any. The window's maximum is that NaN if there is one, else the
 # first chain's result: the bits of folding with ``beats``, in two compares and two
 # selects per tap instead of three compares, two logic operations and a select.
@@ -151,15 +151,15 @@ def nan_or(q, v):
 
 
 @jit(inline="always")
-def _max_of_4(out, a, b, d, e):
+def max_of_4(out, a, b, d, e):
     """``out`` = the maximum of four taps in window order (``a`` first; each the C
     values of one tap), in one pass over C: nothing but ``out`` is stored, once. A
     2x2 window's taps, or one row of up to four (a shorter row repeats its last, as in
     :func:`_max_rows_of_3`)."""
     for c in range(len(out)):
-        m = larger(e[c], larger(d[c], larger(b[c], a[c])))
-        q = nan_or(nan_or(nan_or(a[c], b[c]), d[c]), e[c])
-        out[c] = nan_or(q, m)
+        m = _larger(e[c], _larger(d[c], _larger(b[c], a[c])))
+        q = _nan_or(_nan_or(_nan_or(a[c], b[c]), d[c]), e[c])
+        out[c] = _nan_or(q, m)
 
 
 @jit(inline="always")
@@ -173,27 +173,27 @@ def _max_rows_of_3(out, r0, r1, r2, w0, w1, w2):
     b0, b1, b2 = r1[w0], r1[w1], r1[w2]
     d0, d1, d2 = r2[w0], r2[w1], r2[w2]
     for c in range(len(out)):
-        m = larger(a2[c], larger(a1[c], a0[c]))
-        m = larger(b2[c], larger(b1[c], larger(b0[c], m)))
-        m = larger(d2[c], larger(d1[c], larger(d0[c], m)))
-        q = nan_or(nan_or(a0[c], a1[c]), a2[c])
-        q = nan_or(nan_or(nan_or(q, b0[c]), b1[c]), b2[c])
-        q = nan_or(nan_or(nan_or(q, d0[c]), d1[c]), d2[c])
-        out[c] = nan_or(q, m)
+        m = _larger(a2[c], _larger(a1[c], a0[c]))
+        m = _larger(b2[c], _larger(b1[c], _larger(b0[c], m)))
+        m = _larger(d2[c], _larger(d1[c], _larger(d0[c], m)))
+        q = _nan_or(_nan_or(a0[c], a1[c]), a2[c])
+        q = _nan_or(_nan_or(_nan_or(q, b0[c]), b1[c]), b2[c])
+        q = _nan_or(_nan_or(_nan_or(q, d0[c]), d1[c]), d2[c])
+        out[c] = _nan_or(q, m)
 
 
 @jit(inline="always")
-def _max_4x2(out, r0, r1, r2, r3, w0, dil_w):
+def max_4x2(out, r0, r1, r2, r3, w0, dil_w):
     """``out`` = the maximum of four tap rows of two taps (a 2x2x2 window), in one
     pass over C."""
     a0, a1, b0, b1 = r0[w0], r0[w0 + dil_w], r1[w0], r1[w0 + dil_w]
     d0, d1, e0, e1 = r2[w0], r2[w0 + dil_w], r3[w0], r3[w0 + dil_w]
     for c in range(len(out)):
-        m = larger(b1[c], larger(b0[c], larger(a1[c], a0[c])))
-        m = larger(e1[c], larger(e0[c], larger(d1[c], larger(d0[c], m))))
-        q = nan_or(nan_or(nan_or(a0[c], a1[c]), b0[c]), b1[c])
-        q = nan_or(nan_or(nan_or(nan_or(q, d0[c]), d1[c]), e0[c]), e1[c])
-        out[c] = nan_or(q, m)
+        m = _larger(b1[c], _larger(b0[c], _larger(a1[c], a0[c])))
+        m = _larger(e1[c], _larger(e0[c], _larger(d1[c], _larger(d0[c], m))))
+        q = _nan_or(_nan_or(_nan_or(a0[c], a1[c]), b0[c]), b1[c])
+        q = _nan_or(_nan_or(_nan_or(_nan_or(q, d0[c]), d1[c]), e0[c]), e1[c])
+        out[c] = _nan_or(q, m)
 
 
 @jit(inline="always")
@@ -253,7 +253,7 @@ def max_values_forward(x, table, dilation, y):
             if (rows == 2) & (count == 2):
                 for o in range(ow, end):
                     w0 = _first_column(table, o, dil_w)
-                    _max_of_4(out_row[o], r0[w0], r0[w0 + dil_w], r1[w0], r1[w0 + dil_w])
+                    max_of_4(out_row[o], r0[w0], r0[w0 + dil_w], r1[w0], r1[w0 + dil_w])
             elif (rows_d == 1) & (rows_h >= 2) & (rows_h <= 3) & (count >= 2) & (count <= 3):
                 for o in range(ow, end):
                     w0 = _first_column(table, o, dil_w)
@@ -263,11 +263,11 @@ def max_values_forward(x, table, dilation, y):
                 for o in range(ow, end):
                     w0 = _first_column(table, o, dil_w)
                     last = w0 + (count - 1) * dil_w
-                    _max_of_4(out_row[o], r0[w0], r0[w0 + dil_w],
+                    max_of_4(out_row[o], r0[w0], r0[w0 + dil_w],
                               r0[min(w0 + 2 * dil_w, last)], r0[last])
             elif (rows == 4) & (rows_h == 2) & (count == 2):
                 for o in range(ow, end):
-                    _max_4x2(out_row[o], r0, r1, r2, r3, _first_column(table, o, dil_w), dil_w)
+                    max_4x2(out_row[o], r0, r1, r2, r3, _first_column(table, o, dil_w), dil_w)
             else:
                 for o in range(ow, end):
                     first = True
@@ -279,8 +279,6 @@ def max_values_forward(x, table, dilation, y):
                                          first)
                             first = False
             ow = end
-
-
 
 
 @parallel_kernel
@@ -420,7 +418,6 @@ def avg_pool_forward(x, table, dilation, divisor, plus_zero, y):
                           end_h, dil_h, table[2, 0, o], table[2, 1, o], table[2, 2, o], dil_w,
                           window)
             ow = end
-
 
 
 @jit(inline="always")

@@ -485,7 +485,7 @@ _AVG_BACKWARD = [
 _RULES = {
     ("max", "forward"): [
         _Rule("channels_last_tiles.max_values_forward", _values(_cl_tiling(
-            (1, 2, 2), (2, 2, 2), (1, 1, 4))), lambda plan: lambda x, y, pos:
+            *cl_tiles.MAX_EXTENTS)), lambda plan: lambda x, y, pos:
             cl_tiles.max_values_forward(_cl(x), plan.extent, _cl(y))),
         _Rule("channels_last.max_values_forward", _values(_is_cl), lambda plan: lambda x, y,
               pos: cl.max_values_forward(_cl(x), plan.table, plan.dilation, _cl(y))),
