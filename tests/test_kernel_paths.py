@@ -1258,3 +1258,35 @@ def test_lane_dot_is_the_loop_of_lanes_it_replaces(length, dtype):
             lanes[:half] += lanes[half:2 * half]
             half //= 2
         np.testing.assert_array_equal(call(a_part, b_part), lanes[0])
+
+
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 49, 64, 3137])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_global_average_sums_in_eight_running_sums(length, dtype):
+    """The global average of C-contiguous planes (``lane_sum``: one vector of eight
+    running sums) gives the bits of eight scalar sums: lane k adds elements 8j + k from
+    +0, the lanes are added in adjacent pairs, then the tail one by one, in the dtype;
+    values over many magnitudes so that another order would round differently, and a
+    plane with infinities and NaN."""
+    rng = np.random.default_rng(length)
+    x = (rng.standard_normal((3, 4, length))
+         * 10.0 ** rng.integers(-6, 6, (3, 4, length))).astype(dtype)
+    if length > 8:
+        x[1, 2, [0, 3]] = np.inf, -np.inf
+        x[2, 0, -1] = np.nan
+    y, pullback = pg.vjp(pg.global_avg_pool, x)
+    assert pullback.kernels["forward"] == "sum_pool.global_avg_forward"
+    expected = np.empty((3, 4), dtype)
+    bulk = length - length % 8
+    with np.errstate(invalid="ignore", over="ignore"):
+        for n, c in np.ndindex(3, 4):
+            s = [dtype(0)] * 8
+            for j in range(bulk):
+                s[j % 8] = dtype(s[j % 8] + x[n, c, j])
+            total = dtype(dtype(dtype(s[0] + s[1]) + dtype(s[2] + s[3]))
+                          + dtype(dtype(s[4] + s[5]) + dtype(s[6] + s[7])))
+            for j in range(bulk, length):
+                total = dtype(total + x[n, c, j])
+            expected[n, c] = dtype(total / dtype(length))
+    np.testing.assert_array_equal(y[..., 0], expected)
+    assert bool(np.isnan(y[2, 0, 0]) and np.isnan(y[1, 2, 0])) == (length > 8)

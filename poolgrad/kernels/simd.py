@@ -1,8 +1,9 @@
 """Vector blocks written as LLVM IR, for loops that LLVM's vectorizer compiles badly:
 the 3-tap stride-2 average and max forwards (:func:`sum3_stride2_block`,
 :func:`max3_stride2_block`), and the short rows of
-the tiled max backward (:func:`route2_block`) and forwards (:func:`max2_block`), at the
-end of this module.
+the tiled max backward (:func:`route2_block`) and forwards (:func:`max2_block`), and
+sums in a fixed number of lanes (:func:`lane_dot`, :func:`lane_sum`), at the end of this
+module.
 
 A window of 3 taps at stride 2 along W reads ``x[r + 2*ow + j]`` for ``j`` in 0, 1, 2.
 Taps 0 and 2 both fall on even offsets, so the vectorizer puts them in one interleaved
@@ -24,66 +25,22 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from ._vector_ir import (
+    arguments,
+    contiguous_1d,
+    integer_1d,
+    lane_numbers,
+    resize_lanes,
+    splat,
+    vector_load,
+    vector_store,
+)
+
 BLOCK = 8  # outputs per block
 
 # The sums of windows 0-3 sit in the even lanes of one vector and those of windows 4-7
 # in the odd lanes of another (see sum3_stride2_block): pick them in order
 _EVEN_THEN_ODD = (0, 2, 4, 6, 9, 11, 13, 15)
-
-
-def _lanes(picks):
-    return ir.Constant(ir.VectorType(ir.IntType(32), len(picks)), list(picks))
-
-
-def _contiguous_1d(ty, dtype=None):
-    return (isinstance(ty, types.Array) and ty.ndim == 1 and ty.layout == "C"
-            and (dtype is None or ty.dtype == dtype))
-
-
-def _integer_1d(ty):
-    return _contiguous_1d(ty) and isinstance(ty.dtype, types.Integer)
-
-
-def _arguments(context, builder, signature, args):
-    """An intrinsic's arguments as its code uses them: integers widened to int64, arrays
-    as the address of their first element, anything else as it is."""
-    values = []
-    for value, ty in zip(args, signature.args, strict=True):
-        if isinstance(ty, types.Integer):
-            value = context.cast(builder, value, ty, types.int64)
-        elif isinstance(ty, types.Array):
-            value = context.make_array(ty)(context, builder, value).data
-        values.append(value)
-    return values
-
-
-def _load(context, builder, data, index, element, count):
-    """``count`` elements from ``data[index]`` as one vector (aligned to an element)."""
-    pointer = builder.bitcast(builder.gep(data, [index]),
-                              ir.VectorType(element, count).as_pointer())
-    return builder.load(pointer, align=context.get_abi_sizeof(element))
-
-
-def _store(context, builder, vector, data, index):
-    """Store ``vector`` at ``data[index]`` (aligned to an element)."""
-    pointer = builder.bitcast(builder.gep(data, [index]), vector.type.as_pointer())
-    builder.store(vector, pointer, align=context.get_abi_sizeof(vector.type.element))
-
-
-def _resize(builder, integers, width):
-    """A vector of unsigned integers (tap numbers) as ``width``-bit lanes: widened with
-    zeros or cut (the numbers fit either width: they are below the window size)."""
-    lanes = ir.VectorType(ir.IntType(width), integers.type.count)
-    have = integers.type.element.width
-    return (builder.zext(integers, lanes) if have < width else
-            builder.trunc(integers, lanes) if have > width else integers)
-
-
-def _splat(builder, scalar, count):
-    """A vector of ``count`` copies of ``scalar``."""
-    vector = ir.VectorType(scalar.type, count)
-    one = builder.insert_element(ir.Constant(vector, ir.Undefined), scalar, ir.IntType(32)(0))
-    return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined), _lanes([0] * count))
 
 
 def _three_tap_windows(context, builder, real, x_data, rows, start_v, width, width_v,
@@ -115,7 +72,7 @@ def _three_tap_windows(context, builder, real, x_data, rows, start_v, width, wid
         # without repacking
         iota = ir.Constant(ir.VectorType(i32, BLOCK), list(range(BLOCK)))
         fills = ir.Constant(vector, [fill] * BLOCK)
-        high = _splat(builder, builder.trunc(width_v, i32), BLOCK)
+        high = splat(builder, builder.trunc(width_v, i32), BLOCK)
         load_masked = cgutils.get_or_insert_function(
             builder.module,
             ir.FunctionType(vector, [vector.as_pointer(), i32,
@@ -125,7 +82,7 @@ def _three_tap_windows(context, builder, real, x_data, rows, start_v, width, wid
         for half in shifts:
             masks.append([])
             for shift in half:
-                columns = builder.add(_splat(builder, builder.trunc(
+                columns = builder.add(splat(builder, builder.trunc(
                     builder.add(start_v, i64(shift)), i32), BLOCK), iota)
                 masks[-1].append(builder.and_(
                     builder.icmp_signed(">=", columns, ir.Constant(columns.type, None)),
@@ -133,7 +90,7 @@ def _three_tap_windows(context, builder, real, x_data, rows, start_v, width, wid
 
     def load(index, half, j):
         if not masked:
-            return _load(context, builder, x_data, index, element, BLOCK)
+            return vector_load(context, builder, x_data, index, element, BLOCK)
         pointer = builder.bitcast(builder.gep(x_data, [index]), vector.as_pointer())
         return builder.call(load_masked, [
             pointer, i32(context.get_abi_sizeof(element)), masks[half][j], fills])
@@ -181,13 +138,13 @@ def _three_tap_windows(context, builder, real, x_data, rows, start_v, width, wid
 
 def _in_window_order(builder, halves):
     """One vector of the eight windows' values from the halves' used lanes."""
-    return builder.shuffle_vector(halves[0], halves[1], _lanes(_EVEN_THEN_ODD))
+    return builder.shuffle_vector(halves[0], halves[1], lane_numbers(_EVEN_THEN_ODD))
 
 
 def _three_tap_types(xf, yf, width, integers):
     """The float type of a 3-tap stride-2 block's arrays if its arguments are valid."""
     real = xf.dtype if isinstance(xf, types.Array) else None
-    if (isinstance(real, types.Float) and _contiguous_1d(xf) and _contiguous_1d(yf, real)
+    if (isinstance(real, types.Float) and contiguous_1d(xf) and contiguous_1d(yf, real)
             and all(isinstance(i, types.Integer) for i in integers)
             and isinstance(width, (types.NoneType, types.Integer))):
         return real
@@ -214,7 +171,7 @@ def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
     ``divisor[at:at + 8]`` is read.
     """
     real = _three_tap_types(xf, yf, width, (first, n_d, step_d, n_h, step_h, start, out, at))
-    if not (real is not None and _contiguous_1d(divisor, real) and factor == real
+    if not (real is not None and contiguous_1d(divisor, real) and factor == real
             and zero == real):
         return None
     sig = types.void(xf, first, n_d, step_d, n_h, step_h, start, yf, out, divisor, at,
@@ -222,17 +179,17 @@ def sum3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
 
     def codegen(context, builder, signature, args):
         x_data, first_v, n_d_v, step_d_v, n_h_v, step_h_v, start_v, y_data, out_v, div_data, \
-            at_v, factor_v, zero_v, width_v = _arguments(context, builder, signature, args)
+            at_v, factor_v, zero_v, width_v = arguments(context, builder, signature, args)
         halves = _three_tap_windows(
             context, builder, real, x_data, (first_v, n_d_v, step_d_v, n_h_v, step_h_v),
             start_v, width, width_v, 0.0, lambda tap, _: [tap],
             lambda state, tap, _: [builder.fadd(state[0], tap)])
         total = _in_window_order(builder, [half[0] for half in halves])
         element = context.get_value_type(real)
-        counts = builder.fmul(_splat(builder, factor_v, BLOCK),
-                              _load(context, builder, div_data, at_v, element, BLOCK))
-        means = builder.fdiv(builder.fadd(total, _splat(builder, zero_v, BLOCK)), counts)
-        _store(context, builder, means, y_data, out_v)
+        counts = builder.fmul(splat(builder, factor_v, BLOCK),
+                              vector_load(context, builder, div_data, at_v, element, BLOCK))
+        means = builder.fdiv(builder.fadd(total, splat(builder, zero_v, BLOCK)), counts)
+        vector_store(context, builder, means, y_data, out_v)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -256,7 +213,7 @@ def max3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
     real = _three_tap_types(xf, yf, width, (first, n_d, step_d, n_h, step_h, start, out,
                                             tap_first, tap_step_d))
     record = not isinstance(pf, types.NoneType)
-    if real is None or (record and not (_integer_1d(pf) and not pf.dtype.signed
+    if real is None or (record and not (integer_1d(pf) and not pf.dtype.signed
                                         and isinstance(width, types.NoneType))):
         return None
     sig = types.boolean(xf, first, n_d, step_d, n_h, step_h, start, yf, out, width, pf,
@@ -264,32 +221,33 @@ def max3_stride2_block(typingctx, xf, first, n_d, step_d, n_h, step_h, start, yf
 
     def codegen(context, builder, signature, args):
         x_data, first_v, n_d_v, step_d_v, n_h_v, step_h_v, start_v, y_data, out_v, \
-            width_v, pf_data, tap_first_v, tap_step_d_v = _arguments(
+            width_v, pf_data, tap_first_v, tap_step_d_v = arguments(
                 context, builder, signature, args)
         i32 = ir.IntType(32)
 
         def begin(tap, number):
             state = [tap, builder.fcmp_unordered("uno", tap, tap)]
-            return state + [_splat(builder, number, BLOCK)] if record else state
+            return state + [splat(builder, number, BLOCK)] if record else state
 
         def fold(state, tap, number):
             wins = builder.fcmp_ordered(">", tap, state[0])
             folded = [builder.select(wins, tap, state[0]),
                       builder.or_(state[1], builder.fcmp_unordered("uno", tap, tap))]
             if record:
-                folded.append(builder.select(wins, _splat(builder, number, BLOCK), state[2]))
+                folded.append(builder.select(wins, splat(builder, number, BLOCK), state[2]))
             return folded
 
         numbers = (builder.trunc(tap_first_v, i32), builder.trunc(tap_step_d_v, i32))
         halves = _three_tap_windows(
             context, builder, real, x_data, (first_v, n_d_v, step_d_v, n_h_v, step_h_v),
             start_v, width, width_v, float("-inf"), begin, fold, numbers)
-        _store(context, builder, _in_window_order(builder, [half[0] for half in halves]),
+        vector_store(context, builder, _in_window_order(builder, [half[0] for half in halves]),
                y_data, out_v)
         if record:
             taps = _in_window_order(builder, [half[2] for half in halves])
-            _store(context, builder, _resize(builder, taps, signature.args[10].dtype.bitwidth),
-                   pf_data, out_v)
+            vector_store(context, builder,
+                         resize_lanes(builder, taps, signature.args[10].dtype.bitwidth),
+                         pf_data, out_v)
         # every lane read holds a tap of these windows (columns start to start + 16), so
         # a NaN in any lane is a NaN tap
         mask = builder.bitcast(builder.or_(halves[0][1], halves[1][1]), ir.IntType(BLOCK))
@@ -321,16 +279,16 @@ def route2_block(typingctx, dy_bits, pos, out, dx_bits, at0, tap0, at1, tap1, fl
     to write one). The gradient bits are those of ``0 + dy``, as the tiled kernel's
     ``_gradient_bits``: -0 becomes +0 and a signalling NaN is quieted. ``float_bits``
     holds the bits of -0, of the exponent field and of the quiet-NaN flag."""
-    bits = dy_bits.dtype if _integer_1d(dy_bits) else None
-    if not (bits is not None and bits.bitwidth in (32, 64) and _integer_1d(pos)
-            and _contiguous_1d(dx_bits, bits) and _contiguous_1d(float_bits, bits)
+    bits = dy_bits.dtype if integer_1d(dy_bits) else None
+    if not (bits is not None and bits.bitwidth in (32, 64) and integer_1d(pos)
+            and contiguous_1d(dx_bits, bits) and contiguous_1d(float_bits, bits)
             and all(isinstance(i, types.Integer) for i in (out, at0, tap0, at1, tap1))):
         return None
     sig = types.void(dy_bits, pos, out, dx_bits, at0, tap0, at1, tap1, float_bits)
 
     def codegen(context, builder, signature, args):
         dy_data, pos_data, out_v, dx_data, at0_v, tap0_v, at1_v, tap1_v, fb_data = (
-            _arguments(context, builder, signature, args))
+            arguments(context, builder, signature, args))
         word = ir.IntType(bits.bitwidth)
         lanes = ROUTE_BYTES * 8 // bits.bitwidth
         windows = lanes // 2
@@ -340,9 +298,9 @@ def route2_block(typingctx, dy_bits, pos, out, dx_bits, at0, tap0, at1, tap1, fl
             return ir.Constant(ir.VectorType(word, count), [value] * count)
 
         negative_zero, exponent, quiet = (
-            _splat(builder, builder.load(builder.gep(fb_data, [ir.IntType(64)(k)])), windows)
+            splat(builder, builder.load(builder.gep(fb_data, [ir.IntType(64)(k)])), windows)
             for k in range(3))
-        gradient = _load(context, builder, dy_data, out_v, word, windows)
+        gradient = vector_load(context, builder, dy_data, out_v, word, windows)
         gradient_or_zero = builder.select(builder.icmp_unsigned("==", gradient, negative_zero),
                                           constant(0), gradient)
         nan = builder.and_(
@@ -350,18 +308,19 @@ def route2_block(typingctx, dy_bits, pos, out, dx_bits, at0, tap0, at1, tap1, fl
             builder.icmp_unsigned("!=", builder.and_(gradient, builder.or_(
                 quiet, builder.sub(quiet, constant(1)))), constant(0)))
         routed = builder.select(nan, builder.or_(gradient, quiet), gradient_or_zero)
-        winner = _resize(builder, _load(context, builder, pos_data, out_v, pos_word, windows),
-                         word.width)
-        twice = _lanes([k // 2 for k in range(lanes)])
+        winner = resize_lanes(
+            builder, vector_load(context, builder, pos_data, out_v, pos_word, windows),
+            word.width)
+        twice = lane_numbers([k // 2 for k in range(lanes)])
         routed = builder.shuffle_vector(routed, routed, twice)
         winner = builder.shuffle_vector(winner, winner, twice)
         alternate = ir.Constant(ir.VectorType(word, lanes), [k % 2 for k in range(lanes)])
         for at, tap in ((at0_v, tap0_v), (at1_v, tap1_v)):
-            taps = builder.add(_splat(builder, builder.trunc(tap, word) if word.width < 64
+            taps = builder.add(splat(builder, builder.trunc(tap, word) if word.width < 64
                                       else tap, lanes), alternate)
             values = builder.select(builder.icmp_unsigned("==", winner, taps), routed,
                                     constant(0, lanes))
-            _store(context, builder, values, dx_data, at)
+            vector_store(context, builder, values, dx_data, at)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -382,19 +341,19 @@ def route3_stride2_blocks(typingctx, dyf, pf, out, n_blocks, dxf, at, tap):
     which the vectorizer served element by element; here a block loads the 16 columns
     as two vectors and splits them into even and odd lanes with two shuffles."""
     real = dyf.dtype if isinstance(dyf, types.Array) else None
-    if not (isinstance(real, types.Float) and _contiguous_1d(dyf) and _contiguous_1d(dxf, real)
-            and _integer_1d(pf) and not pf.dtype.signed
+    if not (isinstance(real, types.Float) and contiguous_1d(dyf) and contiguous_1d(dxf, real)
+            and integer_1d(pf) and not pf.dtype.signed
             and all(isinstance(i, types.Integer) for i in (out, n_blocks, at, tap))):
         return None
     sig = types.void(dyf, pf, out, n_blocks, dxf, at, tap)
 
     def codegen(context, builder, signature, args):
-        dy_data, pos_data, out_v, n_blocks_v, dx_data, at_v, tap_v = _arguments(
+        dy_data, pos_data, out_v, n_blocks_v, dx_data, at_v, tap_v = arguments(
             context, builder, signature, args)
         element = context.get_value_type(real)
         i64, i32 = ir.IntType(64), ir.IntType(32)
         zeros = ir.Constant(ir.VectorType(element, BLOCK), [0.0] * BLOCK)
-        numbers = [_splat(builder, builder.trunc(builder.add(tap_v, i64(j)), i32), BLOCK)
+        numbers = [splat(builder, builder.trunc(builder.add(tap_v, i64(j)), i32), BLOCK)
                    for j in range(3)]
         pos_word = ir.IntType(signature.args[1].dtype.bitwidth)
         # tap 2 of the previous block's windows: none before the first block
@@ -402,27 +361,27 @@ def route3_stride2_blocks(typingctx, dyf, pf, out, n_blocks, dxf, at, tap):
         with cgutils.for_range(builder, n_blocks_v) as loop:
             o = builder.add(out_v, builder.mul(loop.index, i64(BLOCK)))
             i = builder.add(at_v, builder.mul(loop.index, i64(2 * BLOCK)))
-            gradients = _load(context, builder, dy_data, o, element, BLOCK)
-            winners = _resize(builder, _load(context, builder, pos_data, o, pos_word, BLOCK),
-                              32)
+            gradients = vector_load(context, builder, dy_data, o, element, BLOCK)
+            winners = resize_lanes(
+                builder, vector_load(context, builder, pos_data, o, pos_word, BLOCK), 32)
             routed = [builder.select(builder.icmp_unsigned("==", winners, number), gradients,
                                      zeros) for number in numbers]
             # lane k: tap 2 of window k - 1
-            before = builder.shuffle_vector(builder.load(carried), routed[2],
-                                            _lanes([BLOCK - 1] + list(range(BLOCK, 2 * BLOCK - 1))))
+            before = builder.shuffle_vector(
+                builder.load(carried), routed[2],
+                lane_numbers([BLOCK - 1] + list(range(BLOCK, 2 * BLOCK - 1))))
             builder.store(routed[2], carried)
-            low = _load(context, builder, dx_data, i, element, BLOCK)
+            low = vector_load(context, builder, dx_data, i, element, BLOCK)
             high_at = builder.add(i, i64(BLOCK))
-            high = _load(context, builder, dx_data, high_at, element, BLOCK)
-            even = builder.shuffle_vector(low, high, _lanes(range(0, 2 * BLOCK, 2)))
-            odd = builder.shuffle_vector(low, high, _lanes(range(1, 2 * BLOCK, 2)))
+            high = vector_load(context, builder, dx_data, high_at, element, BLOCK)
+            even = builder.shuffle_vector(low, high, lane_numbers(range(0, 2 * BLOCK, 2)))
+            odd = builder.shuffle_vector(low, high, lane_numbers(range(1, 2 * BLOCK, 2)))
             even = builder.fadd(builder.fadd(even, before), routed[0])
             odd = builder.fadd(odd, routed[1])
             interleave = [k // 2 + (k % 2) * BLOCK for k in range(2 * BLOCK)]
-            _store(context, builder, builder.shuffle_vector(even, odd, _lanes(interleave[:BLOCK])),
-                   dx_data, i)
-            _store(context, builder, builder.shuffle_vector(even, odd, _lanes(interleave[BLOCK:])),
-                   dx_data, high_at)
+            for half, at in ((interleave[:BLOCK], i), (interleave[BLOCK:], high_at)):
+                vector_store(context, builder,
+                             builder.shuffle_vector(even, odd, lane_numbers(half)), dx_data, at)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -439,15 +398,15 @@ def max2_block(typingctx, xf, base, offsets, start, yf, out, pf):
     Returns whether a tap was NaN: the kernels redo such rows."""
     real = xf.dtype if isinstance(xf, types.Array) else None
     record = not isinstance(pf, types.NoneType)
-    if not (isinstance(real, types.Float) and _contiguous_1d(xf) and _contiguous_1d(yf, real)
-            and _contiguous_1d(offsets, types.int64)
+    if not (isinstance(real, types.Float) and contiguous_1d(xf) and contiguous_1d(yf, real)
+            and contiguous_1d(offsets, types.int64)
             and all(isinstance(i, types.Integer) for i in (base, start, out))
-            and (not record or _integer_1d(pf) and not pf.dtype.signed)):
+            and (not record or integer_1d(pf) and not pf.dtype.signed)):
         return None
     sig = types.boolean(xf, base, offsets, start, yf, out, pf)
 
     def codegen(context, builder, signature, args):
-        x_data, base_v, offsets_data, start_v, y_data, out_v, pf_data = _arguments(
+        x_data, base_v, offsets_data, start_v, y_data, out_v, pf_data = arguments(
             context, builder, signature, args)
         n_rows = builder.extract_value(
             context.make_array(signature.args[2])(context, builder, args[2]).shape, 0)
@@ -459,10 +418,10 @@ def max2_block(typingctx, xf, base, offsets, start, yf, out, pf):
 
         def taps(row):
             offset = builder.load(builder.gep(offsets_data, [row]))
-            loaded = _load(context, builder, x_data, builder.add(first, offset), element,
+            loaded = vector_load(context, builder, x_data, builder.add(first, offset), element,
                            lanes)
             nan = builder.fcmp_unordered("uno", loaded, loaded)
-            return [builder.shuffle_vector(loaded, loaded, _lanes(range(j, lanes, 2)))
+            return [builder.shuffle_vector(loaded, loaded, lane_numbers(range(j, lanes, 2)))
                     for j in (0, 1)], nan
 
         def fold(best, tap, value, number):
@@ -472,9 +431,9 @@ def max2_block(typingctx, xf, base, offsets, start, yf, out, pf):
                     builder.select(wins, number, tap) if record else tap)
 
         def tap_numbers(row):  # of taps 0 of tap row ``row`` (an i64)
-            return _splat(builder, builder.trunc(builder.mul(row, i64(2)), i32), windows)
+            return splat(builder, builder.trunc(builder.mul(row, i64(2)), i32), windows)
 
-        one = _splat(builder, i32(1), windows)
+        one = splat(builder, i32(1), windows)
         (tap0, tap1), nan = taps(i64(0))
         best, tap = fold(tap0, tap_numbers(i64(0)), tap1, one)
         state = [cgutils.alloca_once_value(builder, v) for v in (best, tap, nan)]
@@ -486,9 +445,9 @@ def max2_block(typingctx, xf, base, offsets, start, yf, out, pf):
             builder.store(best, state[0])
             builder.store(tap, state[1])
             builder.store(builder.or_(builder.load(state[2]), nan), state[2])
-        _store(context, builder, builder.load(state[0]), y_data, out_v)
+        vector_store(context, builder, builder.load(state[0]), y_data, out_v)
         if record:
-            _store(context, builder, _resize(builder, builder.load(state[1]),
+            vector_store(context, builder, resize_lanes(builder, builder.load(state[1]),
                                              signature.args[6].dtype.bitwidth),
                    pf_data, out_v)
         mask = builder.bitcast(builder.load(state[2]), ir.IntType(lanes))  # one movmsk
@@ -519,7 +478,7 @@ def prefetch(typingctx, xf, begin, count):
     sig = types.void(xf, begin, count)
 
     def codegen(context, builder, signature, args):
-        x_data, begin_v, count_v = _arguments(context, builder, signature, args)
+        x_data, begin_v, count_v = arguments(context, builder, signature, args)
         size = builder.extract_value(
             context.make_array(signature.args[0])(context, builder, args[0]).shape, 0)
         i64, i32, bytes_pointer = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
@@ -548,20 +507,20 @@ def lane_dot(typingctx, a, b, lanes):
     scalar: one vector of lanes, no fast-math, so the same roundings. The products past
     the last whole group go to lanes 0, 1, ... one by one."""
     count = lanes.ndim if isinstance(lanes, types.Array) else 0
-    if not (_contiguous_1d(a, types.float64) and _contiguous_1d(b)
+    if not (contiguous_1d(a, types.float64) and contiguous_1d(b)
             and b.dtype in (types.float32, types.float64) and count & (count - 1) == 0):
         return None
     sig = types.float64(a, b, lanes)
 
     def codegen(context, builder, signature, args):
-        a_data, b_data, _ = _arguments(context, builder, signature, args)
+        a_data, b_data, _ = arguments(context, builder, signature, args)
         length = builder.extract_value(context.make_array(a)(context, builder, args[0]).shape, 0)
         f64, i64, i32 = ir.DoubleType(), ir.IntType(64), ir.IntType(32)
         b_type = context.get_value_type(b.dtype)
 
         def products(index, width):
-            pa = _load(context, builder, a_data, index, f64, width)
-            pb = _load(context, builder, b_data, index, b_type, width)
+            pa = vector_load(context, builder, a_data, index, f64, width)
+            pb = vector_load(context, builder, b_data, index, b_type, width)
             return builder.fmul(pa, pb if b_type == f64 else builder.fpext(pb, pa.type))
 
         full = builder.sub(length, builder.srem(length, i64(count)))
@@ -576,10 +535,58 @@ def lane_dot(typingctx, a, b, lanes):
             builder.store(builder.insert_element(total, added, lane), acc)
         total, half = builder.load(acc), count // 2
         while half >= 1:
-            total = builder.fadd(builder.shuffle_vector(total, total, _lanes(range(half))),
+            total = builder.fadd(builder.shuffle_vector(total, total, lane_numbers(range(half))),
                                  builder.shuffle_vector(total, total,
-                                                        _lanes(range(half, 2 * half))))
+                                                        lane_numbers(range(half, 2 * half))))
             half //= 2
         return builder.extract_element(total, i32(0))
+
+    return sig, codegen
+
+
+SUM_LANES = 8  # running sums of lane_sum: one vector of float32 or float64
+
+
+@intrinsic
+def lane_sum(typingctx, xf, begin, length, zero):
+    """``sum(xf[begin:begin + length])`` in ``zero``'s dtype, in :data:`SUM_LANES`
+    running sums: lane ``k`` adds elements ``8j + k`` in increasing ``j`` from +0, the
+    lanes are added in adjacent pairs (``((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 +
+    s7))``), then the elements past the last whole group one by one. The sum that eight
+    scalar running sums give, which LLVM left scalar: no fast-math, so the same
+    roundings."""
+    if not (contiguous_1d(xf) and xf.dtype in (types.float32, types.float64)
+            and zero in (types.float32, types.float64)
+            and isinstance(begin, types.Integer) and isinstance(length, types.Integer)):
+        return None
+    sig = zero(xf, begin, length, zero)
+
+    def codegen(context, builder, signature, args):
+        x_data, begin_v, length_v, _ = arguments(context, builder, signature, args)
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        element, total_type = context.get_value_type(xf.dtype), context.get_value_type(zero)
+
+        def widened(at, count):  # x's elements at begin + at, in the sum's dtype
+            v = vector_load(context, builder, x_data, builder.add(begin_v, at), element, count)
+            wide = ir.VectorType(total_type, count)
+            return (v if element == total_type else builder.fpext(v, wide)
+                    if zero == types.float64 else builder.fptrunc(v, wide))
+
+        full = builder.sub(length_v, builder.srem(length_v, i64(SUM_LANES)))
+        sums = cgutils.alloca_once_value(
+            builder, ir.Constant(ir.VectorType(total_type, SUM_LANES), [0.0] * SUM_LANES))
+        with cgutils.for_range_slice(builder, i64(0), full, i64(SUM_LANES), inc=True) as (at, _):
+            builder.store(builder.fadd(builder.load(sums), widened(at, SUM_LANES)), sums)
+        paired = builder.load(sums)
+        while paired.type.count > 1:
+            count = paired.type.count
+            paired = builder.fadd(
+                builder.shuffle_vector(paired, paired, lane_numbers(range(0, count, 2))),
+                builder.shuffle_vector(paired, paired, lane_numbers(range(1, count, 2))))
+        total = cgutils.alloca_once_value(builder, builder.extract_element(paired, i32(0)))
+        with cgutils.for_range_slice(builder, full, length_v, i64(1), inc=True) as (at, _):
+            builder.store(builder.fadd(builder.load(total),
+                                       builder.extract_element(widened(at, 1), i32(0))), total)
+        return builder.load(total)
 
     return sig, codegen

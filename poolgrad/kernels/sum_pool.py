@@ -7,7 +7,7 @@ The divisor is ``divisor[0, od] * divisor[1, oh] * divisor[2, ow]`` (see
 """
 
 import numpy as np
-from numba import prange, uint64
+from numba import prange
 
 from . import jit, parallel_kernel
 from .powers import (
@@ -20,7 +20,7 @@ from .powers import (
     root,
     sign_of,
 )
-from .simd import PREFETCH_BYTES, prefetch
+from .simd import PREFETCH_BYTES, lane_sum, prefetch
 from .walk import inlined, row_index, row_windows
 
 
@@ -157,34 +157,19 @@ def _lp_backward_row(x, y, dy, p, whole, cover_ptr, cover_out, dx, row):
 def global_avg_forward(x, divisor, y):
     """``y[p] = sum(x[p, :]) / divisor`` for C-contiguous ``(planes, L)`` views.
 
-    Eight running sums (elements 8k to 8k+7: one vector register of float32, then the
-    tail) hide the latency of the additions; the order is fixed, so the result is the
-    same at any thread count. Each plane asks for the input 8 KB further on (see
-    :mod:`.simd`), which measured faster than leaving it to the hardware prefetcher.
+    Eight running sums (elements 8k to 8k+7: one vector of float32 or float64, then the
+    tail; :func:`~.simd.lane_sum`, since LLVM left eight scalar sums scalar) hide the
+    latency of the additions; the order is fixed, so the result is the same at any
+    thread count. Each plane asks for the input 8 KB further on (see :mod:`.simd`),
+    which measured faster than leaving it to the hardware prefetcher.
     """
     planes, length = x.shape
     zero = np.zeros(1, y.dtype)[0]
-    bulk = length - length % 8
     xf = x.ravel()
     ahead = PREFETCH_BYTES // xf.itemsize
     for p in prange(planes):
-        base = uint64(p * length)
         prefetch(xf, p * length + ahead, length)
-        s0, s1, s2, s3, s4, s5, s6, s7 = zero, zero, zero, zero, zero, zero, zero, zero
-        for j in range(0, bulk, 8):
-            i = base + uint64(j)
-            s0 += xf[i]
-            s1 += xf[i + uint64(1)]
-            s2 += xf[i + uint64(2)]
-            s3 += xf[i + uint64(3)]
-            s4 += xf[i + uint64(4)]
-            s5 += xf[i + uint64(5)]
-            s6 += xf[i + uint64(6)]
-            s7 += xf[i + uint64(7)]
-        total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-        for j in range(bulk, length):
-            total += xf[base + uint64(j)]
-        y[p] = total / divisor
+        y[p] = lane_sum(xf, p * length, length, zero) / divisor
 
 
 @parallel_kernel
