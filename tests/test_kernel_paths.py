@@ -1290,3 +1290,17 @@ def test_global_average_sums_in_eight_running_sums(length, dtype):
             expected[n, c] = dtype(total / dtype(length))
     np.testing.assert_array_equal(y[..., 0], expected)
     assert bool(np.isnan(y[2, 0, 0]) and np.isnan(y[1, 2, 0])) == (length > 8)
+
+
+def test_tiled_max_forwards_take_short_rows_in_blocks():
+    """The tiled max forwards' row loop, chosen at compile time: vector blocks for a W
+    kernel of 2 on rows of at least one block (8 float32 or 4 float64 windows' taps)
+    and under 32 windows, tile loops otherwise (the CASES above run both)."""
+    from poolgrad.kernels import tiled
+    assert tiled.row_form(2, 7, 4) is tiled.IN_BLOCKS  # VGG's deep rows
+    assert tiled.row_form(2, 4, 4) is tiled.IN_BLOCKS  # exactly one block of taps
+    assert tiled.row_form(2, 2, 8) is tiled.IN_BLOCKS
+    assert tiled.row_form(2, 3, 4) is tiled.TILE_LOOPS  # shorter than a block
+    assert tiled.row_form(2, 32, 4) is tiled.TILE_LOOPS  # long rows vectorize as they are
+    assert tiled.row_form(4, 7, 4) is tiled.TILE_LOOPS
+    assert tiled.IN_BLOCKS.ndim != tiled.TILE_LOOPS.ndim  # two compiled loops

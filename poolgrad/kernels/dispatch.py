@@ -243,16 +243,15 @@ def _max_cl(plan):
                                                  _cl(pos))
 
 
-def _max_tiled(plan):
+def _max_tiled(plan, values_only=False):
     width = row_passes.width_witness(plan.extent[2])
-    return lambda x, y, pos: tiled.max_pool_forward_tiled(x, plan.table, plan.extent,
-                                                         plan.dilation, width, y, pos)
 
-
-def _max_values_tiled(plan):
-    width = row_passes.width_witness(plan.extent[2])
-    return lambda x, y, pos: tiled.max_values_forward_tiled(x, plan.table, plan.extent,
-                                                           plan.dilation, width, y)
+    def run(x, y, pos):
+        args = (x, plan.table, plan.extent, plan.dilation, width,
+                tiled.row_form(plan.extent[2], plan.out_spatial[-1], x.itemsize), y)
+        return (tiled.max_values_forward_tiled(*args) if values_only else
+                tiled.max_pool_forward_tiled(*args, pos))
+    return run
 
 
 def _max_blocks(plan):
@@ -491,7 +490,7 @@ _RULES = {
               pos: cl.max_values_forward(_cl(x), plan.table, plan.dilation, _cl(y))),
         _Rule("channels_last.max_pool_forward", _is_cl, _max_cl, records=True),
         _Rule("tiled.max_values_forward_tiled", _values(_fast(_tiled_forward)),
-              _max_values_tiled),
+              lambda plan: _max_tiled(plan, values_only=True)),
         _Rule("tiled.max_pool_forward_tiled", _fast(_tiled_forward), _max_tiled,
               records=True),
         _Rule("blocks.max_values_forward_blocks", _values(_fast(_stride2_blocks)),

@@ -7,7 +7,7 @@ W width, which writes every input element once instead of gathering.
 import numpy as np
 from numba import prange, uint64
 
-from . import parallel_kernel
+from . import constant, parallel_kernel
 from .row_passes import max_loop, max_values_loop, redo_row, width_witness
 from .simd import ROUTE_BYTES, max2_block, route2_block
 from .walk import (
@@ -103,14 +103,20 @@ def _max_recorded_tile(xf, xb, offsets, kw, yf, pf, yb, out_w):
     return nan
 
 
-@helper
-def _short_in_blocks(kw, out_w, itemsize):
-    """Whether the tiled max forwards take rows in vector blocks: a W kernel of 2 and rows
-    of at least one block but shorter than 32 windows. On VGG's deep 7-wide rows the
-    compiler's loops ran only their scalar tails; long rows vectorize well as they are.
-    The kernels ask once per call: asked per row inside the tile helpers, it slowed
-    those rows."""
-    return kw == 2 and ROUTE_BYTES // itemsize <= 2 * out_w and out_w < 32
+# the two loops of the tiled max forwards' rows, as their ``form`` argument: a
+# compile-time choice (:func:`~.kernels.constant`)
+TILE_LOOPS, IN_BLOCKS = constant(1), constant(2)
+
+
+def row_form(kernel_w: int, out_w: int, itemsize: int) -> np.ndarray:
+    """The ``form`` argument of the tiled max forwards: :data:`IN_BLOCKS` (rows in
+    vector blocks) for a W kernel of 2 and rows of at least one block but shorter than
+    32 windows, else :data:`TILE_LOOPS`. On VGG's deep 7-wide rows the compiler's loops
+    ran only their scalar tails; long rows vectorize well as they are. Chosen at compile
+    time: a choice per call, made inside the kernel, left a branch whose layout made the
+    deep rows 0.64-0.75 ms where the compiled choice takes 0.53-0.57 (docs/performance.md)."""
+    blocks = kernel_w == 2 and ROUTE_BYTES // itemsize <= 2 * out_w and out_w < 32
+    return IN_BLOCKS if blocks else TILE_LOOPS
 
 
 @inlined
@@ -129,7 +135,7 @@ def _max_in_blocks(xf, xb, offsets, yf, pf, yb, out_w):
 
 
 @parallel_kernel
-def max_values_forward_tiled(x, table, extent, dilation, width, y):
+def max_values_forward_tiled(x, table, extent, dilation, width, form, y):
     """Reads ``x``, writes ``y``: the values of the max forward, for windows that tile the
     input with a W kernel of 2 or 4 (the dispatch's ``_tiled_forward``). ``width``: the W
     kernel as a compile-time constant (:func:`~.row_passes.width_witness`; the stride
@@ -139,7 +145,6 @@ def max_values_forward_tiled(x, table, extent, dilation, width, y):
     ext_d, ext_h = extent[0], extent[1]
     offsets = _tap_row_offsets(ext_d, ext_h, in_h, in_w)
     xf, yf = x.ravel(), y.ravel()
-    blocks = _short_in_blocks(width.ndim, out_w, xf.itemsize)
     ahead = prefetch_count(ext_d, ext_h * in_w, xf.itemsize)
     n_out_rows = n_batch * n_chan * out_d * out_h
     steps, per_step = row_steps(n_out_rows)
@@ -148,7 +153,7 @@ def max_values_forward_tiled(x, table, extent, dilation, width, y):
         xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
             prefetch_ahead(xf, xb, ahead)
-            if (_max_in_blocks(xf, xb, offsets, yf, None, row * out_w, out_w) if blocks else
+            if (_max_in_blocks(xf, xb, offsets, yf, None, row * out_w, out_w) if form.ndim == 2 else
                     _max_values_tile(xf, xb, offsets, width.ndim, yf, row * out_w, out_w)):
                 redo_row(x, table, dilation, extent, y, None, plane, od, oh)
             oh, od, plane, xb = _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h,
@@ -158,7 +163,7 @@ def max_values_forward_tiled(x, table, extent, dilation, width, y):
 # the recorded forward is a kernel of its own: one kernel for both (``pos`` None for the
 # values only, a `pos is None` test choosing the loops) made a first vjp compile longer
 @parallel_kernel
-def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
+def max_pool_forward_tiled(x, table, extent, dilation, width, form, y, pos):
     """Reads ``x``, writes ``y`` and the winners ``pos``, for the plans of
     :func:`max_values_forward_tiled` and with its loop."""
     n_batch, n_chan, in_d, in_h, in_w = x.shape
@@ -166,7 +171,6 @@ def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
     ext_d, ext_h = extent[0], extent[1]
     offsets = _tap_row_offsets(ext_d, ext_h, in_h, in_w)
     xf, yf, pf = x.ravel(), y.ravel(), pos.ravel()
-    blocks = _short_in_blocks(width.ndim, out_w, xf.itemsize)
     ahead = prefetch_count(ext_d, ext_h * in_w, xf.itemsize)
     n_out_rows = n_batch * n_chan * out_d * out_h
     steps, per_step = row_steps(n_out_rows)
@@ -175,7 +179,7 @@ def max_pool_forward_tiled(x, table, extent, dilation, width, y, pos):
         xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
             prefetch_ahead(xf, xb, ahead)
-            if (_max_in_blocks(xf, xb, offsets, yf, pf, row * out_w, out_w) if blocks else
+            if (_max_in_blocks(xf, xb, offsets, yf, pf, row * out_w, out_w) if form.ndim == 2 else
                     _max_recorded_tile(xf, xb, offsets, width.ndim, yf, pf, row * out_w,
                                        out_w)):
                 redo_row(x, table, dilation, extent, y, pos, plane, od, oh)
