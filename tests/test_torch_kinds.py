@@ -13,7 +13,7 @@ from poolgrad.kinds import fractional
 
 torch = pytest.importorskip("torch")
 import poolgrad.torch as pt  # noqa: E402
-from poolgrad.torch import _kind_ops, _ops  # noqa: E402
+from poolgrad.torch import _kind_ops, _ops, kinds  # noqa: E402
 
 
 def _check_against_numpy(torch_fn, numpy_op, x, args, kwargs, params=()):
@@ -72,20 +72,71 @@ def test_values_and_gradients_are_the_numpy_operators(name, torch_fn, numpy_op, 
 @pytest.mark.parametrize("shape, memory_format", [
     ((2, 4, 3, 5), torch.contiguous_format), ((2, 4, 3, 5), torch.channels_last),
     ((2, 4, 2, 3, 2), torch.channels_last_3d), ((2, 4, 7), torch.contiguous_format)])
-def test_attention_pool_values_and_three_gradients(shape, memory_format):
-    """Where a backward follows, each layout takes its own order of the products
-    (channels-last reads pixels); a forward that no backward follows reads the (N, C, L)
-    view of either layout with its faster readout: the NumPy operator's values and
-    gradients in every one."""
+def test_attention_pool_values_and_three_gradients(shape, memory_format, monkeypatch):
+    """A training pass on the CPU runs the NumPy operator's kernels as
+    ``torch.ops.poolgrad.attention_pool`` and its backward op; torch's own products,
+    which a forward alone and CUDA take, order them as a backward reads fastest (the
+    pixels of channels-last x) or, with no backward, read the (N, C, L) view of either
+    layout: the NumPy operator's values and gradients in every one."""
     x = np.random.default_rng(9).standard_normal(shape)
+    implementations = _ops.IMPLEMENTATIONS["cpu"]
+    ran = []
+    for op in (_kind_ops.attention_pool, _kind_ops.attention_pool_backward):
+        monkeypatch.setitem(implementations, op, functools.partial(
+            lambda run, *args: ran.append(run) or run(*args), implementations[op]))
 
     def attention(x, q, w):
         return pt.attention_pool(x.contiguous(memory_format=memory_format), q, w, 2)
+
+    def products(x, q, w):
+        return kinds.attention_products(x.contiguous(memory_format=memory_format), q, w, 2,
+                                        backward=True)
     _check_against_numpy(attention, pg.attention_pool, x, (Q, W, 2), {}, (Q, W))
+    assert len(ran) == 2  # the forward op, then the backward op
+    _check_against_numpy(products, pg.attention_pool, x, (Q, W, 2), {}, (Q, W))
     with torch.no_grad():
         values = attention(torch.tensor(x), torch.tensor(Q), torch.tensor(W))
+    assert len(ran) == 2  # neither of them for a forward alone
     np.testing.assert_allclose(values.numpy(), pg.attention_pool(x, Q, W, 2), rtol=1e-12,
                                atol=1e-14)
+
+
+def test_attention_training_pass_is_an_operator():
+    """``attention_pool`` and ``attention_pool_backward``: opcheck in both layouts, the
+    NumPy operator's values and dx bit for bit, dx stored as x is, gradgradcheck in x,
+    the queries and the key weights, and torch.compile with fullgraph."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(2, 4, 5, 3, dtype=torch.float64, generator=g)
+    queries = torch.randn(3, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    key_weight = torch.randn(4, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    projected = torch.randn(6, 4, dtype=torch.float64, generator=g)
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        xf = x.float().contiguous(memory_format=fmt).requires_grad_()
+        torch.library.opcheck(torch.ops.poolgrad.attention_pool, (xf, projected, 2))
+        y, attn = torch.ops.poolgrad.attention_pool(xf, projected, 2)
+        torch.library.opcheck(torch.ops.poolgrad.attention_pool_backward,
+                              (torch.rand_like(y), xf, projected, attn, 2))
+        xt = x.clone(memory_format=fmt).requires_grad_()
+        y = pt.attention_pool(xt, queries, key_weight, 2)
+        dy = torch.randn(y.shape, dtype=torch.float64, generator=g)
+        y.backward(dy)
+        expected, pullback = pg.vjp(pg.attention_pool, x.numpy(), queries.detach().numpy(),
+                                    key_weight.detach().numpy(), 2)
+        np.testing.assert_array_equal(y.detach().numpy(), expected)
+        np.testing.assert_array_equal(xt.grad.numpy(), pullback(dy.numpy())[0])
+        assert xt.grad.is_contiguous(memory_format=fmt)
+    assert torch.autograd.gradgradcheck(
+        lambda t, q, w: pt.attention_pool(t, q, w, 2), (x.requires_grad_(), queries, key_weight))
+    module = pt.AttentionPool(4, heads=2, queries=3)
+    xc = torch.randn(2, 4, 5, 6, generator=g).contiguous(memory_format=torch.channels_last)
+    compiled = torch.compile(module, fullgraph=True)(xc.requires_grad_())
+    compiled.sum().backward()
+    dx, module.queries.grad = xc.grad.clone(), None
+    xc.grad = None
+    eager = module(xc)
+    eager.sum().backward()
+    torch.testing.assert_close(compiled, eager)
+    torch.testing.assert_close(xc.grad, dx)
 
 
 @pytest.mark.parametrize("heads", [1, 2, 3, 6])

@@ -546,3 +546,33 @@ def circular_fold(dy: Tensor, pads: list[int], x_size: list[int]) -> Tensor:
     _on_cpu(dy)
     dx = fold_circular(_array(dy), dy.dim() - 2, pads[0::2], [int(n) for n in x_size[2:]])
     return _tensor(dx, _ops.memory_format(dy), dy.dtype)
+
+
+# ------------------------------------------------------------------ attention pooling
+
+
+def _attention_operands(x: Tensor, projected: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """x's kernel view in its compute dtype, and ``projected`` as the kernels take it."""
+    xk = _inputs.compute_view(_array(x), _layout(tuple(x.shape), x.dim() - 2))
+    return xk, np.ascontiguousarray(_array(projected), np.float64)
+
+
+@_ops.implement(_kind_ops.attention_pool, "cpu")
+def attention_pool(x: Tensor, projected: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+    """The readouts and weights of :func:`poolgrad.attention_pool`'s fused kernels."""
+    _on_cpu(x, projected)
+    y, attn = engines.attention_forward(*_attention_operands(x, projected), heads)
+    return torch.from_numpy(y).to(x.dtype), torch.from_numpy(attn)
+
+
+@_ops.implement(_kind_ops.attention_pool_backward, "cpu")
+def attention_pool_backward(dy: Tensor, x: Tensor, projected: Tensor, attn: Tensor,
+                            heads: int) -> tuple[Tensor, Tensor]:
+    """``dx`` and ``dprojected`` from the fused backward kernels."""
+    _on_cpu(dy, x, projected, attn)
+    xk, projected_k = _attention_operands(x, projected)
+    dyk = np.ascontiguousarray(_array(dy), xk.dtype)
+    dx, dprojected = engines.attention_backward(
+        xk, dyk, projected_k, np.ascontiguousarray(attn.detach().numpy()), heads)
+    return (_tensor(dx.reshape(tuple(x.shape)), _ops.memory_format(x), x.dtype),
+            torch.from_numpy(dprojected))

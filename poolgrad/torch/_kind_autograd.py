@@ -3,10 +3,11 @@
 
 GeM's backward is differentiated through its composite form (:func:`gem_composite`),
 recomputed when a second derivative is asked for, and so are the weighted averages'
-(:func:`weighted_composite`) and the blends' of mixed and gated pooling
-(:func:`blend_composite`). Stochastic pooling's draw routes its gradient as max pooling
-does, through its winners. The blur's backward is linear in ``dy``: its gradient is the
-forward again, a max-blur's after a gather at the winners.
+(:func:`weighted_composite`), the blends' of mixed and gated pooling
+(:func:`blend_composite`) and attention pooling's (:func:`attention_composite`).
+Stochastic pooling's draw routes its gradient as max pooling does, through its
+winners. The blur's backward is linear in ``dy``: its gradient is the forward again, a
+max-blur's after a gather at the winners.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from ._kind_ops import (
     aps_gather,
     aps_pool,
     aps_scatter,
+    attention_pool,
+    attention_pool_backward,
     blend_pool,
     blend_pool_backward,
     blur_args,
@@ -231,21 +234,28 @@ def _blend_backward_setup(ctx, inputs, output):
     ctx.save_for_backward(dy, x, weights)
 
 
+def _composite_second_order(composite, saved, grads):
+    """The gradients in ``(dy, x, param)`` (``saved``) of a backward op's outputs ``(dx,
+    dparam)``, given theirs (``grads``, None where not asked), through ``composite(x,
+    param)``, the function the op differentiates: None for each where none was asked."""
+    higher = torch.is_grad_enabled()  # (create_graph)
+    with torch.enable_grad():
+        dy_, x_, p_ = (t.detach().requires_grad_() for t in saved)
+        first = torch.autograd.grad(composite(x_, p_), (x_, p_), dy_, create_graph=True)
+        asked = [(output, grad.to(output.dtype))
+                 for output, grad in zip(first, grads, strict=True) if grad is not None]
+        if not asked:
+            return None, None, None
+        outputs, given = zip(*asked, strict=True)
+        return torch.autograd.grad(outputs, (dy_, x_, p_), given, allow_unused=True,
+                                   create_graph=higher)
+
+
 def _blend_backward_grad(ctx, grad_dx, grad_dweights):
     """As :func:`_gem_backward_grad`, through :func:`blend_composite`."""
-    dy, x, weights = ctx.saved_tensors
-    higher = torch.is_grad_enabled()
-    with torch.enable_grad():
-        dy_, x_, w_ = (t.detach().requires_grad_() for t in (dy, x, weights))
-        y = blend_composite(x_, w_, ctx.kind, ctx.window)
-        dx, dw = torch.autograd.grad(y, (x_, w_), dy_, create_graph=True)
-        asked = [(output, grad.to(output.dtype))
-                 for output, grad in ((dx, grad_dx), (dw, grad_dweights)) if grad is not None]
-        if not asked:
-            return (None,) * 5
-        outputs, grads = zip(*asked, strict=True)
-        grad_dy, grad_x, grad_w = torch.autograd.grad(
-            outputs, (dy_, x_, w_), grads, allow_unused=True, create_graph=higher)
+    grad_dy, grad_x, grad_w = _composite_second_order(
+        lambda x, w: blend_composite(x, w, ctx.kind, ctx.window), ctx.saved_tensors,
+        (grad_dx, grad_dweights))
     return grad_dy, grad_x, grad_w, None, None
 
 
@@ -422,3 +432,52 @@ def _fold_grad(ctx, dx):
 
 
 register_autograd(circular_fold, _fold_grad, _fold_setup)
+
+
+# ------------------------------------------------------------------ attention pooling
+
+
+def attention_composite(x: Tensor, projected: Tensor, heads: int) -> Tensor:
+    """Attention pooling in torch's own differentiable ops, in ``projected``'s dtype
+    (float64), the readouts ``(N, M, C)`` in x's: row ``m * heads + h`` of the weights
+    is query ``m`` over head ``h``'s channels."""
+    n, channels = x.shape[:2]
+    features = x.reshape(n, channels, -1).to(projected.dtype)  # (N, C, L)
+    weights = torch.softmax(projected @ features, dim=-1)  # (N, R, L)
+    queries, d = projected.shape[0] // heads, channels // heads
+    y = torch.einsum("nmhl,nhdl->nmhd", weights.reshape(n, queries, heads, -1),
+                     features.reshape(n, heads, d, -1))
+    return y.reshape(n, queries, channels).to(x.dtype)
+
+
+def _attention_setup(ctx, inputs, output):
+    x, projected, ctx.heads = inputs
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(x, projected, output[1])
+
+
+def _attention_grad(ctx, dy, _):
+    x, projected, attn = ctx.saved_tensors
+    dx, dprojected = call(attention_pool_backward, dy, x, projected, attn, ctx.heads)
+    return dx, dprojected, None
+
+
+register_autograd(attention_pool, _attention_grad, _attention_setup)
+
+
+def _attention_backward_setup(ctx, inputs, output):
+    dy, x, projected, _, ctx.heads = inputs
+    ctx.save_for_backward(dy, x, projected)
+
+
+def _attention_backward_grad(ctx, grad_dx, grad_dprojected):
+    """As :func:`_gem_backward_grad`, through :func:`attention_composite`: the weights
+    are the function of ``x`` and ``projected`` they are."""
+    grad_dy, grad_x, grad_p = _composite_second_order(
+        lambda x, p: attention_composite(x, p, ctx.heads), ctx.saved_tensors,
+        (grad_dx, grad_dprojected))
+    return grad_dy, grad_x, grad_p, None, None
+
+
+register_autograd(attention_pool_backward, _attention_backward_grad,
+                  _attention_backward_setup)

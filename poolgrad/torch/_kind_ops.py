@@ -28,6 +28,9 @@ operator                          what it computes                       its gra
 ``circular_pad``              x padded circularly                    ``circular_fold``
 ``circular_fold``             each padded position's ``dy`` added    ``circular_pad``
                               onto the element it copies
+``attention_pool``            attention pooling's readouts and its   ``..._backward``
+                              weights (a CPU training pass)
+``attention_pool_backward``   ``dx`` and ``dprojected``              recomputed composite
 ================================  =====================================  ==================
 """
 
@@ -425,3 +428,36 @@ def circular_fold(dy: Tensor, pads: list[int], x_size: list[int]) -> Tensor:
 @circular_fold.register_fake
 def _(dy, pads, x_size):
     return empty(x_size, dy, memory_format(dy))
+
+
+# ------------------------------------------------------------------ attention pooling
+
+
+@define
+def attention_pool(x: Tensor, projected: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+    """Attention pooling's readouts ``(N, M, C)`` in x's dtype and its weights ``(N, R,
+    L)`` (float64, which the backward takes), for x ``(N, C, *spatial)`` and
+    ``projected`` ``(R, C)`` float64: the queries folded into the key projection and
+    the scale (:mod:`poolgrad.kernels.attention`). The CPU's training pass; a forward
+    alone, and CUDA, take torch's own ops (docs/kinds.md)."""
+    refuse_device(x, projected)
+
+
+@attention_pool.register_fake
+def _(x, projected, heads):
+    n, channels = x.shape[:2]
+    return (x.new_empty((n, projected.shape[0] // heads, channels)),
+            x.new_empty((n, projected.shape[0], math.prod(x.shape[2:])), dtype=torch.float64))
+
+
+@define
+def attention_pool_backward(dy: Tensor, x: Tensor, projected: Tensor, attn: Tensor,
+                            heads: int) -> tuple[Tensor, Tensor]:
+    """``dx`` (x's shape, dtype and layout) and ``dprojected`` (float64, summed over the
+    batch in a fixed order) from ``dy`` ``(N, M, C)`` and the forward's weights."""
+    refuse_device(dy, x, projected, attn)
+
+
+@attention_pool_backward.register_fake
+def _(dy, x, projected, attn, heads):
+    return empty(x.shape, x, memory_format(x)), projected.new_empty(projected.shape)

@@ -348,6 +348,24 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
     x, _, unbatched = kind_input(x, "attention_pool", spatial_dims)
     n, channels = x.shape[:2]
     inputs.check_attention_shapes(queries.shape, key_weight.shape, heads, channels)
+    if x.device.type == "cpu" and any(_needs_backward(t) for t in (x, queries, key_weight)):
+        # a training pass on the CPU: the NumPy operator's fused kernels and projection
+        # (float64), its backward an op too; the products below took 1.5x as long
+        # (docs/kinds.md)
+        m, d = queries.shape[0], channels // heads
+        projected = torch.einsum("mhd,hdc->mhc", queries.to(torch.float64).reshape(m, heads, d),
+                                 key_weight.to(torch.float64).reshape(heads, d, channels))
+        projected = projected.reshape(m * heads, channels) * (1 / math.sqrt(d))
+        return unbatch(call(kind_ops.attention_pool, x, projected, heads)[0], unbatched)
+    return unbatch(attention_products(x, queries, key_weight, heads, _needs_backward(x)),
+                   unbatched)
+
+
+def attention_products(x, queries, key_weight, heads, backward):
+    """Attention pooling of batched ``x`` in torch's own ops: matrix products and a
+    softmax, the forward alone (and CUDA's training pass) of :func:`attention_pool`.
+    ``backward``: take the products in the order that a backward reads fastest."""
+    n, channels = x.shape[:2]
     m, d = queries.shape[0], channels // heads
     # the scores as (q W_k) . x, as the NumPy operator takes them (C times fewer
     # multiplications than the keys W_k x); one head without an einsum's permutes
@@ -355,7 +373,6 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
     projected = (q @ w if heads == 1 else torch.einsum(
         "mhd,hdc->mhc", q.reshape(m, heads, d), w.reshape(heads, d, channels)).reshape(
             m * heads, channels)) / math.sqrt(d)
-    backward = _needs_backward(x)
     # Products in the order that reads x as stored, so that both parts of dx land so: one
     # landing transposed made their add and the copy into x's layout strided (22 ms of a
     # 23 ms NCHW forward+backward, against 13). A forward alone takes the (N, C, L) view
@@ -368,7 +385,7 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
         scores = (pixels @ projected.T).transpose(1, 2)  # (N, M*H, L)
         weights = torch.softmax(scores, dim=-1).reshape(n, m, heads, length).transpose(1, 2)
         y = weights @ pixels.reshape(n, length, heads, d).transpose(1, 2)  # (N, H, M, d)
-        return unbatch(y.transpose(1, 2).reshape(n, m, channels), unbatched)
+        return y.transpose(1, 2).reshape(n, m, channels)
     features = x.reshape(n, channels, -1)  # (N, C, L), a view in either layout
     length = features.shape[-1]
     scores = projected @ features  # (N, M*H, L)
@@ -386,7 +403,7 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
         y = torch.diagonal(every, dim1=2, dim2=3).transpose(-1, -2)  # (N, M, H, d)
     else:  # weights . values is the faster product (0.49 ms against 0.96 here)
         y = (weights.transpose(1, 2) @ values.transpose(-1, -2)).transpose(1, 2)
-    return unbatch(y.reshape(n, -1, channels), unbatched)
+    return y.reshape(n, -1, channels)
 
 
 # --------------------------------------------------------------------------- modules
