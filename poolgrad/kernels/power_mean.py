@@ -60,6 +60,7 @@ from .powers import (
     passes,
     raised,
     raised_less_one,
+    real_power,
     relative_mean,
     root,
     sign_of,
@@ -453,11 +454,26 @@ def _row_factors(y, dy, count, inverse, scale):
 
 
 @inlined
+def _tap_dx(v, eps, scale, share):
+    """A tap's ``dx`` from its window's ``dy / count`` and its ``r^(p-1)``: 0 where the
+    clamp passes no gradient."""
+    return (0.0 + scale * share) * sign_of(v, eps) if passes(v, eps) else 0.0
+
+
+@inlined
 def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, gathered,
-                   s0, s1, terms):
+                   shares, s0, s1, terms):
     """``dx`` at the tap ``start + ow * step`` of every window of a row (laid out as in
     :func:`_add_tap`) from each window's ``1/y`` and ``dy / count``, and unless ``terms``
-    is None the tap's share of ``S0`` and ``S1``, as :func:`_tap_terms` adds it."""
+    is None the tap's share of ``S0`` and ``S1``, as :func:`_tap_terms` adds it.
+
+    A real ``p`` puts each tap's ``r^(p-1)`` in ``shares`` in one loop and makes the
+    clamp's choice of gradient or 0 in a second: in one loop, without ``terms``, the
+    compiler raised only the taps that pass, a branch per tap that random data
+    mispredicts (a channels-last 2x2 backward on a standard normal, half of it clamped,
+    took 19.2 ms against 6.8). A whole ``p``, raised by multiplying, keeps one loop (two
+    took 1.4x as long)."""
+    real = real_power(whole)
     if inner == 1:  # gathered and scattered apart from the arithmetic, which vectorizes
         gather_tap(src, start, step, inner, gathered)
         for o in range(gathered.shape[0]):
@@ -467,8 +483,13 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
             share = raised_less_one(r, p, whole)
             if terms is not None:
                 add_terms(r, share, whole, s0, s1, at)
-            gathered[at] = (0.0 + scale[at] * share) * sign_of(v, eps) if passes(
-                v, eps) else 0.0
+            if real:
+                shares[at] = share
+            else:
+                gathered[at] = _tap_dx(v, eps, scale[at], share)
+        for o in range(gathered.shape[0] if real else 0):
+            at = uint64(o)
+            gathered[at] = _tap_dx(gathered[at], eps, scale[at], shares[at])
         scatter_tap(gathered, start, step, inner, out)
         return
     for ow in range(inverse.shape[0] // inner):  # channels innermost: contiguous already
@@ -480,7 +501,13 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
             share = raised_less_one(r, p, whole)
             if terms is not None:
                 add_terms(r, share, whole, s0, s1, o)
-            out[at] = (0.0 + scale[o] * share) * sign_of(v, eps) if passes(v, eps) else 0.0
+            if real:
+                shares[o] = share
+            else:
+                out[at] = _tap_dx(v, eps, scale[o], share)
+        for c in range(inner if real else 0):
+            at, o = uint64(base + c), uint64(first + c)
+            out[at] = _tap_dx(np.float64(src[at]), eps, scale[o], shares[o])
 
 
 @inlined
@@ -507,7 +534,7 @@ def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, who
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         inverse, scale = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
-        gathered = np.empty(out_l, np.float64)
+        gathered, shares = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
         s0, s1 = np.zeros(out_l, np.float64), np.zeros(out_l, np.float64)
         for row in range(first, end):
             od, oh = row // out_h, row % out_h
@@ -519,7 +546,7 @@ def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, who
                     out = dx[plane, od * steps[0] + a, oh * steps[1] + b]
                     for t in range(window[2]):
                         _tap_gradients(src, out, t, steps[2], inner, eps, p, whole, inverse,
-                                       scale, gathered, s0, s1, terms)
+                                       scale, gathered, shares, s0, s1, terms)
             if terms is not None:
                 write_terms(y[plane, od, oh], dy[plane, od, oh], p, s0, s1,
                             terms[plane, od, oh])
