@@ -272,6 +272,14 @@ def test_global_gem_runs_its_fused_kernels_in_either_layout(layout, kernel):
     assert np.isfinite(np.delete(y16.reshape(10), 1)).all()
     unbatched = pg.gem_pool(x[0], 3.0, eps=0.03, spatial_dims=2)
     np.testing.assert_array_equal(unbatched, y[0])
+    clamped = x - 0.5  # about half below the clamp, stored as x: no gradient there
+    for p in (3.0, 2.5):  # raised by multiplying, and by exp and log
+        y, pullback = pg.vjp(pg.gem_pool, clamped, p, eps=0.03)
+        _, planar_pullback = pg.vjp(pg.gem_pool, np.ascontiguousarray(clamped), p, eps=0.03)
+        dx = pullback(dy, params=False)  # dx alone, and with dp: the same dx
+        np.testing.assert_array_equal(dx, pullback(dy)[0])
+        np.testing.assert_allclose(dx, planar_pullback(dy, params=False), rtol=1e-15)
+        assert (dx[clamped < 0.03] == 0).all() and (dx[clamped >= 0.03] != 0).all()
 
 
 def test_gem_pool_large_p_tends_to_max_without_overflow():

@@ -238,6 +238,8 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
             scale[c] = np.float64(dy[n, c]) / length
         s0 = np.zeros(n_chan, np.float64)
         s1 = np.zeros(n_chan, np.float64)
+        shares = np.empty(n_chan, np.float64)
+        real = real_power(whole)  # two loops, as in _tap_gradients
         for i in range(length):
             row, out = x[n, i], dx[n, i]
             for c in range(n_chan):
@@ -245,11 +247,17 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
                 v = np.float64(row[at])
                 r = clamped(v, eps) * inverse[at]
                 share = raised_less_one(r, p, whole)
-                out[at] = scale[at] * share if v >= eps else zero
+                if real:
+                    shares[at] = share
+                else:
+                    out[at] = scale[at] * share if v >= eps else zero
                 if with_dp:
                     power = share * r
                     s0[at] += power
                     s1[at] += power * natural_log(r, whole)
+            for c in range(n_chan if real else 0):
+                at = uint64(c)
+                out[at] = scale[at] * shares[at] if np.float64(row[at]) >= eps else zero
         for c in range(n_chan):
             terms[n, c] = (p_term(np.float64(dy[n, c]), np.float64(y[n, c]), p, s0[c],
                                   s1[c]) if with_dp else 0.0)
