@@ -102,9 +102,10 @@ def test_attention_pool_values_and_three_gradients(shape, memory_format, monkeyp
 
 
 def test_attention_training_pass_is_an_operator():
-    """``attention_pool`` and ``attention_pool_backward``: opcheck in both layouts, the
-    NumPy operator's values and dx bit for bit, dx stored as x is, gradgradcheck in x,
-    the queries and the key weights, and torch.compile with fullgraph."""
+    """``attention_pool`` and ``attention_pool_backward``: opcheck (the backward's on
+    channels-last x, whose strides matter), the NumPy operator's values and dx bit for
+    bit, dx stored as x is, and gradgradcheck in x, the queries and the key weights
+    (torch.compile: the test of the kinds' graph)."""
     g = torch.Generator().manual_seed(12)
     x = torch.randn(2, 4, 5, 3, dtype=torch.float64, generator=g)
     queries = torch.randn(3, 4, dtype=torch.float64, generator=g, requires_grad=True)
@@ -114,8 +115,9 @@ def test_attention_training_pass_is_an_operator():
         xf = x.float().contiguous(memory_format=fmt).requires_grad_()
         torch.library.opcheck(torch.ops.poolgrad.attention_pool, (xf, projected, 2))
         y, attn = torch.ops.poolgrad.attention_pool(xf, projected, 2)
-        torch.library.opcheck(torch.ops.poolgrad.attention_pool_backward,
-                              (torch.rand_like(y), xf, projected, attn, 2))
+        if fmt == torch.channels_last:  # (4.6 s a layout, its composite run under aot)
+            torch.library.opcheck(torch.ops.poolgrad.attention_pool_backward,
+                                  (torch.rand_like(y), xf, projected, attn, 2))
         xt = x.clone(memory_format=fmt).requires_grad_()
         y = pt.attention_pool(xt, queries, key_weight, 2)
         dy = torch.randn(y.shape, dtype=torch.float64, generator=g)
@@ -127,16 +129,6 @@ def test_attention_training_pass_is_an_operator():
         assert xt.grad.is_contiguous(memory_format=fmt)
     assert torch.autograd.gradgradcheck(
         lambda t, q, w: pt.attention_pool(t, q, w, 2), (x.requires_grad_(), queries, key_weight))
-    module = pt.AttentionPool(4, heads=2, queries=3)
-    xc = torch.randn(2, 4, 5, 6, generator=g).contiguous(memory_format=torch.channels_last)
-    compiled = torch.compile(module, fullgraph=True)(xc.requires_grad_())
-    compiled.sum().backward()
-    dx, module.queries.grad = xc.grad.clone(), None
-    xc.grad = None
-    eager = module(xc)
-    eager.sum().backward()
-    torch.testing.assert_close(compiled, eager)
-    torch.testing.assert_close(xc.grad, dx)
 
 
 @pytest.mark.parametrize("heads", [1, 2, 3, 6])
@@ -579,13 +571,14 @@ def test_fractional_max_pool_is_an_operator(kernel, sequence):
 
 
 def test_kinds_compile_whole_and_match_eager():
-    """torch.compile(fullgraph=True) over the compositions (GeM's operator has its own
-    test; attention pooling composes the same ops; a seeded or fractional draw's
+    """torch.compile(fullgraph=True) over the kinds (GeM's operator has its own test;
+    attention pooling's training pass runs its ops; a seeded or fractional draw's
     torch.Generator cannot enter a graph): one graph, the values and the gradients eager
     gives. The blur backward here corrupted the heap under Inductor before the CPU
     padding moved to F.pad."""
     modules = [pt.BlurPool(), pt.MaxBlurPool(2, 2, 3, "zeros"), pt.SoftPool(2),
-               pt.StochasticPool(2).eval(), pt.GatedPool(2), pt.MixedPool(3, 2, 1)]
+               pt.StochasticPool(2).eval(), pt.GatedPool(2), pt.MixedPool(3, 2, 1),
+               pt.AttentionPool(3, queries=2)]
 
     def outputs(t):
         return [module(t) for module in modules]
