@@ -138,7 +138,8 @@ def test_attention_forward_alone_on_channels_last_keeps_each_channels_head(
         shape, memory_format, heads):
     """A channels-last forward with no backward takes every head's weights against all
     channels and keeps each channel's own head: the NumPy operator's values for any
-    number of heads and queries, the input untouched."""
+    number of heads and queries, the input untouched; the products in a backward's
+    order (channels-last reads pixels) give its gradient."""
     rng = np.random.default_rng(heads)
     x = rng.standard_normal(shape)
     queries, key_weight = rng.standard_normal((3, 6)), rng.standard_normal((6, 6))
@@ -149,6 +150,13 @@ def test_attention_forward_alone_on_channels_last_keeps_each_channels_head(
     np.testing.assert_allclose(y.numpy(), pg.attention_pool(x, queries, key_weight, heads),
                                rtol=1e-12, atol=1e-14)
     assert torch.equal(xt, before) and xt.is_contiguous(memory_format=memory_format)
+    # the products in a backward's order (CUDA's training pass): the same gradient
+    leaf = xt.clone().requires_grad_()
+    dy = rng.standard_normal(y.shape)
+    kinds.attention_products(leaf, torch.tensor(queries), torch.tensor(key_weight), heads,
+                             backward=True).backward(torch.tensor(dy))
+    dx = pg.vjp(pg.attention_pool, x, queries, key_weight, heads)[1](dy)[0]
+    np.testing.assert_allclose(leaf.grad.numpy(), dx, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("fn", [
@@ -766,6 +774,34 @@ def test_attention_pool_sizes_and_shapes_are_checked_on_both_sides():
         numpy_nn.AttentionPool(4).forward(x.numpy())
     with pytest.raises(ValueError, match=r"^heads must be a positive int dividing the 3"):
         pt.attention_pool(x, torch.ones(1, 3), torch.eye(3), heads=0)
+    with pytest.raises(TypeError, match=r"^attention_pool: queries must be a tensor, got nd"):
+        pt.attention_pool(x, np.ones((1, 3)), torch.eye(3))
+    with pytest.raises(ValueError, match=r"^attention_pool: key_weight must be on x's dev"):
+        pt.attention_pool(x, torch.ones(1, 3), torch.eye(3, device="meta"))
+
+
+# torch's forward mode loads its decompositions through torch.jit.script (torch 2.13)
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_attention_pool_under_torch_func_and_forward_mode():
+    """The CPU training pass's ops have no functorch or forward-mode rules, so under
+    those transforms (a module's parameters require grad) attention pooling takes torch's
+    own products: torch.func.grad over the parameters and a forward-mode derivative in
+    x give what reverse mode gives."""
+    from torch.autograd import forward_ad
+    from torch.func import functional_call, grad
+    module = pt.AttentionPool(4, heads=2, queries=3).double()
+    x = torch.randn(2, 4, 3, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    params = dict(module.named_parameters())
+    by_func = grad(lambda p: functional_call(module, p, (x,)).square().sum())(params)
+    module(x).square().sum().backward()
+    for name, value in params.items():
+        torch.testing.assert_close(by_func[name], value.grad)
+    tangent = torch.ones_like(x)
+    with forward_ad.dual_level():
+        dual = module(forward_ad.make_dual(x, tangent))
+        derivative = forward_ad.unpack_dual(dual).tangent
+    expected = torch.autograd.functional.jvp(lambda t: module(t), x, tangent)[1]
+    torch.testing.assert_close(derivative, expected)
 
 
 @pytest.mark.parametrize("shape", [(0, 3, 6, 6), (2, 0, 6, 6)])

@@ -26,7 +26,8 @@ kind                        composition
                             Triton on CUDA); ``p`` a tensor
 ``mixed_pool``              its own operators (``blend_pool``)
 ``gated_pool``              the same, blended by ``sigmoid(gate . window)``
-``attention_pool``          matrix products and a softmax over positions
+``attention_pool``          its own operators for a CPU training pass (the fused
+                            Numba kernels); else matrix products and a softmax
 ==========================  =================================================
 
 Inputs follow the NumPy operators' rule (:func:`poolgrad._inputs.resolve_spatial_dims`):
@@ -347,9 +348,18 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
     or with ``spatial_dims`` ``(C, *spatial)`` to ``(M, C)``."""
     x, _, unbatched = kind_input(x, "attention_pool", spatial_dims)
     n, channels = x.shape[:2]
+    for name, t in (("queries", queries), ("key_weight", key_weight)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"attention_pool: {name} must be a tensor, got {type(t).__name__}")
+        if t.device != x.device:
+            raise ValueError(f"attention_pool: {name} must be on x's device {x.device}, got "
+                             f"{t.device}")
     inputs.check_attention_shapes(queries.shape, key_weight.shape, heads, channels)
-    if x.device.type == "cpu" and any(_needs_backward(t) for t in (x, queries, key_weight)):
-        # a training pass on the CPU: the NumPy operator's fused kernels and projection
+    if (x.device.type == "cpu" and any(_needs_backward(t) for t in (x, queries, key_weight))
+            and not torch._C._are_functorch_transforms_active()
+            and torch.autograd.forward_ad._current_level < 0):
+        # a training pass on the CPU (with no functorch transform or forward-mode AD, which
+        # the ops have no rules for): the NumPy operator's fused kernels and projection
         # (float64), its backward an op too; the products below took 1.5x as long
         # (docs/kinds.md)
         m, d = queries.shape[0], channels // heads
