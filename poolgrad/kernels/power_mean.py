@@ -188,7 +188,13 @@ def _tap_backward(v, eps, inverse, scale, p, whole, zero):
     """One tap's ``dx`` and ``r^p`` (the module docstring's)."""
     r = clamped(v, eps) * inverse
     share = raised_less_one(r, p, whole)
-    return (scale * share if v >= eps else zero), share * r, r
+    return _plane_dx(v, eps, scale, share, zero), share * r, r
+
+
+@inlined
+def _plane_dx(v, eps, scale, share, zero):
+    """A plane's tap's ``dx`` from ``dy / L`` and ``r^(p-1)``; ``zero`` under the clamp."""
+    return scale * share if v >= eps else zero
 
 
 @inlined
@@ -236,10 +242,8 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
         for c in range(n_chan):
             inverse[c] = 1.0 / np.float64(y[n, c])
             scale[c] = np.float64(dy[n, c]) / length
-        s0 = np.zeros(n_chan, np.float64)
-        s1 = np.zeros(n_chan, np.float64)
-        shares = np.empty(n_chan, np.float64)
-        real = real_power(whole)  # two loops, as in _tap_gradients
+        s0, s1 = np.zeros(n_chan, np.float64), np.zeros(n_chan, np.float64)
+        shares, real = np.empty(n_chan, np.float64), real_power(whole)  # as _tap_gradients
         for i in range(length):
             row, out = x[n, i], dx[n, i]
             for c in range(n_chan):
@@ -250,14 +254,14 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
                 if real:
                     shares[at] = share
                 else:
-                    out[at] = scale[at] * share if v >= eps else zero
+                    out[at] = _plane_dx(v, eps, scale[at], share, zero)
                 if with_dp:
                     power = share * r
                     s0[at] += power
                     s1[at] += power * natural_log(r, whole)
             for c in range(n_chan if real else 0):
                 at = uint64(c)
-                out[at] = scale[at] * shares[at] if np.float64(row[at]) >= eps else zero
+                out[at] = _plane_dx(np.float64(row[at]), eps, scale[at], shares[at], zero)
         for c in range(n_chan):
             terms[n, c] = (p_term(np.float64(dy[n, c]), np.float64(y[n, c]), p, s0[c],
                                   s1[c]) if with_dp else 0.0)
@@ -463,8 +467,7 @@ def _row_factors(y, dy, count, inverse, scale):
 
 @inlined
 def _tap_dx(v, eps, scale, share):
-    """A tap's ``dx`` from its window's ``dy / count`` and its ``r^(p-1)``: 0 where the
-    clamp passes no gradient."""
+    """A window tap's ``dx`` from ``dy / count`` and ``r^(p-1)``; 0 under the clamp."""
     return (0.0 + scale * share) * sign_of(v, eps) if passes(v, eps) else 0.0
 
 
@@ -475,12 +478,9 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
     :func:`_add_tap`) from each window's ``1/y`` and ``dy / count``, and unless ``terms``
     is None the tap's share of ``S0`` and ``S1``, as :func:`_tap_terms` adds it.
 
-    A real ``p`` puts each tap's ``r^(p-1)`` in ``shares`` in one loop and makes the
-    clamp's choice of gradient or 0 in a second: in one loop, without ``terms``, the
-    compiler raised only the taps that pass, a branch per tap that random data
-    mispredicts (a channels-last 2x2 backward on a standard normal, half of it clamped,
-    took 19.2 ms against 6.8). A whole ``p``, raised by multiplying, keeps one loop (two
-    took 1.4x as long)."""
+    A real ``p`` raises every tap into ``shares``, then makes the clamp's choice in a
+    second loop: in one, the compiler raised only the taps that pass, a branch per tap
+    that random data mispredicts (2.8x as long, CHANGELOG). A whole ``p`` keeps one."""
     real = real_power(whole)
     if inner == 1:  # gathered and scattered apart from the arithmetic, which vectorizes
         gather_tap(src, start, step, inner, gathered)

@@ -153,7 +153,9 @@ def max_values_forward_tiled(x, table, extent, dilation, width, form, y):
         xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
             prefetch_ahead(xf, xb, ahead)
-            if (_max_in_blocks(xf, xb, offsets, yf, None, row * out_w, out_w) if form.ndim == 2 else
+            # tested here, in the loop's body: form's type makes it a constant
+            blocks = form.ndim == IN_BLOCKS.ndim
+            if (_max_in_blocks(xf, xb, offsets, yf, None, row * out_w, out_w) if blocks else
                     _max_values_tile(xf, xb, offsets, width.ndim, yf, row * out_w, out_w)):
                 redo_row(x, table, dilation, extent, y, None, plane, od, oh)
             oh, od, plane, xb = _next_tiled_row(oh, od, plane, xb, out_h, out_d, in_d, in_h,
@@ -179,7 +181,9 @@ def max_pool_forward_tiled(x, table, extent, dilation, width, form, y, pos):
         xb = _tiled_row_base(plane, od, oh, in_d, in_h, in_w, ext_d, ext_h)
         for row in range(step * per_step, min((step + 1) * per_step, n_out_rows)):
             prefetch_ahead(xf, xb, ahead)
-            if (_max_in_blocks(xf, xb, offsets, yf, pf, row * out_w, out_w) if form.ndim == 2 else
+            # tested here, in the loop's body: form's type makes it a constant
+            blocks = form.ndim == IN_BLOCKS.ndim
+            if (_max_in_blocks(xf, xb, offsets, yf, pf, row * out_w, out_w) if blocks else
                     _max_recorded_tile(xf, xb, offsets, width.ndim, yf, pf, row * out_w,
                                        out_w)):
                 redo_row(x, table, dilation, extent, y, pos, plane, od, oh)

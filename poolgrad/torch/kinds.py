@@ -355,13 +355,9 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
             raise ValueError(f"attention_pool: {name} must be on x's device {x.device}, got "
                              f"{t.device}")
     inputs.check_attention_shapes(queries.shape, key_weight.shape, heads, channels)
-    if (x.device.type == "cpu" and any(_needs_backward(t) for t in (x, queries, key_weight))
-            and not torch._C._are_functorch_transforms_active()
-            and torch.autograd.forward_ad._current_level < 0):
-        # a training pass on the CPU (with no functorch transform or forward-mode AD, which
-        # the ops have no rules for): the NumPy operator's fused kernels and projection
-        # (float64), its backward an op too; the products below took 1.5x as long
-        # (docs/kinds.md)
+    if _fused_training_pass(x, queries, key_weight):
+        # the NumPy operator's fused kernels and projection (float64), its backward an op
+        # too; the products below took 1.5x as long (docs/kinds.md)
         m, d = queries.shape[0], channels // heads
         projected = torch.einsum("mhd,hdc->mhc", queries.to(torch.float64).reshape(m, heads, d),
                                  key_weight.to(torch.float64).reshape(heads, d, channels))
@@ -369,6 +365,14 @@ def attention_pool(x, queries, key_weight, heads=1, *, spatial_dims=None):
         return unbatch(call(kind_ops.attention_pool, x, projected, heads)[0], unbatched)
     return unbatch(attention_products(x, queries, key_weight, heads, _needs_backward(x)),
                    unbatched)
+
+
+def _fused_training_pass(x, *parameters) -> bool:
+    """Whether attention pooling runs its ops: a CPU pass a backward may follow, under no
+    functorch transform or forward-mode AD (the ops have no rules for them)."""
+    return (x.device.type == "cpu" and any(_needs_backward(t) for t in (x, *parameters))
+            and not torch._C._are_functorch_transforms_active()
+            and torch.autograd.forward_ad._current_level < 0)
 
 
 def attention_products(x, queries, key_weight, heads, backward):
