@@ -479,12 +479,14 @@ def _norms_in_stated_order(x5, steps, norm):
 
 @pytest.mark.parametrize("shape, stride", [((2, 3, 6, 56), (2, 2)), ((1, 70, 5, 12), (3, 2)),
                                            ((2, 2, 4, 21), (2, 2)), ((1, 3, 4, 30), (1, 3)),
-                                           ((1, 2, 3, 4, 18), (2, 1, 2)), ((2, 3, 11), (3,))])
+                                           ((1, 2, 3, 4, 18), (2, 1, 2)), ((2, 3, 11), (3,)),
+                                           ((2, 3, 19, 10), (2, 2)), ((1, 70, 13, 6), (3, 2))])
 @pytest.mark.parametrize("norm", ["l2", "l1"])
 def test_the_norms_are_summed_in_the_stated_order(shape, stride, norm):
     """Both layouts' sums, bit for bit, against the order the kernels document: even
     and odd widths (a component's last position wrapping round), rows that wrap,
-    strides 1 to 3, 1-d to 3-d, and more channels than a channels-last task takes."""
+    strides 1 to 3, 1-d to 3-d, more channels than a channels-last task takes, and row
+    phases of 5 and 10 rows (which channels-last examples add four rows at a time)."""
     from poolgrad.engines import polyphase as engine
     x = np.random.default_rng(23).standard_normal(shape).astype(np.float32)
     ndim = len(shape) - 2

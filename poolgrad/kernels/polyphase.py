@@ -82,6 +82,28 @@ def _add_row(row, norm, into):
 
 
 @inlined
+def _add_four_rows(a, b, c, d, norm, into):
+    """:func:`_add_row` of ``a``, ``b``, ``c`` then ``d`` (rows of one row phase, in
+    increasing row order) in one loop: the same adds in the same order, so the same
+    bits, with ``into`` loaded and stored once for four rows. (A channels-last
+    example's columns, row by row, spent more on those loads and stores than on
+    reading x: its norms ran 1.9x as long.)"""
+    if norm == L2:
+        for w in range(into.shape[0]):
+            va, vb = np.float64(a[w]), np.float64(b[w])
+            vc, vd = np.float64(c[w]), np.float64(d[w])
+            into[w] = (((into[w] + va * va) + vb * vb) + vc * vc) + vd * vd
+    elif norm == L1:
+        for w in range(into.shape[0]):
+            into[w] = (((into[w] + abs(np.float64(a[w]))) + abs(np.float64(b[w])))
+                       + abs(np.float64(c[w]))) + abs(np.float64(d[w]))
+    else:
+        for w in range(into.shape[0]):
+            into[w] = _larger(abs(np.float64(d[w])), _larger(abs(np.float64(c[w])), _larger(
+                abs(np.float64(b[w])), _larger(abs(np.float64(a[w])), into[w]))))
+
+
+@inlined
 def _add_pixel_row(row, first, size, norm, into):
     """:func:`_add_row` for a channels-last row ``(W, C)``: ``into[w, c]`` folds in
     ``row[w, first + c]``, ``c < size``; a block of all the channels as one flat
@@ -91,6 +113,19 @@ def _add_pixel_row(row, first, size, norm, into):
         return
     for w in range(row.shape[0]):
         _add_row(row[w, first:first + size], norm, into[w])
+
+
+@inlined
+def _add_four_pixel_rows(a, b, c, d, first, size, norm, into):
+    """:func:`_add_four_rows` for channels-last rows, as :func:`_add_pixel_row`."""
+    if size == a.shape[1]:
+        _add_four_rows(a.reshape(a.size), b.reshape(b.size), c.reshape(c.size),
+                       d.reshape(d.size), norm, into.reshape(into.size))
+        return
+    for w in range(a.shape[0]):
+        end = first + size
+        _add_four_rows(a[w, first:end], b[w, first:end], c[w, first:end], d[w, first:end],
+                       norm, into[w])
 
 
 @inlined
@@ -225,9 +260,19 @@ def phase_norms_channels_last(x, steps, norm, block, partials):
         size = min(block, n_chan - first)
         columns = np.zeros((row_phases, width, size), np.float64)
         for pd in range(count_d * steps[0]):
-            for ph in range(count_h * steps[1]):
-                _add_pixel_row(x[n, _wrapped(pd, depth), _wrapped(ph, height)], first, size,
-                               norm, columns[(pd % steps[0]) * steps[1] + ph % steps[1]])
+            rows = x[n, _wrapped(pd, depth)]
+            for phase in range(steps[1]):  # its rows in increasing order, four at a time
+                into, ph = columns[(pd % steps[0]) * steps[1] + phase], phase
+                while ph + 3 * steps[1] < count_h * steps[1]:
+                    _add_four_pixel_rows(rows[_wrapped(ph, height)],
+                                         rows[_wrapped(ph + steps[1], height)],
+                                         rows[_wrapped(ph + 2 * steps[1], height)],
+                                         rows[_wrapped(ph + 3 * steps[1], height)], first,
+                                         size, norm, into)
+                    ph += 4 * steps[1]
+                while ph < count_h * steps[1]:
+                    _add_pixel_row(rows[_wrapped(ph, height)], first, size, norm, into)
+                    ph += steps[1]
         lanes = np.empty(LANES, np.float64)
         column = np.empty(width, np.float64)
         for row_phase in range(row_phases):
