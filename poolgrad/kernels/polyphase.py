@@ -85,9 +85,8 @@ def _add_row(row, norm, into):
 def _add_four_rows(a, b, c, d, norm, into):
     """:func:`_add_row` of ``a``, ``b``, ``c`` then ``d`` (rows of one row phase, in
     increasing row order) in one loop: the same adds in the same order, so the same
-    bits, with ``into`` loaded and stored once for four rows. (A channels-last
-    example's columns, row by row, spent more on those loads and stores than on
-    reading x: its norms ran 1.9x as long.)"""
+    bits, with ``into`` loaded and stored once for four rows: a channels-last
+    example's columns, loaded and stored row by row, cost more than reading x."""
     if norm == L2:
         for w in range(into.shape[0]):
             va, vb = np.float64(a[w]), np.float64(b[w])
@@ -122,8 +121,8 @@ def _add_four_pixel_rows(a, b, c, d, first, size, norm, into):
         _add_four_rows(a.reshape(a.size), b.reshape(b.size), c.reshape(c.size),
                        d.reshape(d.size), norm, into.reshape(into.size))
         return
+    end = first + size
     for w in range(a.shape[0]):
-        end = first + size
         _add_four_rows(a[w, first:end], b[w, first:end], c[w, first:end], d[w, first:end],
                        norm, into[w])
 
@@ -253,7 +252,7 @@ def phase_norms_channels_last(x, steps, norm, block, partials):
     n_batch, depth, height, width, n_chan = x.shape
     count_d, count_h = -(-depth // steps[0]), -(-height // steps[1])
     count_w = -(-width // steps[2])
-    row_phases = steps[0] * steps[1]
+    row_phases, rows_h = steps[0] * steps[1], count_h * steps[1]  # rows_h: with the wrap
     blocks = -(-n_chan // block)
     for task in prange(n_batch * blocks):
         n, first = task // blocks, (task % blocks) * block
@@ -263,14 +262,14 @@ def phase_norms_channels_last(x, steps, norm, block, partials):
             rows = x[n, _wrapped(pd, depth)]
             for phase in range(steps[1]):  # its rows in increasing order, four at a time
                 into, ph = columns[(pd % steps[0]) * steps[1] + phase], phase
-                while ph + 3 * steps[1] < count_h * steps[1]:
+                while ph + 3 * steps[1] < rows_h:
                     _add_four_pixel_rows(rows[_wrapped(ph, height)],
                                          rows[_wrapped(ph + steps[1], height)],
                                          rows[_wrapped(ph + 2 * steps[1], height)],
                                          rows[_wrapped(ph + 3 * steps[1], height)], first,
                                          size, norm, into)
                     ph += 4 * steps[1]
-                while ph < count_h * steps[1]:
+                while ph < rows_h:
                     _add_pixel_row(rows[_wrapped(ph, height)], first, size, norm, into)
                     ph += steps[1]
         lanes = np.empty(LANES, np.float64)

@@ -573,6 +573,6 @@ def attention_pool_backward(dy: Tensor, x: Tensor, projected: Tensor, attn: Tens
     xk, projected_k = _attention_operands(x, projected)
     dyk = np.ascontiguousarray(_array(dy), xk.dtype)
     dx, dprojected = engines.attention_backward(
-        xk, dyk, projected_k, np.ascontiguousarray(attn.detach().numpy()), heads)
+        xk, dyk, projected_k, np.ascontiguousarray(_array(attn)), heads)
     return (_tensor(dx.reshape(tuple(x.shape)), _ops.memory_format(x), x.dtype),
             torch.from_numpy(dprojected))
