@@ -237,8 +237,9 @@ DETERMINISM_CASES = [
 
 
 @pytest.mark.parametrize("case", range(len(DETERMINISM_CASES)))
-def test_backward_bits_do_not_depend_on_thread_count(case, monkeypatch):
-    # small arrays normally run on one thread: make this one use the whole pool
+def test_backward_bits_do_not_depend_on_thread_count_or_build(case, monkeypatch):
+    # small arrays normally run the serial build: make this one run the parallel build on
+    # the whole pool, then on one thread, and last the serial build
     monkeypatch.setattr(kernels, "SERIAL_BELOW", 0)
     op, args, kwargs = DETERMINISM_CASES[case]
     rng = np.random.default_rng(case)
@@ -256,6 +257,8 @@ def test_backward_bits_do_not_depend_on_thread_count(case, monkeypatch):
             results.append(pullback(dy))
     finally:
         numba.set_num_threads(before)
+    monkeypatch.setattr(kernels, "SERIAL_BELOW", x.size + 1)
+    results.append(pullback(dy))
     for other in results[1:]:
         assert other.tobytes() == results[0].tobytes()
 
@@ -267,18 +270,20 @@ def threads_used(x):
 
 
 @pytest.mark.filterwarnings("ignore:Cannot cache compiled function")  # a test-only kernel
-def test_small_calls_run_on_one_thread_and_restore_the_pool():
+def test_small_calls_run_the_serial_build_and_large_ones_the_pool():
     small, large = np.zeros(8), np.zeros(kernels.SERIAL_BELOW)
     outside = numba.get_num_threads()
     pool = numba.config.NUMBA_NUM_THREADS
     numba.set_num_threads(pool)
     try:
-        threads_used(small)
+        threads_used(small)  # compiled without parallel=True, and no pool touched
+        assert threads_used.serial.signatures and not threads_used.compiled.signatures
         threads_used(large)
+        assert threads_used.compiled.signatures
         assert numba.get_num_threads() == pool
     finally:
         numba.set_num_threads(outside)
-    assert [small[0], large[0]] == [1, pool]
+    assert large[0] == pool
 
 
 @kernels.parallel_kernel(any_layout=True)
@@ -305,11 +310,11 @@ def test_an_any_layout_kernel_compiles_once_for_every_layout_and_write_flag():
         for y in (np.zeros((4, 6)), np.zeros((6, 4)).T):  # a C and a strided output
             scaled_copy(x, 2.0, y)
             np.testing.assert_array_equal(y, values * 2.0)
-    signatures = scaled_copy.compiled.signatures
-    assert len(signatures) == 1
+    signatures = scaled_copy.serial.signatures  # small arrays: the serial build
+    assert len(signatures) == 1 and not scaled_copy.compiled.signatures
     assert _array_layouts(signatures[0]) == [("A", True, True)] * 2
     x32 = values.astype(np.float32)  # another dtype: a signature of its own
     y32 = np.zeros((4, 6), np.float32)
     scaled_copy(x32, 2.0, y32)
     np.testing.assert_array_equal(y32, x32 * 2)
-    assert len(scaled_copy.compiled.signatures) == 2
+    assert len(scaled_copy.serial.signatures) == 2

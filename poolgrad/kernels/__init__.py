@@ -65,22 +65,24 @@ FASTMATH = frozenset({"nsz"})
 # (divisors are window sizes or overrides >= 1). :func:`jit` adds the disk cache.
 JIT_OPTIONS = {"nogil": True, "fastmath": set(FASTMATH), "error_model": "numpy"}
 
-# Below this many elements in its largest array, a kernel runs on the calling thread
-# alone. Waking the thread pool costs more than it saves on small arrays, and in a
-# training loop BLAS's threads are still spinning from the last matrix product: both
-# pools then fight over the cores and a short pooling call takes many times as long.
+# Below this many elements in its largest array, a kernel runs its serial build on the
+# calling thread alone (:func:`parallel_kernel`). Waking the thread pool costs more than
+# it saves on small arrays, and in a training loop BLAS's threads are still spinning from
+# the last matrix product: both pools then fight over the cores and a short pooling call
+# takes many times as long.
 SERIAL_BELOW = 2**18
 
 
-def jit(*, cache: bool = True, **options):
+def jit(*, cache: bool = True, variant: str = "", **options):
     """A decorator that compiles with :data:`JIT_OPTIONS` (``options`` added or
     overriding), once per signature, cached on disk next to the package (unless
     ``cache=False``) by a cache that processes compiling at the same time share safely
-    (:mod:`.disk_cache`)."""
+    (:mod:`.disk_cache`). ``variant`` names the cache files of a second build of one
+    function (Numba's cache keys do not tell builds with other options apart)."""
     def compile_cached(fn):
         dispatcher = numba.njit(**{**JIT_OPTIONS, **options})(fn)
         if cache:  # what numba.njit(cache=True) does, with the process-safe cache
-            dispatcher._cache = ProcessSafeCache(dispatcher.py_func)
+            dispatcher._cache = ProcessSafeCache(dispatcher.py_func, variant)
         return dispatcher
     return compile_cached
 
@@ -123,28 +125,31 @@ class _AnyLayout:
 
 
 def parallel_kernel(fn=None, *, any_layout: bool = False):
-    """Compile ``fn`` with ``parallel=True`` (see :func:`jit`); calls on small arrays
-    run it on one thread. ``any_layout``: one compile for arrays of every layout and
-    write flag (:class:`_AnyLayout`), for kernels that read by strides anyway, where a
+    """Compile ``fn`` twice: with ``parallel=True`` (see :func:`jit`) for calls on large
+    arrays, and without (``prange`` then runs as ``range``) for calls whose arrays all
+    have fewer than :data:`SERIAL_BELOW` elements. Each build compiles on its first call,
+    so a program that only pools small arrays (tests, explanations, small models) never
+    pays for the parallel one, which takes two to three times as long to compile, and
+    its calls skip the thread pool. The builds give the same bits: every kernel's
+    parallel loop owns its outputs and sums in a fixed order (the module docstring).
+    ``any_layout``: one compile for arrays of every layout and write flag
+    (:class:`_AnyLayout`), for kernels that read by strides anyway, where a
     C-contiguous array gains nothing from a compile of its own (measured per kernel)."""
     if fn is None:
         return functools.partial(parallel_kernel, any_layout=any_layout)
     compiled = jit(parallel=True)(fn)
-    run = _AnyLayout(compiled) if any_layout else compiled
+    serial = jit(variant="serial")(fn)
+    run, run_serial = ((_AnyLayout(compiled), _AnyLayout(serial)) if any_layout
+                       else (compiled, serial))
 
     @functools.wraps(fn)
     def call(*args):
         for a in args:  # (a loop: a generator's frames cost more than small calls)
             if type(a) is np.ndarray and a.size >= SERIAL_BELOW:
                 return run(*args)
-        threads = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            return run(*args)
-        finally:
-            numba.set_num_threads(threads)
+        return run_serial(*args)
 
-    call.compiled = compiled
+    call.compiled, call.serial = compiled, serial
     return call
 
 

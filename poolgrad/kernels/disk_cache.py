@@ -86,10 +86,14 @@ class _KeyedCacheFile(IndexDataCacheFile):
 
 
 class ProcessSafeCache(FunctionCache):
-    """Numba's disk cache for one compiled function, safe across processes."""
+    """Numba's disk cache for one compiled function, safe across processes; a
+    ``variant`` (another build of the function, such as a kernel's serial one) has files
+    of its own, since Numba's keys hold the signature, not the compile options."""
 
-    def __init__(self, py_func):
+    def __init__(self, py_func, variant: str = ""):
         super().__init__(py_func)
+        base = self._impl.filename_base
         self._cache_file = _KeyedCacheFile(
-            cache_path=self._cache_path, filename_base=self._impl.filename_base,
+            cache_path=self._cache_path,
+            filename_base=f"{base}.{variant}" if variant else base,
             source_stamp=self._impl.locator.get_source_stamp())
