@@ -263,6 +263,59 @@ def test_backward_bits_do_not_depend_on_thread_count_or_build(case, monkeypatch)
         assert other.tobytes() == results[0].tobytes()
 
 
+_RNG = np.random.default_rng(21)
+_GATE, _QUERIES, _KEYS = (_RNG.standard_normal((2, 2)), _RNG.standard_normal((2, 6)),
+                          _RNG.standard_normal((6, 6)))
+_SCORER = (_RNG.standard_normal((5, 6)), _RNG.standard_normal(5), _RNG.standard_normal(5))
+BUILD_CASES = [  # every operator once, on a small float32 input (the serial build's size)
+    (pg.max_pool, (2,), {}), (pg.max_pool, (3, 2, 1), {}), (pg.avg_pool, (3, 2, 1), {}),
+    (pg.lp_pool, (2.0, 2), {}), (pg.adaptive_max_pool, ((5, 4),), {}),
+    (pg.adaptive_avg_pool, ((5, 4),), {}), (pg.global_max_pool, (), {}),
+    (pg.global_avg_pool, (), {}), (pg.global_lp_pool, (3.0,), {}),
+    (pg.blur_pool, (), {}), (pg.max_blur_pool, (), {}), (pg.avg_blur_pool, (), {}),
+    (pg.soft_pool, (2,), {}), (pg.stochastic_pool, (2,), {"rng": 4}),
+    (pg.stochastic_pool, (2,), {"training": True, "rng": 4}),
+    (pg.fractional_max_pool, (2,), {"output_ratio": 0.5, "rng": 4}),
+    (pg.gem_pool, (3.0, 2), {}), (pg.gem_pool, (2.5, 3, 2), {}), (pg.gem_pool, (3.0,), {}),
+    (pg.mixed_pool, (2, None, 0, 0.5), {}), (pg.gated_pool, (_GATE, 2), {}),
+    (pg.attention_pool, (_QUERIES, _KEYS, 2), {}), (pg.aps_pool, (), {}),
+    (pg.max_aps_pool, (), {}), (pg.lps_pool, (_SCORER,), {}),
+]
+
+
+@pytest.mark.builds  # compiles every parallel build: 6 min on 2 cores, not in the default run
+@pytest.mark.parametrize("case", range(len(BUILD_CASES)))
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_the_parallel_build_gives_the_serial_builds_bits(case, layout, monkeypatch):
+    """Calls on arrays below ``SERIAL_BELOW`` run each kernel's serial build, larger ones
+    its parallel build: the two must agree bit for bit, value and gradient, for every
+    operator (here on the pool's threads, the small array sent to the parallel build)."""
+    op, args, kwargs = BUILD_CASES[case]
+    rng = np.random.default_rng(case)
+    x = (np.abs(rng.standard_normal((2, 6, 12, 11))) + 0.25).astype(np.float32)
+    if layout == "channels_last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+    def run():
+        y, pullback = pg.vjp(op, x, *args, **kwargs)
+        values = y[0] if isinstance(y, tuple) else y
+        dy = np.random.default_rng(case).standard_normal(values.shape).astype(np.float32)
+        grads = pullback(dy)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        return [np.asarray(a) for a in ((y if isinstance(y, tuple) else (y,)) + grads)]
+
+    serial = run()
+    monkeypatch.setattr(kernels, "SERIAL_BELOW", 0)
+    before = numba.get_num_threads()
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    try:
+        parallel = run()
+    finally:
+        numba.set_num_threads(before)
+    for a, b in zip(serial, parallel, strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
 @kernels.parallel_kernel
 def threads_used(x):
     for i in numba.prange(1):
