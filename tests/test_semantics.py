@@ -283,7 +283,7 @@ BUILD_CASES = [  # every operator once, on a small float32 input (the serial bui
 ]
 
 
-@pytest.mark.builds  # compiles every parallel build: 6 min on 2 cores, not in the default run
+@pytest.mark.builds  # compiles every parallel build: 5 min cold, not in the default run
 @pytest.mark.parametrize("case", range(len(BUILD_CASES)))
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 def test_the_parallel_build_gives_the_serial_builds_bits(case, layout, monkeypatch):
