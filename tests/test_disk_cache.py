@@ -5,6 +5,7 @@ every compiled kernel uses it."""
 import errno
 import importlib
 import importlib.util
+import os
 import pkgutil
 import threading
 import time
@@ -123,11 +124,45 @@ def test_a_kernel_compiled_in_one_process_loads_its_signatures_in_another(tmp_pa
     assert not second.stats.cache_misses
 
 
+_PARALLEL_MODULE = '''
+import numba
+from poolgrad.kernels import parallel_kernel
+
+
+@parallel_kernel
+def halved(values, out):
+    for i in numba.prange(values.size):
+        out[i] = values[i] / 2
+'''
+
+
+def test_a_kernels_serial_and_parallel_builds_cache_apart(tmp_path):
+    """Numba's cache keys hold the signature, not the options: without files of its
+    own, the serial build would load the parallel one's code, or the reverse."""
+    path = tmp_path / "cached_kernel.py"
+    path.write_text(_PARALLEL_MODULE)
+    small = np.arange(5.0)
+    large = np.arange(float(poolgrad.kernels.SERIAL_BELOW))
+    first = _fresh_import(path).halved
+    for values in (small, large):
+        first(values, np.empty_like(values))
+    assert len(first.serial.stats.cache_misses) == len(first.compiled.stats.cache_misses) == 1
+    indexes = [build._cache._cache_file._index_path for build in (first.serial, first.compiled)]
+    assert indexes[0] != indexes[1] and all(os.path.exists(index) for index in indexes)
+    second = _fresh_import(path).halved
+    for values in (small, large):
+        out = np.empty_like(values)
+        second(values, out)
+        np.testing.assert_array_equal(out, values / 2)
+    for build in (second.serial, second.compiled):
+        assert sum(build.stats.cache_hits.values()) == 1 and not build.stats.cache_misses
+
+
 def _dispatchers(module):
     for value in vars(module).values():
-        compiled = getattr(value, "compiled", value)
-        if isinstance(compiled, Dispatcher):
-            yield compiled
+        for build in (getattr(value, "compiled", value), getattr(value, "serial", None)):
+            if isinstance(build, Dispatcher):
+                yield build
 
 
 def test_every_kernel_compiles_through_the_process_safe_cache():
