@@ -37,16 +37,17 @@ if not _cuda_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-# The longest files first, by their seconds in a cold run on 2 cores (2026-11-27, from
-# --durations=0: kernel paths 263, torch ops 212, torch kinds 166, Triton 144, kinds 112,
-# channels-last 60, explain 58, bad input 43, torch parity 40, study 38, train 35, torch
-# train 30, bench 28): pytest-xdist hands whole files to its workers in collection
-# order, so a long file collected last would leave one worker running it alone at the
-# end.
-_LONGEST_FIRST = ("test_kernel_paths.py", "test_torch_ops.py", "test_torch_kinds.py",
-                  "test_triton.py", "test_kinds.py", "test_channels_last.py",
-                  "test_explain.py", "test_bad_input.py", "test_torch_parity.py",
-                  "test_study.py", "test_train.py", "test_train_torch.py", "test_bench.py")
+# The longest files first, by their seconds in a cold run on 2 cores (2026-12-02: a warm
+# run's durations plus each file's compiles from a numba:compile recorder: torch ops 149,
+# Triton 148, kernel paths 148, torch kinds 112, study 77, torch train 43, bad input 42,
+# explain 42, kinds 32, torch parity 32, channels-last 21, train 17, explain network 17,
+# bench 15): pytest-xdist hands whole files to its workers in collection order, so a
+# long file collected last would leave one worker running it alone at the end.
+_LONGEST_FIRST = ("test_torch_ops.py", "test_triton.py", "test_kernel_paths.py",
+                  "test_torch_kinds.py", "test_study.py", "test_train_torch.py",
+                  "test_bad_input.py", "test_explain.py", "test_kinds.py",
+                  "test_torch_parity.py", "test_channels_last.py", "test_train.py",
+                  "test_explain_network.py", "test_bench.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
