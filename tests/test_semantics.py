@@ -298,11 +298,11 @@ def test_the_parallel_build_gives_the_serial_builds_bits(case, layout, monkeypat
 
     def run():
         y, pullback = pg.vjp(op, x, *args, **kwargs)
-        values = y[0] if isinstance(y, tuple) else y
-        dy = np.random.default_rng(case).standard_normal(values.shape).astype(np.float32)
+        outputs = y if isinstance(y, tuple) else (y,)  # values first, then any indices
+        dy = np.random.default_rng(case).standard_normal(outputs[0].shape).astype(np.float32)
         grads = pullback(dy)
-        grads = grads if isinstance(grads, tuple) else (grads,)
-        return [np.asarray(a) for a in ((y if isinstance(y, tuple) else (y,)) + grads)]
+        return [np.asarray(a) for a in outputs + (grads if isinstance(grads, tuple)
+                                                  else (grads,))]
 
     serial = run()
     monkeypatch.setattr(kernels, "SERIAL_BELOW", 0)
