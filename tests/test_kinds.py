@@ -629,6 +629,19 @@ def test_stochastic_pool_refuses_infinite_weights(kernel, training, layout):
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stochastic_pool_evaluation_takes_negative_zero_as_a_weight(dtype, layout):
+    """-0.0 is >= 0: a weight of 0. Its sign bit raises the 2x2 kernel's alarm, whose
+    exact test then passes the window; the values are those of +0.0."""
+    x = _with_taps(-0.0, 2, layout, dtype)
+    x[:, :, 1, 1] = 3.0
+    assert np.signbit(x).any()
+    expected = pg.stochastic_pool(np.abs(x), 2, training=False)
+    np.testing.assert_array_equal(pg.stochastic_pool(x, 2, training=False), expected)
+    assert expected[0, 0, 0, 0] == 2.5  # (0 + 0 + 1 + 9) / (0 + 0 + 1 + 3)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("value, training", [(2e38, True), (2e38, False), (1e20, False)])
 def test_stochastic_pool_refuses_2x2_sums_that_overflow(value, training, layout):
     """Finite float32 weights whose 2x2 window sums overflow: the sum (training's

@@ -83,6 +83,23 @@ def from_bits(typingctx, value):
     return real(value), codegen
 
 
+def unsigned_bits(value):
+    """The bits of a float32 as a uint32, or of a float64 as a uint64 (compiled code
+    only). In that order every finite number >= +0 lies below the bits of +inf, and
+    +inf, NaNs, the negative numbers and -0.0 at or above them: one integer maximum
+    checks floats that loops vectorize with no float compares or masks."""
+    raise NotImplementedError("only for Numba-compiled kernels")
+
+
+@overload(unsigned_bits, inline="always", jit_options=JIT_OPTIONS)
+def _unsigned_bits(value):
+    if value == types.float32:
+        return lambda value: np.uint32(bits(value))
+    if value == types.float64:
+        return lambda value: np.uint64(bits(value))
+    return None
+
+
 @inlined
 def _power_of_two(n):
     """``2.0 ** n`` for an integer ``n`` from -1022 to 1023, from its bits."""

@@ -185,7 +185,7 @@ def _larger(largest, v):
 def _quad(top, bottom, i, j, soft, real):
     """``(y, S, M)`` of the window whose taps are ``top[i], top[j], bottom[i],
     bottom[j]`` (row-major order), as the rows kernel takes them; for ``SELF``, ``M`` is
-    1 where every tap is >= 0 and 0 otherwise (a NaN too); ``soft`` a literal."""
+    the window's check word (:func:`_check_word`); ``soft`` a literal."""
     v0, v1, v2, v3 = real(top[i]), real(top[j]), real(bottom[i]), real(bottom[j])
     zero = real(0.0)
     if soft:
@@ -197,27 +197,53 @@ def _quad(top, bottom, i, j, soft, real):
         return weighted / total, total, largest
     total = (((zero + v0) + v1) + v2) + v3
     weighted = (((zero + v0 * v0) + v1 * v1) + v2 * v2) + v3 * v3
-    # 1 where every tap is a weight (>= 0, not NaN) and the sums are finite in x's
-    # dtype, for the kernel's check: x^2 overflows first, and an infinite tap makes
-    # inf / inf (checked once per window, not per tap)
-    valid = real((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero) & (
-        weighted < np.inf))
-    return _finish(zero, total, weighted, SELF, real) + (valid,)
+    return _finish(zero, total, weighted, SELF, real) + (
+        _check_word(v0, v1, v2, v3, weighted),)
+
+
+@inlined
+def _check_word(v0, v1, v2, v3, weighted):
+    """A ``SELF`` window's check: below the bits of +inf (:func:`.elementary.
+    unsigned_bits`) exactly where every tap is a weight (>= 0, not NaN) and the sums
+    are finite in x's dtype (x^2 overflows first, and an infinite tap makes inf / inf),
+    but for -0.0, a false alarm that :func:`_not_weights` settles. Integer maxima: the
+    float compares and masks of the exact test cost the channels-last 2x2 forward two
+    fifths of its time. (An OR of the taps' bits would be cheaper and wrong: 1.0 and
+    2.0 OR to the bits of +inf.)"""
+    taps = max(max(elementary.unsigned_bits(v0), elementary.unsigned_bits(v1)),
+               max(elementary.unsigned_bits(v2), elementary.unsigned_bits(v3)))
+    return max(taps, elementary.unsigned_bits(weighted))
+
+
+@inlined
+def _not_weights(top, bottom, windows, inner, steps, real):
+    """Whether a window of the row (:func:`_quads_row`'s) is not weights: the exact
+    test, where the check words raised an alarm."""
+    zero, found = real(0.0), False
+    for o in range(windows):
+        ow, c = o // inner, o % inner
+        i = uint64(ow * steps[2] * inner + c)
+        j = i + uint64(inner)
+        v0, v1, v2, v3 = real(top[i]), real(top[j]), real(bottom[i]), real(bottom[j])
+        weighted = (((zero + v0 * v0) + v1 * v1) + v2 * v2) + v3 * v3
+        found |= not ((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero) & (
+            weighted < np.inf))
+    return found
 
 
 @inlined
 def _quad_out(top, bottom, i, j, soft, real, means, sums, largest, at, keep):
     """:func:`_quad`'s window written at ``at``: its mean to ``means``, and with
     ``keep`` what ``norm`` is made of, its ``S`` to ``sums`` (and SoftPool's ``M`` to
-    ``largest``); returns the mean's check (1 where the window is not weights, else 0;
-    0 for SoftPool)."""
+    ``largest``); returns the mean's check word (:func:`_check_word`; 0 for
+    SoftPool)."""
     mean, total, tag = _quad(top, bottom, i, j, soft, real)
     means[at] = mean
     if keep:
         sums[at] = total
         if soft:
             largest[at] = tag
-    return np.int32(0) if soft else np.int32(tag == real(0.0))
+    return elementary.unsigned_bits(real(0.0)) if soft else tag
 
 
 @inlined
@@ -229,30 +255,31 @@ def _quads_row(top, bottom, means, sums, largest, norms, inner, steps, soft, rea
     ``largest``, and a second loop over them (in L1) writes ``norms``: SoftPool's
     ``log`` in the first kept that loop scalar (6.5 ms against 3.8 on a channels-last
     layer), and a fifth array of the caller's did the same for NCHW (the stochastic
-    mean's forward, 3.0 ms against 1.3). Returns whether a ``SELF`` window was not
-    weights (a negative or NaN tap, or a sum that is infinite in x's dtype; False for
-    SoftPool)."""
-    # an int32 count, summed by np.add: Numba's + would widen it to int64, whose lanes
-    # halve the float32 loop's vectors (ymm, not zmm)
-    not_weights = np.int32(0)
+    mean's forward, 3.0 ms against 1.3). Returns whether a ``SELF`` window may not be
+    weights: the largest check word reached the bits of +inf (False for SoftPool)."""
+    # the check words' maximum, in their own width: Numba's arithmetic would widen
+    # them to 64 bits, whose lanes halve the float32 loop's vectors (ymm, not zmm)
+    highest = elementary.unsigned_bits(real(0.0))
     if inner == 1:  # NCHW, at stride 2 (the rule's): interleaved loads
         for ow in range(means.shape[0]):
             at, i = uint64(ow), uint64(2 * ow)
-            not_weights = np.add(not_weights, _quad_out(top, bottom, i, i + 1, soft, real,
-                                                        means, sums, largest, at, keep))
+            word = _quad_out(top, bottom, i, i + 1, soft, real, means, sums, largest, at,
+                             keep)
+            highest = word if word > highest else highest
     else:
         step, across = uint64(steps[2] * inner), uint64(inner)
         for ow in range(means.shape[0] // inner):
             base, first = uint64(ow) * step, uint64(ow) * across
             for c in range(inner):
                 i, at = base + uint64(c), first + uint64(c)
-                not_weights = np.add(not_weights, _quad_out(
-                    top, bottom, i, i + across, soft, real, means, sums, largest, at, keep))
+                word = _quad_out(top, bottom, i, i + across, soft, real, means, sums,
+                                 largest, at, keep)
+                highest = word if word > highest else highest
     if keep:
         for o in range(norms.shape[0]):
             at = uint64(o)
             norms[at] = largest[at] + elementary.log_in(sums[at]) if soft else sums[at]
-    return not_weights != 0
+    return highest >= elementary.unsigned_bits(real(np.inf))
 
 
 @parallel_kernel
@@ -286,6 +313,7 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
         for row in range(first, end):
             od, oh, top, bottom = quad_rows(x, plane, row, out_h, steps)
             means = y[plane, od, oh]
+            alarm = False
             # four call sites, each with literal flags: a runtime `keep` in the row's
             # loops kept the stochastic mean's check loop scalar (0.90 ms against 0.66
             # for a channels-last 32x64x56x56 forward at 2 threads)
@@ -296,11 +324,13 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
                 _quads_row(top, bottom, means, sums, largest, sums, inner, steps, True, real,
                            False)
             elif keep:
-                bad |= _quads_row(top, bottom, means, sums, largest, norm[plane, od, oh],
-                                  inner, steps, False, real, True)
+                alarm = _quads_row(top, bottom, means, sums, largest, norm[plane, od, oh],
+                                   inner, steps, False, real, True)
             else:
-                bad |= _quads_row(top, bottom, means, sums, largest, sums, inner, steps,
-                                  False, real, False)
+                alarm = _quads_row(top, bottom, means, sums, largest, sums, inner, steps,
+                                   False, real, False)
+            if kind != SOFT and alarm:
+                bad |= _not_weights(top, bottom, out_l, inner, steps, real)
             if copies:
                 copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
                 copy_row(top, copy_top)
