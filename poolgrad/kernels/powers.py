@@ -18,7 +18,7 @@ from numba import types
 from numba.extending import overload
 
 from . import JIT_OPTIONS, constant, elementary
-from .walk import inlined
+from .walk import helper, inlined
 
 # subtracted from the bits of the estimate of mean^(-1/p) (a whole p from 3 to 8):
 # 0.06 of an octave, which roughly halves its largest error (a numerical search)
@@ -92,7 +92,10 @@ _PRODUCTS = tuple(inlined(product) for product in (
     lambda base: 1.0 * base * base * base * base * base * base * base * base))
 
 
-@overload(raised, inline="always", jit_options=JIT_OPTIONS)
+# raised, raised_less_one and the scalar helpers below are plain calls, which LLVM
+# inlines: inlined by Numba, each call site was typed anew, and GeM's and Lp's kernels
+# compiled for up to twice as long (docs/performance.md)
+@overload(raised, jit_options=JIT_OPTIONS)
 def _raised(base, p, whole):
     # one implementation per form, chosen by type: an inlined function whose branches
     # were all typed made every kernel that raises compile for longer
@@ -110,7 +113,7 @@ def raised_less_one(base, p, whole):
     raise NotImplementedError("only for Numba-compiled kernels")
 
 
-@overload(raised_less_one, inline="always", jit_options=JIT_OPTIONS)
+@overload(raised_less_one, jit_options=JIT_OPTIONS)
 def _raised_less_one(base, p, whole):
     if isinstance(whole, types.NoneType):
         return lambda base, p, whole: elementary.exp((p - 1.0) * elementary.log(base))
@@ -121,7 +124,7 @@ def _raised_less_one(base, p, whole):
     return lambda base, p, whole: product(base)
 
 
-@inlined
+@helper
 def natural_log(v, whole):
     """``log v`` for ``dp``'s terms, in the precision :func:`raised` takes for ``whole``
     (for :data:`FOR_FLOAT32`, from the ``log2`` that raising ``v`` takes too)."""
@@ -135,7 +138,7 @@ def natural_log(v, whole):
 TINY = 2.0 ** -960
 
 
-@inlined
+@helper
 def clamped(v, eps):
     """GeM's ``max(v, eps)`` (NaN kept), or with ``eps`` None Lp's ``|v|``."""
     if eps is None:
@@ -143,7 +146,7 @@ def clamped(v, eps):
     return eps if v < eps else v
 
 
-@inlined
+@helper
 def divisor(count, eps):
     """What a window's sum of ``z^p`` is divided by: its count (GeM's mean), or 1 (Lp)."""
     if eps is None:
@@ -151,7 +154,7 @@ def divisor(count, eps):
     return np.float64(count)
 
 
-@inlined
+@helper
 def passes(v, eps):
     """Whether a tap passes a gradient: above GeM's clamp (not NaN), or, for Lp, not 0."""
     if eps is None:
@@ -159,7 +162,7 @@ def passes(v, eps):
     return v >= eps
 
 
-@inlined
+@helper
 def sign_of(v, eps):
     """The factor ``dz/dx`` adds to a passing tap's gradient: Lp's sign of ``v``."""
     if eps is None:
@@ -167,13 +170,13 @@ def sign_of(v, eps):
     return 1.0
 
 
-@inlined
+@helper
 def in_range(total):
     """Whether an unscaled sum is exact enough to use (NaN passes: it is the answer)."""
     return not (total < TINY or total == np.inf)
 
 
-@inlined
+@helper
 def relative_mean(largest, total, count, p, whole, precise):
     """The power mean of a sum taken relative to its ``largest`` term: an infinite one
     makes the mean infinite (relative to it, the sum is NaN), and all zeros (Lp's) 0."""
@@ -182,7 +185,7 @@ def relative_mean(largest, total, count, p, whole, precise):
     return largest * root(total / count, p, whole, precise)
 
 
-@inlined
+@helper
 def root(mean, p, whole, precise):
     """``mean ** (1/p)`` for a normal ``mean > 0`` (or NaN): exact for ``p`` 1,
     ``sqrt`` for 2. For another whole ``p``, Newton steps towards ``mean^(-1/p)`` from
@@ -220,7 +223,7 @@ def root(mean, p, whole, precise):
 # ------------------------------------------------------------------- GeM's dp
 
 
-@inlined
+@helper
 def p_term(dy, y, p, s0, s1):
     """A window's term of GeM's ``dp``: ``dy (y / p) S1 / S0`` (:mod:`.power_mean`)."""
     return dy * (y / p) * (s1 / s0)
