@@ -47,8 +47,12 @@ NETWORKS = {
 CANVAS = 16
 SEEDS, BATCH = 3, 100
 # --quick: the pipeline end to end on a sliver of the data; its numbers mean nothing.
+# Its pooling inputs all have fewer than kernels.SERIAL_BELOW elements (training
+# batches of 50: digits16's first is 50x16x16x16; 40 test examples: the layer check's
+# padded canvases are 40x16x16x22), so it compiles no parallel kernel builds (with
+# batches of 100 and 60 test examples, they took 57 of its 99 s cold)
 QUICK = {"epochs": 1, "seeds": 2, "pools": ("max", "blur"), "heads": ("flatten", "gap"),
-         "train_examples": 200, "test_examples": 60}
+         "train_examples": 200, "test_examples": 40, "batch_size": 50}
 
 
 class StudyError(ValueError):
@@ -59,7 +63,7 @@ class StudyError(ValueError):
 class Plan:
     """What a study runs: every dataset x pool x head x seed, each trained ``epochs``
     epochs (None: the dataset's in :data:`NETWORKS`) on at most ``train_examples`` and
-    measured on at most ``test_examples`` (None: all)."""
+    measured on at most ``test_examples`` (None: all), in batches of ``batch_size``."""
     datasets: tuple = DATASETS
     pools: tuple = POOLS
     heads: tuple = HEADS
@@ -67,6 +71,7 @@ class Plan:
     epochs: int | None = None
     train_examples: int | None = None
     test_examples: int | None = None
+    batch_size: int = BATCH
     quick: bool = False
     conv_padding: str = "zeros"  # the convolutions': circular commutes with circular shifts
 
@@ -81,7 +86,7 @@ class Plan:
                    for k, v in NETWORKS[dataset.split("-")[0]].items()}
         if self.epochs is not None:
             network["epochs"] = self.epochs
-        return {**network, "batch_size": BATCH, "optimizer": "adam",
+        return {**network, "batch_size": self.batch_size, "optimizer": "adam",
                 "train_examples": self.train_examples, "test_examples": self.test_examples,
                 "quick": self.quick, "conv_padding": self.conv_padding}
 
@@ -222,8 +227,9 @@ def run_one(run: dict, plan: Plan, device: str = "cpu") -> dict:
     model.train()
     for _ in range(settings["epochs"]):
         order, total = torch.randperm(len(y_train), generator=draws), 0.0
-        for start in range(0, len(order), BATCH):
-            chosen = order[start:start + BATCH].to(device)
+        batch = settings["batch_size"]
+        for start in range(0, len(order), batch):
+            chosen = order[start:start + batch].to(device)
             inputs, labels = x_train[chosen], y_train[chosen]
             if data.translate:
                 offsets = torch.randint(-data.reach, data.reach + 1,
