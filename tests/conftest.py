@@ -37,17 +37,17 @@ if not _cuda_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-# The longest files first, by their seconds in a cold run on 2 cores (2026-12-02: a warm
-# run's durations plus each file's compiles from a numba:compile recorder: torch ops 149,
-# Triton 148, kernel paths 148, torch kinds 112, study 77, torch train 43, bad input 42,
-# explain 42, kinds 32, torch parity 32, channels-last 21, train 17, explain network 17,
-# bench 15): pytest-xdist hands whole files to its workers in collection order, so a
-# long file collected last would leave one worker running it alone at the end.
-_LONGEST_FIRST = ("test_torch_ops.py", "test_triton.py", "test_kernel_paths.py",
-                  "test_torch_kinds.py", "test_study.py", "test_train_torch.py",
-                  "test_bad_input.py", "test_explain.py", "test_kinds.py",
-                  "test_torch_parity.py", "test_channels_last.py", "test_train.py",
-                  "test_explain_network.py", "test_bench.py")
+# The longest files first, by their seconds in a cold run on 2 cores (2026-12-02, a
+# fresh clone at 1ce0bf2, compiles included: torch ops 138, kernel paths 137, Triton
+# 130, torch kinds 92, torch train 47, explain 38, bad input 34, torch parity 29, study
+# 27, train 24, kinds 18, channels-last 15, bench 15, explain network 13): pytest-xdist
+# hands whole files to its workers in collection order, so a long file collected last
+# would leave one worker running it alone at the end.
+_LONGEST_FIRST = ("test_torch_ops.py", "test_kernel_paths.py", "test_triton.py",
+                  "test_torch_kinds.py", "test_train_torch.py", "test_explain.py",
+                  "test_bad_input.py", "test_torch_parity.py", "test_study.py",
+                  "test_train.py", "test_kinds.py", "test_channels_last.py",
+                  "test_bench.py", "test_explain_network.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
