@@ -92,10 +92,18 @@ _PRODUCTS = tuple(inlined(product) for product in (
     lambda base: 1.0 * base * base * base * base * base * base * base * base))
 
 
-# raised, raised_less_one and the scalar helpers below are plain calls, which LLVM
-# inlines: inlined by Numba, each call site was typed anew, and GeM's and Lp's kernels
-# compiled for up to twice as long (docs/performance.md)
-@overload(raised, jit_options=JIT_OPTIONS)
+def _inline_where_real(expr, caller, callee):
+    """Whether Numba inlines a call of :func:`raised`, :func:`raised_less_one` or
+    :func:`root` (``whole`` their third argument): only where ``p`` is real and the
+    arithmetic float64 (``whole`` None). Elsewhere they, and the small helpers below,
+    are plain calls that LLVM inlines: inlined by Numba, each call site was typed anew,
+    and GeM's and Lp's kernels compiled for up to twice as long (docs/performance.md).
+    A float64 ``exp(p log(z))`` is too large for LLVM to inline through a call: its
+    loops would stay scalar."""
+    return isinstance(caller.typemap[expr.args[2].name], types.NoneType)
+
+
+@overload(raised, inline=_inline_where_real, jit_options=JIT_OPTIONS)
 def _raised(base, p, whole):
     # one implementation per form, chosen by type: an inlined function whose branches
     # were all typed made every kernel that raises compile for longer
@@ -113,7 +121,7 @@ def raised_less_one(base, p, whole):
     raise NotImplementedError("only for Numba-compiled kernels")
 
 
-@overload(raised_less_one, jit_options=JIT_OPTIONS)
+@overload(raised_less_one, inline=_inline_where_real, jit_options=JIT_OPTIONS)
 def _raised_less_one(base, p, whole):
     if isinstance(whole, types.NoneType):
         return lambda base, p, whole: elementary.exp((p - 1.0) * elementary.log(base))
@@ -124,7 +132,7 @@ def _raised_less_one(base, p, whole):
     return lambda base, p, whole: product(base)
 
 
-@helper
+@inlined
 def natural_log(v, whole):
     """``log v`` for ``dp``'s terms, in the precision :func:`raised` takes for ``whole``
     (for :data:`FOR_FLOAT32`, from the ``log2`` that raising ``v`` takes too)."""
@@ -176,7 +184,7 @@ def in_range(total):
     return not (total < TINY or total == np.inf)
 
 
-@helper
+@inlined
 def relative_mean(largest, total, count, p, whole, precise):
     """The power mean of a sum taken relative to its ``largest`` term: an infinite one
     makes the mean infinite (relative to it, the sum is NaN), and all zeros (Lp's) 0."""
@@ -185,7 +193,6 @@ def relative_mean(largest, total, count, p, whole, precise):
     return largest * root(total / count, p, whole, precise)
 
 
-@helper
 def root(mean, p, whole, precise):
     """``mean ** (1/p)`` for a normal ``mean > 0`` (or NaN): exact for ``p`` 1,
     ``sqrt`` for 2. For another whole ``p``, Newton steps towards ``mean^(-1/p)`` from
@@ -196,14 +203,27 @@ def root(mean, p, whole, precise):
     (near ``1e-15``); with ``precise`` (a float64 result) one Newton step on ``y^p =
     mean`` after them, which leaves only that step's rounding. Any other ``p`` by
     ``exp(log(mean) / p)`` (for :data:`FOR_FLOAT32`, ``exp2(log2(mean) / p)``)."""
-    if whole is None:
-        return elementary.exp(elementary.log(mean) * (1.0 / p))
-    if for_float32(whole):
-        return elementary.exp2_for_float32(elementary.log2_for_float32(mean) * (1.0 / p))
+    raise NotImplementedError("only for Numba-compiled kernels")
+
+
+@overload(root, inline=_inline_where_real, jit_options=JIT_OPTIONS)
+def _root(mean, p, whole, precise):
+    # one implementation per form, chosen by type, as raised's
+    if isinstance(whole, types.NoneType):
+        return lambda mean, p, whole, precise: elementary.exp(
+            elementary.log(mean) * (1.0 / p))
+    if _is_for_float32(whole):
+        return lambda mean, p, whole, precise: elementary.exp2_for_float32(
+            elementary.log2_for_float32(mean) * (1.0 / p))
     if whole.ndim == 1:
-        return mean
+        return lambda mean, p, whole, precise: mean
     if whole.ndim == 2:
-        return np.sqrt(mean)
+        return lambda mean, p, whole, precise: np.sqrt(mean)
+    return _newton_root
+
+
+def _newton_root(mean, p, whole, precise):
+    """:func:`root` for a whole ``p`` from 3."""
     one = np.int64(elementary.ONE_BITS)
     # the exponent's share of the root, from the bits (a float product: an integer
     # division keeps the loop scalar)
@@ -214,10 +234,10 @@ def root(mean, p, whole, precise):
         inverse += inverse * ((1.0 - mean * raised(inverse, p, whole)) * (1.0 / p))
     if precise or whole.ndim > 4:  # both compile-time constants
         inverse += inverse * ((1.0 - mean * raised(inverse, p, whole)) * (1.0 / p))
-    root = mean * raised_less_one(inverse, p, whole)
+    result = mean * raised_less_one(inverse, p, whole)
     if not precise:
-        return root
-    return root - (root - mean / raised_less_one(root, p, whole)) * (1.0 / p)
+        return result
+    return result - (result - mean / raised_less_one(result, p, whole)) * (1.0 / p)
 
 
 # ------------------------------------------------------------------- GeM's dp
