@@ -1,12 +1,14 @@
 """The kernels' disk cache (poolgrad.kernels.disk_cache): concurrent saves of one
-kernel keep every signature, a data file never serves another signature's key, and
-every compiled kernel uses it."""
+kernel keep every signature, a data file never serves another signature's key, a
+change to any module of the package compiles the kernels again, and every compiled
+kernel uses it."""
 
 import errno
 import importlib
 import importlib.util
 import os
 import pkgutil
+import sys
 import threading
 import time
 
@@ -186,3 +188,67 @@ def test_jit_keeps_the_kernel_options_and_takes_more():
     assert options["inline"] == "always" and options["fastmath"] == {"nsz"}
     assert isinstance(add_one._cache, disk_cache.ProcessSafeCache)
     assert not isinstance(jit(cache=False)(lambda x: x)._cache, disk_cache.ProcessSafeCache)
+
+
+_HELPER = '''
+from poolgrad.kernels import jit
+
+
+@jit(inline="always")
+def offset():
+    return {value}
+'''
+
+_USER = '''
+from poolgrad.kernels import jit
+from cached_helper import offset
+
+
+@jit()
+def shifted(values):
+    out = values.copy()
+    for i in range(values.size):
+        out[i] = values[i] + offset()
+    return out
+'''
+
+
+def _import_user(folder, monkeypatch, digest):
+    """The kernel module and its helper module imported afresh (as a new process
+    would), with ``digest`` as the package's."""
+    monkeypatch.setattr(disk_cache, "package_digest", lambda: digest)
+    monkeypatch.delitem(sys.modules, "cached_helper", raising=False)
+    return _fresh_import(folder / "cached_user.py").shifted
+
+
+def test_a_change_to_a_helper_in_another_module_compiles_the_kernel_again(tmp_path,
+                                                                         monkeypatch):
+    """Numba keys a kernel's cache on its own file and bytecode: a helper changed in
+    another module leaves the kernel's index fresh to Numba, which loads the old code.
+    The package digest in the stamp makes that a miss."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "cached_user.py").write_text(_USER)
+    (tmp_path / "cached_helper.py").write_text(_HELPER.format(value=1))
+    values = np.arange(4.0)
+    first = _import_user(tmp_path, monkeypatch, "before")
+    np.testing.assert_array_equal(first(values), values + 1)
+    (tmp_path / "cached_helper.py").write_text(_HELPER.format(value=2))
+    stale = _import_user(tmp_path, monkeypatch, "before")  # the digest left as it was
+    np.testing.assert_array_equal(stale(values), values + 1)  # Numba's stale load
+    fresh = _import_user(tmp_path, monkeypatch, "after")
+    np.testing.assert_array_equal(fresh(values), values + 2)
+    assert len(fresh.stats.cache_misses) == 1
+
+
+def test_the_package_digest_follows_every_module_of_the_folder(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("not a module\n")
+    before = disk_cache.package_digest(str(tmp_path))
+    (tmp_path / "notes.txt").write_text("changed\n")
+    disk_cache.package_digest.cache_clear()
+    assert disk_cache.package_digest(str(tmp_path)) == before
+    (tmp_path / "b.py").write_text("y = 2\n")
+    disk_cache.package_digest.cache_clear()
+    assert disk_cache.package_digest(str(tmp_path)) != before
+    stamp = poolgrad.kernels.max_pool.max_pool_forward.serial._cache._cache_file._source_stamp
+    assert stamp[1] == disk_cache.package_digest()

@@ -24,9 +24,18 @@ in three ways:
 Its files are named apart from Numba's own (``kernel-12.py311.keyed.nbi`` and
 ``.keyed.1.nbc``), so that plain Numba, as an older poolgrad uses it on the same
 ``__pycache__``, never reads a data file in this format, nor this cache one in Numba's.
+
+Numba keys a kernel's cache on its own source file (time and size) and bytecode alone,
+and kernels inline helpers from other modules of the package (:mod:`.powers`,
+:mod:`.walk`): a change to a helper alone left the old machine code in use, by a
+developer's tree or an editable install after a pull. Each index here is stamped with
+a digest of every module of the package too (:func:`package_digest`), so any change to
+them compiles every kernel again.
 """
 
 import contextlib
+import functools
+import hashlib
 import itertools
 import os
 
@@ -85,6 +94,18 @@ class _KeyedCacheFile(IndexDataCacheFile):
         return stored[1]
 
 
+@functools.cache
+def package_digest(folder: str = os.path.dirname(__file__)) -> str:
+    """A digest of the names and contents of the ``.py`` files in ``folder`` (by
+    default this package's, read once per process)."""
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), "rb") as source:
+                digest.update(name.encode() + b"\0" + source.read() + b"\0")
+    return digest.hexdigest()
+
+
 class ProcessSafeCache(FunctionCache):
     """Numba's disk cache for one compiled function, safe across processes; a
     ``variant`` (another build of the function, such as a kernel's serial one) has files
@@ -96,4 +117,4 @@ class ProcessSafeCache(FunctionCache):
         self._cache_file = _KeyedCacheFile(
             cache_path=self._cache_path,
             filename_base=f"{base}.{variant}" if variant else base,
-            source_stamp=self._impl.locator.get_source_stamp())
+            source_stamp=(self._impl.locator.get_source_stamp(), package_digest()))
