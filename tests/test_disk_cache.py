@@ -252,3 +252,4 @@ def test_the_package_digest_follows_every_module_of_the_folder(tmp_path):
     assert disk_cache.package_digest(str(tmp_path)) != before
     stamp = poolgrad.kernels.max_pool.max_pool_forward.serial._cache._cache_file._source_stamp
     assert stamp[1] == disk_cache.package_digest()
+    assert disk_cache.package_digest(str(tmp_path / "missing")) == ""
