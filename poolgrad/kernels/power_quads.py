@@ -16,7 +16,7 @@ from numba import prange, uint64
 from . import parallel_kernel
 from .power_mean import raised_row, rows_rescaled
 from .powers import clamped, divisor, in_range, raised, real_power, root
-from .walk import copy_row, inlined, quad_rows, rows_task
+from .walk import copy_row, inlined, quad_rows, quad_taps, rows_task
 
 
 @inlined
@@ -34,15 +34,6 @@ def _quad_sum(top, bottom, i, j, eps, p, whole):
                        raised(clamped(np.float64(top[j]), eps), p, whole),
                        raised(clamped(np.float64(bottom[i]), eps), p, whole),
                        raised(clamped(np.float64(bottom[j]), eps), p, whole))
-
-
-@inlined
-def _quad_taps(o, inner, steps):
-    """``(i, j)``: output ``o``'s 2x2 window along a row is ``top[i], top[j],
-    bottom[i], bottom[j]`` (:func:`_quads_row`'s taps)."""
-    ow, c = o // inner, o % inner
-    i = uint64(ow * steps[2] * inner + c)
-    return i, i + uint64(inner)
 
 
 @inlined
@@ -118,7 +109,7 @@ def gem_quads_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y, 
             outside = _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise,
                                  top_powers, bottom_powers, sums)
             for o in range(out_l if outside else 0):
-                i, j = _quad_taps(o, inner, steps)
+                i, j = quad_taps(o, inner, steps)
                 # rare: redo the window relative to its maximum
                 if not in_range(_quad_sum(top, bottom, i, j, eps, p, whole)):
                     out[o] = rows_rescaled(x, plane, o % inner, inner, od, oh, o // inner,

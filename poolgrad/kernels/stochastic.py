@@ -104,7 +104,7 @@ def _drawn(v0, v1, v2, v3, draw, zero):
     """``(value, tap, S)`` drawn from the 2x2 window ``v0 .. v3`` (row-major) by
     ``draw``, as :func:`stochastic_pool_sample` draws it (running sums in x's dtype from
     +0, ``u * S`` in float64), with selects where it branches, so that a loop
-    vectorizes; ``S`` the window's sum, for :func:`_not_weights`."""
+    vectorizes; ``S`` the window's sum, for :func:`quad_not_weights`."""
     r0 = zero + v0
     r1 = r0 + v1
     r2 = r1 + v2
@@ -123,21 +123,22 @@ def _drawn(v0, v1, v2, v3, draw, zero):
 
 
 @inlined
-def _not_weights(v0, v1, v2, v3, total, zero):
-    """Whether the 2x2 window ``v0 .. v3`` is not a draw's weights: a tap negative or
-    NaN, or its sum ``total`` (:func:`_drawn`'s ``S``) +inf, from an infinite tap or an
-    overflow in x's dtype. One check of ``S``, not one per tap."""
+def quad_not_weights(v0, v1, v2, v3, total, zero):
+    """Whether the 2x2 window ``v0 .. v3`` is not weights: a tap negative or NaN, or
+    ``total`` +inf, from an infinite tap or an overflow in x's dtype (a draw's sum
+    ``S``, :func:`_drawn`'s; the stochastic mean's sum of squares, which overflows
+    first). One check of the sum, not one per tap."""
     return not ((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero) & (total < np.inf))
 
 
 @inlined
 def _sample_quad(top, bottom, i, j, draws, given, seed, first, at, values, taps, zero):
     """Window ``at`` of :func:`_sample_row`, its taps ``top[i], top[j], bottom[i],
-    bottom[j]``; whether they are not weights (:func:`_not_weights`)."""
+    bottom[j]``; whether they are not weights (:func:`quad_not_weights`)."""
     v0, v1, v2, v3 = top[i], top[j], bottom[i], bottom[j]
     draw = draws[at] if given else counted_uniform(seed, first + at)
     values[at], taps[at], total = _drawn(v0, v1, v2, v3, draw, zero)
-    return _not_weights(v0, v1, v2, v3, total, zero)
+    return quad_not_weights(v0, v1, v2, v3, total, zero)
 
 
 @inlined
@@ -198,5 +199,5 @@ def stochastic_quads_sample(x, inner, steps, chunks, tasks, draws, seed, y, pos,
                     draw = (draws[plane, c, od, oh, ow] if given else counted_uniform(
                         seed, number + uint64(c) * window_plane + uint64(ow)))
                     values[at], taps[at], total = _drawn(v0, v1, v2, v3, draw, zero)
-                    bad |= _not_weights(v0, v1, v2, v3, total, zero)
+                    bad |= quad_not_weights(v0, v1, v2, v3, total, zero)
         invalid[task] = bad

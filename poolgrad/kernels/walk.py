@@ -147,6 +147,16 @@ def quad_rows(x, plane, row, out_h, steps):
 
 
 @inlined
+def quad_taps(o, inner, steps):
+    """``(i, j)``: output ``o``'s 2x2 window along an output row of :func:`quad_rows`
+    is ``top[i], top[j], bottom[i], bottom[j]`` (``inner`` values per position, W
+    stride ``steps[2]``)."""
+    ow, c = o // inner, o % inner
+    i = uint64(ow * steps[2] * inner + c)
+    return i, i + uint64(inner)
+
+
+@inlined
 def copy_row(row, copy):
     """``copy[:] = row``, both contiguous: a loop, as that slice assignment compiled to
     nothing inside the 2x2 kernels' prange loops (a copy of x for a pullback)."""

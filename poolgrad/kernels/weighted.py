@@ -32,11 +32,13 @@ import numpy as np
 from numba import prange, uint64
 
 from . import elementary, parallel_kernel
+from .stochastic import quad_not_weights
 from .walk import (
     copy_row,
     gather_tap,
     inlined,
     quad_rows,
+    quad_taps,
     row_index,
     row_windows,
     rows_task,
@@ -206,7 +208,7 @@ def _check_word(v0, v1, v2, v3, weighted):
     """A ``SELF`` window's check: below the bits of +inf (:func:`.elementary.
     unsigned_bits`) exactly where every tap is a weight (>= 0, not NaN) and the sums
     are finite in x's dtype (x^2 overflows first, and an infinite tap makes inf / inf),
-    but for -0.0, a false alarm that :func:`_not_weights` settles. Integer maxima: the
+    but for -0.0, a false alarm that :func:`_row_not_weights` settles. Integer maxima: the
     float compares and masks of the exact test cost the channels-last 2x2 forward two
     fifths of its time. (An OR of the taps' bits would be cheaper and wrong: 1.0 and
     2.0 OR to the bits of +inf.)"""
@@ -216,18 +218,15 @@ def _check_word(v0, v1, v2, v3, weighted):
 
 
 @inlined
-def _not_weights(top, bottom, windows, inner, steps, real):
+def _row_not_weights(top, bottom, windows, inner, steps, real):
     """Whether a window of the row (:func:`_quads_row`'s) is not weights: the exact
     test, where the check words raised an alarm."""
     zero, found = real(0.0), False
     for o in range(windows):
-        ow, c = o // inner, o % inner
-        i = uint64(ow * steps[2] * inner + c)
-        j = i + uint64(inner)
+        i, j = quad_taps(o, inner, steps)
         v0, v1, v2, v3 = real(top[i]), real(top[j]), real(bottom[i]), real(bottom[j])
         weighted = (((zero + v0 * v0) + v1 * v1) + v2 * v2) + v3 * v3
-        found |= not ((v0 >= zero) & (v1 >= zero) & (v2 >= zero) & (v3 >= zero) & (
-            weighted < np.inf))
+        found |= quad_not_weights(v0, v1, v2, v3, weighted, zero)
     return found
 
 
@@ -329,8 +328,8 @@ def weighted_quads_forward(x, inner, window, steps, chunks, tasks, kind, y, norm
             else:
                 alarm = _quads_row(top, bottom, means, sums, largest, sums, inner, steps,
                                    False, real, False)
-            if kind != SOFT and alarm:
-                bad |= _not_weights(top, bottom, out_l, inner, steps, real)
+            if alarm:  # SoftPool's rows raise none
+                bad |= _row_not_weights(top, bottom, out_l, inner, steps, real)
             if copies:
                 copy_top, copy_bottom = quad_rows(copy, plane, row, out_h, steps)[2:]
                 copy_row(top, copy_top)

@@ -223,11 +223,10 @@ def run_one(run: dict, plan: Plan, device: str = "cpu") -> dict:
     optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
     x_train, y_train = data.x_train.to(device), data.y_train.to(device)
     draws = torch.Generator().manual_seed(seed)
-    started, losses = time.perf_counter(), []
+    started, losses, batch = time.perf_counter(), [], settings["batch_size"]
     model.train()
     for _ in range(settings["epochs"]):
         order, total = torch.randperm(len(y_train), generator=draws), 0.0
-        batch = settings["batch_size"]
         for start in range(0, len(order), batch):
             chosen = order[start:start + batch].to(device)
             inputs, labels = x_train[chosen], y_train[chosen]
