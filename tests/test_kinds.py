@@ -444,6 +444,40 @@ def test_gated_pool_gradients_for_x_and_gate(shape, kernel, stride, padding):
         atol=1e-7)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "channels-last"])
+@pytest.mark.parametrize("kernel, stride, padding", [(2, 2, 0), (3, 3, 0), (3, 2, 1)],
+                         ids=["2x2", "rows 3x3", "padded 3x3"])
+@pytest.mark.parametrize("blend", ["alpha 1", "alpha 0", "alpha 0.5", "gated"])
+def test_a_nan_tap_makes_the_blend_nan_and_takes_the_maximum_share(layout, kernel, stride,
+                                                                  padding, blend):
+    """The forwards take the maximum without a NaN test (the NaN reaches y through the
+    sum): y must still be NaN exactly where a window holds a NaN, whatever the share,
+    and mixed pooling's backward must route the maximum's share to that NaN (gated
+    pooling's gate gradient is NaN there, and so every tap's)."""
+    x = tie_free((2, 3, 6, 6), seed=17).astype(np.float32)
+    x[0, 1, 2, 3] = x[1, 2, 0, 0] = np.nan
+    if layout == "channels-last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    if blend == "gated":
+        op, args = pg.gated_pool, (np.zeros((kernel, kernel)),)
+    else:
+        op, args = pg.mixed_pool, ()
+    alpha = {"alpha 1": 1.0, "alpha 0": 0.0}.get(blend, 0.5)
+    extra = {} if blend == "gated" else {"alpha": alpha}
+    y, pullback = pg.vjp(op, x, *args, kernel, stride, padding, **extra)
+    holds_nan = pg.max_pool(np.isnan(x).astype(np.float32), kernel, stride, padding) > 0
+    assert holds_nan.any()
+    np.testing.assert_array_equal(np.isnan(y), holds_nan)
+    finite = ~holds_nan
+    top, mean = pg.max_pool(x, kernel, stride, padding), pg.avg_pool(x, kernel, stride, padding)
+    share = 0.5 if blend == "gated" else alpha
+    np.testing.assert_allclose(y[finite], (share * top + (1 - share) * mean)[finite],
+                               rtol=1e-6)
+    if blend != "gated" and share:  # the NaN wins: it gets the maximum's share of dy
+        dx = pullback(np.ones_like(y))[0]
+        assert dx[0, 1, 2, 3] >= share and dx[1, 2, 0, 0] >= share
+
+
 def test_gated_pool_with_a_zero_gate_is_an_even_blend():
     x = tie_free((1, 2, 6, 6), seed=16)
     y = pg.gated_pool(x, np.zeros((2, 2)), 2)

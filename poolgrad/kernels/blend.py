@@ -80,6 +80,16 @@ def _fold(largest, winner, v, t):
 
 
 @inlined
+def _larger(largest, v):
+    """``M`` for a forward, which needs no winner: the first largest, with no test for
+    NaN. A NaN tap makes the window's sum NaN, and with it ``y`` (``(1 - s) A`` is NaN
+    even where ``s`` is 1, and a NaN logit makes ``s`` NaN), so the plain compare gives
+    :func:`_fold`'s ``y``; its two compares and two mask steps per tap cost the
+    channels-last 2x2 forward 1.7x (0.87 ms against 0.50, 32x64x56x56 float32)."""
+    return v if v > largest else largest
+
+
+@inlined
 def _coefficients(largest, total, logit, dy, count, weights, kind):
     """``(route, spread, dz, term)``: what the winner gets, what every real tap gets,
     the gate's gradient ``dz`` (0 mixed) and the window's term of ``dalpha`` (0
@@ -112,7 +122,7 @@ def blend_window_forward(x, table, extent, count, kind, weights, y):
                 for jh in range(first_h, end_h):
                     for jw in range(first_w, end_w):
                         v = real(x[n, c, start_d + jd, start_h + jh, start_w + jw])
-                        largest = _fold(largest, 0, v, 0)[0]
+                        largest = _larger(largest, v)
                         total += v
                         if kind == GATED:
                             logit += real(weights[(jd * extent[1] + jh) * extent[2] + jw]) * v
@@ -216,7 +226,7 @@ def _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, record,
                         if record:
                             largest[at], winner[at] = _fold(largest[at], winner[at], v, here)
                         else:
-                            largest[at] = _fold(largest[at], 0.0, v, 0.0)[0]
+                            largest[at] = _larger(largest[at], v)
                         total[at] += v
                         if kind == GATED:
                             logit[at] += g * v
@@ -250,7 +260,7 @@ def _quad(top, bottom, i, j, gate, mixed, divisor, gated, real):
     (row-major order) in the dtype ``real``, as :func:`_blend` gives it: ``gate`` the
     gate's weights and ``mixed`` ``(s, 1 - s)`` of mixed pooling, both in it."""
     v0, v1, v2, v3 = real(top[i]), real(top[j]), real(bottom[i]), real(bottom[j])
-    largest = _fold(_fold(_fold(v0, 0, v1, 0)[0], 0, v2, 0)[0], 0, v3, 0)[0]
+    largest = _larger(_larger(_larger(v0, v1), v2), v3)
     share, rest = mixed
     if gated:
         logit = ((gate[0] * v0 + gate[1] * v1) + gate[2] * v2) + gate[3] * v3
