@@ -835,6 +835,38 @@ def _lp_passes(choose, xs, stored, plan, operand, p):
     return (forward.name, backward.name), y, dx
 
 
+
+@pytest.mark.parametrize("p, dtype", [(1.0, np.float32), (2.0, np.float32),
+                                      (2.0, np.float64), (3.0, np.float32)])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels-last"])
+def test_lp_quads_count_the_sums_out_of_range_where_the_redo_matters(p, dtype,
+                                                                     channels_last):
+    """Lp of float32 taps with p 1 or 2 does not count the sums that leave the range
+    (``powers.may_leave_range``): such a sum is a window of zeros or one with an
+    infinite tap, whose root is already the redo's. Other powers and float64 taps
+    count them and redo those windows. The same bits as the general kernels on such
+    windows, on the smallest subnormal and the largest finite value (their terms
+    underflow or overflow float64 for float64 taps), -0, -inf and NaN."""
+    rng = np.random.default_rng(40)
+    x = rng.standard_normal((2, 3, 6, 8)).astype(dtype)
+    x[0, 0, :2, :2] = 0.0  # a window of zeros
+    x[0, 1, :2, 2:4] = [[-0.0, 0.0], [0.0, -0.0]]
+    x[0, 2, 2, 0] = np.inf
+    x[1, 0, 2, 2:4] = [-np.inf, 1.0]
+    x[1, 1, 4, 4:6] = np.finfo(dtype).smallest_subnormal
+    x[1, 1, 5, 4:6] = 0.0
+    x[1, 2, 0, 6] = np.finfo(dtype).max
+    x[1, 2, 1, 7] = -np.finfo(dtype).max
+    x[0, 0, 4, 6] = np.nan
+    x = _stored_as(x, 2, channels_last)
+    result = _rows_and_window_kernels(x, 2, (2, 2), (2, 2), _lp_passes, p=p)
+    _same_bits_as_the_window_kernels(result, "power_mean.gem_rows", "sum_pool.lp_pool",
+                                     "power_quads.gem_quads_forward")
+    y = result[2][1][:, :, 0]  # (N, C, D, H, W) with D 1
+    assert np.isposinf(y[0, 2, 1, 0]) and np.isposinf(y[1, 0, 1, 1]) and y[0, 0, 0, 0] == 0
+    assert np.isnan(y[0, 0, 2, 3]) and 0 < y[1, 1, 2, 2] < np.finfo(dtype).tiny
+    assert np.isposinf(y[1, 2, 0, 3])  # the norm of (max, -max) is beyond the largest
+
 def test_weighted_rows_kernels_match_the_window_kernels():
     """SoftPool and stochastic pooling's mean run on rows kernels
     (``weighted.weighted_rows_*``: each tap of an output row's windows gathered, then

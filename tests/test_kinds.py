@@ -332,6 +332,31 @@ def test_global_gem_rescales_planes_whose_sums_leave_the_range(scale, p):
     np.testing.assert_array_equal(pg.gem_pool(last, p, eps=eps), y)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "channels-last"])
+@pytest.mark.parametrize("call", [
+    lambda x: pg.lp_pool(x, 2, 2), lambda x: pg.lp_pool(x, 3, 3),
+    lambda x: pg.lp_pool(x, 2.5, 2, padding=1), lambda x: pg.lp_pool(x, 2, 2, dilation=2),
+    lambda x: pg.gem_pool(x, 3.0, eps=5e-324), lambda x: pg.gem_pool(x, 3.0, 2, eps=5e-324),
+    lambda x: pg.gem_pool(x, 2.5, 3, 1, eps=5e-324),
+    lambda x: pg.gem_pool(np.repeat(x, 2, axis=-1)[..., ::2], 3.0, 3, 2, eps=5e-324)],
+    ids=["lp 2x2", "lp rows", "lp padded", "lp dilated", "gem global", "gem 2x2",
+         "gem rows", "gem strided view"])
+def test_power_means_of_subnormal_windows_are_lifted_before_their_scale(layout, call):
+    """A float64 window (or plane) whose largest z is below about 5.6e-309 is summed
+    relative to it, and 1 / largest overflowed: the result was inf or NaN. Lp and GeM
+    are homogeneous, so ``f(x) = f(x 2^600) / 2^600``, and the lifted input sums in
+    range: the same values, on each kernel family."""
+    rng = np.random.default_rng(18)
+    x = rng.random((2, 3, 6, 6)) * 1e-310
+    x[0, 0] = 5e-324  # the smallest subnormal everywhere on a plane
+    if layout == "channels-last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    y = call(x)
+    assert np.isfinite(y).all()
+    lifted = call(x * 2.0**600) / 2.0**600  # GeM's eps (5e-324) clamps nothing
+    np.testing.assert_allclose(y, lifted, rtol=1e-12, atol=1e-323)
+
+
 @pytest.mark.parametrize("kernel, stride", [(None, None), (2, None), (3, 1)],
                          ids=["global", "2x2", "3x3 stride 1"])
 def test_gem_pool_of_an_infinite_input_is_infinite(monkeypatch, kernel, stride):

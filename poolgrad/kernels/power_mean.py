@@ -51,6 +51,7 @@ from numba import prange, uint64
 
 from . import jit, parallel_kernel
 from .powers import (
+    UNSCALED,
     add_terms,
     clamped,
     divisor,
@@ -60,9 +61,12 @@ from .powers import (
     passes,
     raised,
     raised_less_one,
+    raised_tap,
     real_power,
     relative_mean,
+    relative_scale,
     root,
+    scaled,
     sign_of,
     write_terms,
 )
@@ -94,17 +98,18 @@ def _halved(acc):
 @inlined
 def _plane_sum(row, eps, scale, p, whole, acc):
     """``sum (max(row, eps) * scale)^p`` over a contiguous plane, in the lanes of
-    ``acc`` (the module docstring's order)."""
+    ``acc`` (the module docstring's order); ``scale`` as :func:`.powers.scaled`
+    takes it."""
     length = row.shape[0]
     for k in range(LANES):  # a loop: a slice assignment is slower outside a prange
         acc[k] = 0.0
     full = length - length % LANES
     for start in range(0, full, LANES):
         for k in range(LANES):
-            z = clamped(np.float64(row[uint64(start + k)]), eps) * scale
+            z = scaled(clamped(np.float64(row[uint64(start + k)]), eps), scale)
             acc[uint64(k)] += raised(z, p, whole)
     for k in range(length - full):
-        z = clamped(np.float64(row[uint64(full + k)]), eps) * scale
+        z = scaled(clamped(np.float64(row[uint64(full + k)]), eps), scale)
         acc[uint64(k)] += raised(z, p, whole)
     return _halved(acc)
 
@@ -136,14 +141,14 @@ def _gem_global_forward_planes_plane(x, eps, p, whole, y, copy, n_chan, length, 
     """One ``plane`` of :func:`gem_global_forward_planes` (its parallel loop's body)."""
     n, c = plane // n_chan, plane % n_chan
     acc = np.empty(LANES, np.float64)
-    total = _plane_sum(x[n, c], eps, 1.0, p, whole, acc)
+    total = _plane_sum(x[n, c], eps, UNSCALED, p, whole, acc)
     if copy.size != 0:
         copy_row(x[n, c], copy[n, c])
     if in_range(total):
         y[n, c] = root(total / length, p, whole, y.itemsize == 8)
     else:
         largest = _largest(x[n, c], eps)
-        total = _plane_sum(x[n, c], eps, 1.0 / largest, p, whole, acc)
+        total = _plane_sum(x[n, c], eps, relative_scale(largest), p, whole, acc)
         y[n, c] = relative_mean(largest, total, length, p, whole, y.itemsize == 8)
 
 
@@ -179,7 +184,7 @@ def _gem_global_forward_channels_last_n(x, eps, p, whole, y, copy, length, n_cha
             continue
         column = np.ascontiguousarray(x[n, :, c])
         largest = _largest(column, eps)
-        total = _plane_sum(column, eps, 1.0 / largest, p, whole, lanes)
+        total = _plane_sum(column, eps, relative_scale(largest), p, whole, lanes)
         y[n, c] = relative_mean(largest, total, length, p, whole, y.itemsize == 8)
 
 
@@ -282,13 +287,13 @@ def _window_mean(total, count, p, whole, precise, x, n, c, d0, d1, h0, h1, w0, w
             for xw in range(w0, w1):
                 z = clamped(np.float64(x[n, c, xd, xh, xw]), eps)
                 largest = z if z > largest else largest
-    scale = 1.0 / largest
+    scale = relative_scale(largest)
     total = 0.0
     for xd in range(d0, d1):
         for xh in range(h0, h1):
             for xw in range(w0, w1):
-                total += raised(clamped(np.float64(x[n, c, xd, xh, xw]), eps) * scale, p,
-                                 whole)
+                total += raised(scaled(clamped(np.float64(x[n, c, xd, xh, xw]), eps), scale),
+                                p, whole)
     return relative_mean(largest, total, divisor(count, eps), p, whole, precise)
 
 
@@ -372,7 +377,7 @@ def raised_row(src, eps, p, whole, powered):
     fully."""
     for i in range(src.shape[0]):
         at = uint64(i)
-        powered[at] = raised(clamped(np.float64(src[at]), eps), p, whole)
+        powered[at] = raised_tap(np.float64(src[at]), p, whole, eps)
 
 
 @inlined
@@ -402,13 +407,13 @@ def rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, 
                 z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
                                          (ow * steps[2] + t) * inner + c]), eps)
                 largest = z if z > largest else largest
-    scale, total = 1.0 / largest, 0.0
+    scale, total = relative_scale(largest), 0.0
     for a in range(window[0]):
         for b in range(window[1]):
             for t in range(window[2]):
                 z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
                                           (ow * steps[2] + t) * inner + c]), eps)
-                total += raised(z * scale, p, whole)
+                total += raised(scaled(z, scale), p, whole)
     return relative_mean(largest, total, divisor(count, eps), p, whole, precise)
 
 

@@ -15,7 +15,7 @@ from numba import prange, uint64
 
 from . import parallel_kernel
 from .power_mean import raised_row, rows_rescaled
-from .powers import clamped, divisor, in_range, raised, real_power, root
+from .powers import divisor, in_range, may_leave_range, raised_tap, real_power, root
 from .walk import copy_row, inlined, quad_rows, quad_taps, rows_task
 
 
@@ -30,10 +30,10 @@ def _window_sum(first, second, third, fourth):
 def _quad_sum(top, bottom, i, j, eps, p, whole):
     """:func:`_window_sum` of the 2x2 window ``top[i], top[j], bottom[i], bottom[j]``,
     each tap raised here."""
-    return _window_sum(raised(clamped(np.float64(top[i]), eps), p, whole),
-                       raised(clamped(np.float64(top[j]), eps), p, whole),
-                       raised(clamped(np.float64(bottom[i]), eps), p, whole),
-                       raised(clamped(np.float64(bottom[j]), eps), p, whole))
+    return _window_sum(raised_tap(np.float64(top[i]), p, whole, eps),
+                       raised_tap(np.float64(top[j]), p, whole, eps),
+                       raised_tap(np.float64(bottom[i]), p, whole, eps),
+                       raised_tap(np.float64(bottom[j]), p, whole, eps))
 
 
 @inlined
@@ -60,6 +60,7 @@ def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise, top_power
     stored sums cost a channels-last Lp forward a third of its time
     (docs/performance.md)."""
     outside = 0
+    checked = may_leave_range(top, whole, eps)
     if inner == 1:
         raised_row(top, eps, p, whole, top_powers)
         raised_row(bottom, eps, p, whole, bottom_powers)
@@ -68,7 +69,8 @@ def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise, top_power
             total = _window_sum(top_powers[i], top_powers[i + uint64(1)], bottom_powers[i],
                                 bottom_powers[i + uint64(1)])
             sums[at] = total
-            outside += 0 if in_range(total) else 1
+            if checked:
+                outside += 0 if in_range(total) else 1
         _quad_roots(sums, out, eps, p, whole, precise)
         return outside
     step, across = uint64(steps[2] * inner), uint64(inner)
@@ -82,7 +84,8 @@ def _quads_row(top, bottom, out, inner, steps, eps, p, whole, precise, top_power
                 sums[at] = total
             else:
                 out[at] = root(total / divisor(4, eps), p, whole, precise)
-            outside += 0 if in_range(total) else 1
+            if checked:
+                outside += 0 if in_range(total) else 1
     if real:
         _quad_roots(sums, out, eps, p, whole, precise)
     return outside

@@ -132,6 +132,24 @@ def _raised_less_one(base, p, whole):
     return lambda base, p, whole: product(base)
 
 
+def raised_tap(v, p, whole, eps):
+    """``clamped(v, eps) ** p``, as :func:`raised` raises: a tap's term of a window's
+    sum. For Lp (``eps`` None) and an even whole ``p``, ``v ** p`` itself, which has
+    the same bits (the products' roundings do not depend on the signs). LLVM moved
+    the ``|v|`` of a float32 tap before its conversion to float64, and the loop
+    then shuffled halves of vectors: a channels-last 2x2 Lp forward ran 1.4x as
+    long (docs/performance.md)."""
+    raise NotImplementedError("only for Numba-compiled kernels")
+
+
+@overload(raised_tap, inline=_inline_where_real, jit_options=JIT_OPTIONS)
+def _raised_tap(v, p, whole, eps):
+    even = isinstance(whole, types.Array) and not _is_for_float32(whole) and whole.ndim % 2 == 0
+    if isinstance(eps, types.NoneType) and even:
+        return lambda v, p, whole, eps: raised(v, p, whole)
+    return lambda v, p, whole, eps: raised(clamped(v, eps), p, whole)
+
+
 @inlined
 def natural_log(v, whole):
     """``log v`` for ``dp``'s terms, in the precision :func:`raised` takes for ``whole``
@@ -182,6 +200,52 @@ def sign_of(v, eps):
 def in_range(total):
     """Whether an unscaled sum is exact enough to use (NaN passes: it is the answer)."""
     return not (total < TINY or total == np.inf)
+
+
+def may_leave_range(taps, whole, eps):
+    """Whether a window's sum may fail :func:`in_range` in a way whose redo (relative
+    to the largest tap) changes the result: a compile-time constant, False for Lp
+    (``eps`` None) of float32 ``taps`` (an array) and a whole ``p`` of 1 or 2. There
+    a term ``|x|^p`` of a nonzero tap is at least ``2^-298`` and at most
+    ``2^256``, so a sum leaves the range only when every tap is 0 (the root of the
+    sum, 0, is the redo's) or one is infinite (the root is +inf, as the redo's). The
+    count in the loop that sums cost a channels-last 2x2 Lp forward about a quarter
+    of its time."""
+    raise NotImplementedError("only for Numba-compiled kernels")
+
+
+@overload(may_leave_range, inline="always", jit_options=JIT_OPTIONS)
+def _may_leave_range(taps, whole, eps):
+    narrow = isinstance(taps, types.Array) and taps.dtype in (types.float32, types.float16)
+    low_power = (isinstance(whole, types.Array) and not _is_for_float32(whole)
+                 and whole.ndim in (1, 2))
+    answer = not (narrow and low_power and isinstance(eps, types.NoneType))
+    return lambda taps, whole, eps: answer
+
+
+# the scale of a sum taken as it is (:func:`scaled`)
+UNSCALED = (1.0, 1.0)
+# below this, 1 / largest may overflow: the taps are lifted by 2^600 first (exactly)
+_LIFT_BELOW, _LIFT = 2.0 ** -600, 2.0 ** 600
+
+
+@helper
+def relative_scale(largest):
+    """The scale of a sum taken relative to ``largest``, for :func:`scaled`:
+    ``(1, 1 / largest)``, or where ``largest`` is below ``2^-600``, ``(2^600, 1 /
+    (largest 2^600))``. ``1 / largest`` overflows below about ``5.6e-309`` (float64
+    subnormals), and the sum of a window of them was inf or NaN; lifting by a power
+    of two is exact, and elsewhere it leaves the bits as they were."""
+    up = _LIFT if largest < _LIFT_BELOW else 1.0
+    return up, 1.0 / (largest * up)
+
+
+@helper
+def scaled(z, scale):
+    """``z`` relative to a window's largest term: ``z * up * inverse`` for ``scale``
+    :func:`relative_scale`'s ``(up, inverse)`` (or :data:`UNSCALED`)."""
+    up, inverse = scale
+    return (z * up) * inverse
 
 
 @inlined

@@ -11,13 +11,16 @@ from numba import prange
 
 from . import jit, parallel_kernel
 from .powers import (
+    UNSCALED,
     clamped,
     in_range,
     passes,
     raised,
     raised_less_one,
     relative_mean,
+    relative_scale,
     root,
+    scaled,
     sign_of,
 )
 from .simd import PREFETCH_BYTES, lane_sum, prefetch
@@ -68,7 +71,8 @@ def avg_pool_backward(dy, divisor, cover_ptr, cover_out, dx):
 @inlined
 def _lp_window_sum(x, n, c, xd0, first_d, end_d, dil_d, xh0, first_h, end_h, dil_h, xw0,
                    first_w, end_w, dil_w, scale, p, whole):
-    """``sum (|x| * scale)^p`` over a window's real taps, in tap order from +0."""
+    """``sum (|x| * scale)^p`` over a window's real taps, in tap order from +0;
+    ``scale`` as :func:`.powers.scaled` takes it."""
     total = 0.0
     for jd in range(first_d, end_d):
         xd = xd0 + jd * dil_d
@@ -76,7 +80,7 @@ def _lp_window_sum(x, n, c, xd0, first_d, end_d, dil_d, xh0, first_h, end_h, dil
             xh = xh0 + jh * dil_h
             for jw in range(first_w, end_w):
                 z = clamped(np.float64(x[n, c, xd, xh, xw0 + jw * dil_w]), None)
-                total += raised(z * scale, p, whole)
+                total += raised(scaled(z, scale), p, whole)
     return total
 
 
@@ -103,7 +107,8 @@ def _lp_forward_row(x, table, dilation, p, whole, y, row):
     for ow in range(y.shape[4]):
         start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
         total = _lp_window_sum(x, n, c, start_d, first_d, end_d, dil_d, start_h, first_h,
-                               end_h, dil_h, start_w, first_w, end_w, dil_w, 1.0, p, whole)
+                               end_h, dil_h, start_w, first_w, end_w, dil_w, UNSCALED, p,
+                               whole)
         if in_range(total):
             y[n, c, od, oh, ow] = root(total, p, whole, precise)
             continue
@@ -115,8 +120,8 @@ def _lp_forward_row(x, table, dilation, p, whole, y, row):
                                              start_w + jw * dil_w]), None)
                     largest = z if z > largest else largest
         total = _lp_window_sum(x, n, c, start_d, first_d, end_d, dil_d, start_h, first_h,
-                               end_h, dil_h, start_w, first_w, end_w, dil_w, 1.0 / largest,
-                               p, whole)
+                               end_h, dil_h, start_w, first_w, end_w, dil_w,
+                               relative_scale(largest), p, whole)
         y[n, c, od, oh, ow] = relative_mean(largest, total, 1.0, p, whole, precise)
 
 
