@@ -39,11 +39,12 @@ import numpy as np
 from numba import prange, uint64
 
 from . import elementary, parallel_kernel
-from .simd import lane_dot
+from .simd import lane_dot, prefetch
 from .walk import inlined
 
 LANES = 16  # the partial sums over positions (a power of 2)
 BLOCK = 128  # positions whose channel sums the NCHW kernels take at a time
+AHEAD = 2 * BLOCK  # positions ahead of the block in use whose rows the kernels ask for
 _LANES_WITNESS = np.empty((0,) * LANES, np.uint8)  # LANES as lane_dot takes it
 
 
@@ -86,6 +87,7 @@ def _channel_sums(coefficients, features, start, count, terms):
     increasing ``k`` from +0, then the rows are added by halving."""
     terms[:, :count] = 0.0
     for k in range(coefficients.shape[0]):
+        prefetch(features[k], start + AHEAD, BLOCK)
         weight, row, lane = np.float64(coefficients[k]), features[k, start:], terms[k % LANES]
         for j in range(count):
             lane[uint64(j)] += weight * np.float64(row[uint64(j)])
