@@ -84,8 +84,7 @@ def _larger(largest, v):
     """``M`` for a forward, which needs no winner: the first largest, with no test for
     NaN. A NaN tap makes the window's sum NaN, and with it ``y`` (``(1 - s) A`` is NaN
     even where ``s`` is 1, and a NaN logit makes ``s`` NaN), so the plain compare gives
-    :func:`_fold`'s ``y``; its two compares and two mask steps per tap cost the
-    channels-last 2x2 forward 1.7x (0.87 ms against 0.50, 32x64x56x56 float32)."""
+    :func:`_fold`'s ``y`` without its two compares and two mask steps per tap."""
     return v if v > largest else largest
 
 

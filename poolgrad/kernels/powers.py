@@ -137,8 +137,7 @@ def raised_tap(v, p, whole, eps):
     sum. For Lp (``eps`` None) and an even whole ``p``, ``v ** p`` itself, which has
     the same bits (the products' roundings do not depend on the signs). LLVM moved
     the ``|v|`` of a float32 tap before its conversion to float64, and the loop
-    then shuffled halves of vectors: a channels-last 2x2 Lp forward ran 1.4x as
-    long (docs/performance.md)."""
+    then shuffled halves of vectors."""
     raise NotImplementedError("only for Numba-compiled kernels")
 
 
@@ -208,9 +207,8 @@ def may_leave_range(taps, whole, eps):
     (``eps`` None) of float32 ``taps`` (an array) and a whole ``p`` of 1 or 2. There
     a term ``|x|^p`` of a nonzero tap is at least ``2^-298`` and at most
     ``2^256``, so a sum leaves the range only when every tap is 0 (the root of the
-    sum, 0, is the redo's) or one is infinite (the root is +inf, as the redo's). The
-    count in the loop that sums cost a channels-last 2x2 Lp forward about a quarter
-    of its time."""
+    sum, 0, is the redo's) or one is infinite (the root is +inf, as the redo's), and
+    the loop that sums need not count them."""
     raise NotImplementedError("only for Numba-compiled kernels")
 
 
