@@ -1231,7 +1231,10 @@ def test_fractional_channels_last_forward_has_the_planes_bits(monkeypatch):
 
     # the fractional kernels themselves: windows that happen to form one grid would run
     # max pooling's (tests/test_kinds_fractional.py)
+    from poolgrad.kinds import fractional as fractional_kind
+
     monkeypatch.setattr(engine, "regular_grid", lambda *args: None)
+    monkeypatch.setattr(fractional_kind, "pseudo_random_grid", lambda *args: None)
     rng = np.random.default_rng(37)
     for trial in range(12):
         ndim = 1 + trial % 3

@@ -265,6 +265,7 @@ def test_windows_on_one_grid_run_max_pooling_with_the_fractional_kernels_bits(
     layouts, with ties and NaN."""
     from poolgrad.bench.suite import channels_last
     from poolgrad.engines import fractional as engine
+    from poolgrad.kinds import fractional as fractional_kind
 
     rng = np.random.default_rng(5)
     x = np.round(rng.standard_normal(shape) * 2).astype(dtype)  # ties
@@ -273,8 +274,10 @@ def test_windows_on_one_grid_run_max_pooling_with_the_fractional_kernels_bits(
     by_grid = engine.regular_grid
     for stored in (x, channels_last(x)):
         results = []
-        for grid in (by_grid, lambda *args: None):
+        for grid, search in ((by_grid, fractional_kind.pseudo_random_grid),
+                             (lambda *args: None, lambda *args: None)):
             monkeypatch.setattr(engine, "regular_grid", grid)
+            monkeypatch.setattr(fractional_kind, "pseudo_random_grid", search)
             (y, indices), pullback = pg.vjp(pg.fractional_max_pool, stored, kernel, out,
                                             return_indices=True, rng=3)
             results.append((tuple(pullback.kernels.values()), y, indices, pullback(dy)))
@@ -286,6 +289,38 @@ def test_windows_on_one_grid_run_max_pooling_with_the_fractional_kernels_bits(
         for a, b in zip(ours, theirs, strict=True):
             np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(stored, x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spatial, kernel, out, whole", [
+    ((56,), (2,), (28,), True), ((10, 12), (2, 3), (5, 4), True), ((13,), (3,), (6,), True),
+    ((6, 4, 8), (2, 2, 2), (3, 2, 4), True), ((11,), (2,), (5,), False),
+    ((9,), (2,), (1,), False), ((8,), ("disjoint",), (4,), True),
+    ((9,), ("disjoint",), (4,), False), ((8,), ("overlapping",), (4,), False)])
+def test_the_grid_found_without_tables_is_the_tables_grid(spatial, kernel, out, whole,
+                                                          dtype):
+    """``pseudo_random_grid`` checks the pseudo-random sequence's starts without building
+    the tables: the same plan as ``regular_grid`` of the tables, and the tables'
+    starts. On random draws a whole mean step (``whole``) gives a grid; draws just
+    below 1 move windows off it (``(i + u) alpha`` rounds up in the draws' dtype), and
+    then neither finds one."""
+    from poolgrad.engines.fractional import regular_grid
+    from poolgrad.kinds.fractional import pseudo_random_grid
+
+    ndim = len(spatial)
+    u = np.random.default_rng(9).random((200, ndim)).astype(dtype) * 0.9
+    near_one = u.copy()
+    near_one[7] = np.nextafter(dtype(1.0), dtype(0))
+    for draws, on_grid in ((u, whole), (near_one, False)):
+        tables = region_tables(spatial, kernel, out, draws, "pseudo_random", None)
+        expected = regular_grid(tables, spatial, out)
+        found = pseudo_random_grid(spatial, kernel, out, draws, "pseudo_random")
+        assert (found is not None) == (expected is not None) == on_grid
+        if found is not None:
+            plan, starts = found
+            assert plan == expected
+            np.testing.assert_array_equal(starts, tables[0])
+    assert pseudo_random_grid(spatial, kernel, out, u, "random") is None
 
 
 def test_windows_off_a_grid_are_not_taken_for_one():

@@ -242,8 +242,12 @@ def test_fractional_windows_on_one_grid_keep_only_the_grid(memory_format, monkey
     samples = torch.rand(2, 5, 2, generator=torch.Generator().manual_seed(6))
     dy = torch.randn(2, 5, 4, 5).contiguous(memory_format=memory_format)
     results = []
-    for grid in (engine.regular_grid, lambda *args: None):
+    from poolgrad.kinds import fractional as fractional_kind
+
+    for grid, search in ((engine.regular_grid, fractional_kind.pseudo_random_grid),
+                         (lambda *args: None, lambda *args: None)):
         monkeypatch.setattr(engine, "regular_grid", grid)
+        monkeypatch.setattr(fractional_kind, "pseudo_random_grid", search)
         _cpu._grids.clear()
         leaf = x.detach().requires_grad_()
         y, indices = pt.fractional_max_pool(leaf, 2, (4, 5), return_indices=True,
@@ -269,11 +273,14 @@ def test_fractional_ops_keep_the_grids_by_value_and_build_tables_afresh(monkeypa
     too, and the oldest go once more are kept. Windows off a grid are built afresh at
     every call (the same tables each time), none kept."""
     from poolgrad.engines import fractional as engine
+    from poolgrad.kinds import fractional as fractional_kind
     from poolgrad.torch import _cpu
 
-    searches = []
-    search = engine.regular_grid
-    monkeypatch.setattr(engine, "regular_grid", lambda *args: searches.append(1) or search(*args))
+    searches = []  # a grid is searched for in the tables, or (here) without them
+    for module, name in ((engine, "regular_grid"), (fractional_kind, "pseudo_random_grid")):
+        search = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *args, search=search: searches.append(1)
+                            or search(*args))
     _cpu._grids.clear()
     orders = torch.empty((6, 0), dtype=torch.float64)
     on_grid = _kind_ops.fractional_geometry((2, 2), (3, 4), "pseudo_random")

@@ -58,6 +58,21 @@ def pseudo_random_windows(draws, alpha, index, span, window, length, starts, len
 
 
 @jit()
+def pseudo_random_on_grid(draws, alpha, index, step):
+    """Whether :func:`pseudo_random_windows` would start every plane's window ``i`` at
+    ``i * step`` (``alpha`` a whole number, ``step`` its value, and the last window at
+    ``span = steps * step``), checked without writing the windows: one pass, ending at
+    the first start off that grid."""
+    for p in range(draws.shape[0]):
+        u = draws[p]
+        offset = np.int64(u * alpha)
+        for i in range(index.shape[0]):
+            if np.int64((index[i] + u) * alpha) - offset != i * step:
+                return False
+    return True
+
+
+@jit()
 def on_one_grid(starts, lengths, count, step, window):
     """Whether every plane's first ``count`` windows (``starts`` and ``lengths`` ``(P,
     O)``) start at ``i * step`` and are ``window`` long: one pass, ending at the first

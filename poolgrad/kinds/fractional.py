@@ -14,7 +14,7 @@ from .. import _inputs as inputs
 from .. import autodiff, geometry
 from ..engines import Pullback
 from ..engines import fractional as windows
-from ..kernels.fractional import pseudo_random_windows
+from ..kernels.fractional import pseudo_random_on_grid, pseudo_random_windows
 
 SEQUENCES = ("pseudo_random", "random")
 REGIONS = ("disjoint", "overlapping")
@@ -109,6 +109,41 @@ def region_tables(spatial, kernel, out, u, sequence, generator):
         lengths[:, row, o:] = 1
         extent[row] = int(lengths[:, row, :o].max(initial=1))  # initial: no planes
     return starts, lengths, np.array(extent, np.int64)
+
+
+def pseudo_random_grid(spatial, kernel, out, u, sequence):
+    """``(plan, starts)`` where the pseudo-random sequence places every plane's windows
+    on one grid, else None: the max pooling plan that
+    :func:`poolgrad.engines.fractional.regular_grid` finds in the tables, and the
+    windows' starts as :func:`region_tables` lays them out (a broadcast view), found
+    without building the tables. Arguments as :func:`region_tables` takes them.
+
+    Such a grid needs a whole mean step ``alpha = (n - k) / (o - 1)`` along every axis
+    (the last window starts at ``n - k``), and the draws' rounding can still move a
+    window off it, so every plane is checked. Ratio 0.5 of an even length with k 2 is
+    such a case, and building and reading its tables took a fifth of the forward."""
+    # Graham's overlapping regions end one past the next start, but the last: never one grid
+    if sequence != "pseudo_random" or "overlapping" in kernel:
+        return None
+    ndim = len(spatial)
+    axes = geometry.KERNEL_AXES
+    starts = np.zeros((axes, max(out)), np.int64)
+    window, stride = [], []
+    for axis, (length, k, o) in enumerate(zip(spatial, kernel, out, strict=True)):
+        # region_tables' span and steps: Graham's disjoint regions end at the next start
+        span, steps = (length, o) if k == "disjoint" else (length - k, o - 1)
+        alpha, index = pseudo_random_constants(u.dtype, span, steps)
+        if steps == 0 or not float(alpha).is_integer() or alpha < 1:
+            return None
+        step = int(alpha)
+        if not pseudo_random_on_grid(u[:, sample_axis(ndim, axis)], alpha, index, step):
+            return None
+        starts[axes - ndim + axis, :o] = np.arange(o) * step
+        window.append(step if k == "disjoint" else k)
+        stride.append(step)
+    plan = geometry.sliding_plan(tuple(spatial), tuple(window), tuple(stride), (1,) * ndim,
+                                 ((0, 0),) * ndim, False)
+    return plan, np.broadcast_to(starts, (u.shape[0],) + starts.shape)
 
 
 def _output_sizes(spatial, ndim, output_size, output_ratio):
@@ -206,10 +241,14 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
         u = check_samples(samples, layout.lead, ndim, sequence)
 
     planes = int(np.prod(layout.lead))
-    tables = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim), sequence,
-                           generator)
+    on_grid = pseudo_random_grid(layout.spatial, kernel, out, u.reshape(planes, ndim), sequence)
+    if on_grid is None:
+        tables = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim),
+                               sequence, generator)
+        grid, starts = windows.regular_grid(tables, layout.spatial, out), tables[0]
+    else:  # the engines read no tables for windows on a grid
+        (grid, starts), tables = on_grid, None
     view = inputs.compute_view(x, layout)
-    grid = windows.regular_grid(tables, layout.spatial, out)
     # y and the winners stored as x is (channels-last in, channels-last out)
     y, winners, forward = windows.fractional_forward_stored(view, tables, out, grid)
     values = y.astype(x.dtype, copy=False).reshape(layout.user_shape(out))
@@ -225,7 +264,7 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
     return result, Pullback("fractional_max_pool",
                             lambda dy: backward(layout.to_kernel(dy)).reshape(x.shape),
                             values.shape, x.shape, x.dtype,
-                            {"window_positions": winners, "starts": tables[0]},
+                            {"window_positions": winners, "starts": starts},
                             (forward, backward_name))
 
 
