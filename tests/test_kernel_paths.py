@@ -836,14 +836,13 @@ def _lp_passes(choose, xs, stored, plan, operand, p):
 
 
 
-@pytest.mark.parametrize("p, dtype", [(1.0, np.float32), (2.0, np.float32),
-                                      (2.0, np.float64), (3.0, np.float32)])
+@pytest.mark.parametrize("p, dtype", [(2.0, np.float32), (2.0, np.float64)])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels-last"])
 def test_lp_quads_count_the_sums_out_of_range_where_the_redo_matters(p, dtype,
                                                                      channels_last):
     """Lp of float32 taps with p 1 or 2 does not count the sums that leave the range
     (``powers.may_leave_range``): such a sum is a window of zeros or one with an
-    infinite tap, whose root is already the redo's. Other powers and float64 taps
+    infinite tap, whose root is already the redo's. Float64 taps (and other powers)
     count them and redo those windows. The same bits as the general kernels on such
     windows, on the smallest subnormal and the largest finite value (their terms
     underflow or overflow float64 for float64 taps), -0, -inf and NaN."""

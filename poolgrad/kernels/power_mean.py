@@ -66,6 +66,7 @@ from .powers import (
     relative_mean,
     relative_scale,
     root,
+    rows_rescaled,
     scaled,
     sign_of,
     write_terms,
@@ -392,29 +393,6 @@ def _add_tap(powered, start, step, inner, acc):
         base, out = (start + ow * step) * inner, ow * inner
         for c in range(inner):
             acc[uint64(out + c)] += powered[uint64(base + c)]
-
-
-@jit()  # a call: the rare path, kept out of the kernels that inline the common one
-def rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, whole,
-                  precise):
-    """The power mean of the window ``ow`` (channel ``c``) of a row, as the rows
-    kernels lay it out, summed relative to its largest ``z``: for a sum that left the
-    range (this module's and :mod:`.power_quads`'s rows kernels)."""
-    largest = 0.0
-    for a in range(window[0]):
-        for b in range(window[1]):
-            for t in range(window[2]):
-                z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
-                                         (ow * steps[2] + t) * inner + c]), eps)
-                largest = z if z > largest else largest
-    scale, total = relative_scale(largest), 0.0
-    for a in range(window[0]):
-        for b in range(window[1]):
-            for t in range(window[2]):
-                z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
-                                          (ow * steps[2] + t) * inner + c]), eps)
-                total += raised(scaled(z, scale), p, whole)
-    return relative_mean(largest, total, divisor(count, eps), p, whole, precise)
 
 
 @inlined

@@ -6,7 +6,7 @@ The rows are :func:`.power_mean.gem_rows_forward`'s (``x`` ``(P, D, H, W * inner
 NCHW planes with ``inner`` 1, or channels-last images with ``inner`` C), and so are the
 sums and the bits: each window summed in float64 from +0 in tap order (row-major), its
 root :func:`.powers.root`'s, and a window whose sum left the range redone relative to
-its largest tap (:func:`.power_mean.rows_rescaled`). With ``eps`` None the windows pool
+its largest tap (:func:`.powers.rows_rescaled`). With ``eps`` None the windows pool
 Lp norms (:mod:`.powers`).
 """
 
@@ -14,8 +14,16 @@ import numpy as np
 from numba import prange, uint64
 
 from . import parallel_kernel
-from .power_mean import raised_row, rows_rescaled
-from .powers import divisor, in_range, may_leave_range, raised_tap, real_power, root
+from .power_mean import raised_row
+from .powers import (
+    divisor,
+    in_range,
+    may_leave_range,
+    raised_tap,
+    real_power,
+    root,
+    rows_rescaled,
+)
 from .walk import copy_row, inlined, quad_rows, quad_taps, rows_task
 
 

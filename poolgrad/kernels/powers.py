@@ -17,7 +17,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from . import JIT_OPTIONS, constant, elementary
+from . import JIT_OPTIONS, constant, elementary, jit
 from .walk import helper, inlined
 
 # subtracted from the bits of the estimate of mean^(-1/p) (a whole p from 3 to 8):
@@ -329,3 +329,29 @@ def write_terms(means, grads, p, s0, s1, out):
     for o in range(out.shape[0]):
         out[o] = p_term(np.float64(grads[o]), np.float64(means[o]), p, s0[o], s1[o])
         s0[o], s1[o] = 0.0, 0.0
+
+
+# ------------------------------------------------------------------- rows
+
+
+@jit()  # a call: the rare path, kept out of the kernels that inline the common one
+def rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, whole,
+                  precise):
+    """The power mean of the window ``ow`` (channel ``c``) of a row, as the rows
+    kernels lay it out, summed relative to its largest ``z``: for a sum that left the
+    range (the rows kernels of :mod:`.power_mean` and :mod:`.power_quads`)."""
+    largest = 0.0
+    for a in range(window[0]):
+        for b in range(window[1]):
+            for t in range(window[2]):
+                z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
+                                         (ow * steps[2] + t) * inner + c]), eps)
+                largest = z if z > largest else largest
+    scale, total = relative_scale(largest), 0.0
+    for a in range(window[0]):
+        for b in range(window[1]):
+            for t in range(window[2]):
+                z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
+                                          (ow * steps[2] + t) * inner + c]), eps)
+                total += raised(scaled(z, scale), p, whole)
+    return relative_mean(largest, total, divisor(count, eps), p, whole, precise)
