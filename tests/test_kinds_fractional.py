@@ -323,6 +323,21 @@ def test_the_grid_found_without_tables_is_the_tables_grid(spatial, kernel, out, 
     assert pseudo_random_grid(spatial, kernel, out, u, "random") is None
 
 
+def test_a_mean_step_whole_only_after_rounding_is_no_grid():
+    """``alpha = span / steps`` in float32 is whole for a span of 2^24 + 5 over 2^23 + 2
+    steps (the span rounds to 2^24 + 4), but the last window starts at the span itself,
+    off the grid of steps of 2: no grid (it took one, and pooled the last window one
+    position early). No planes: no grid, as ``regular_grid`` says."""
+    from poolgrad.kinds.fractional import pseudo_random_grid
+
+    steps = 2**23 + 2
+    length, out = 2 * steps + 1 + 2, steps + 1
+    u = np.array([[0.1]], np.float32)
+    assert np.float32(length - 2) / np.float32(steps) == 2.0
+    assert pseudo_random_grid((length,), (2,), (out,), u, "pseudo_random") is None
+    assert pseudo_random_grid((10,), (2,), (5,), u[:0], "pseudo_random") is None
+
+
 def test_windows_off_a_grid_are_not_taken_for_one():
     """A mean step that is not whole (11 to 5 with windows of 2: 9/4), Graham's regions
     of uneven lengths, planes whose grids differ or no planes: no grid."""

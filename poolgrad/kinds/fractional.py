@@ -123,7 +123,7 @@ def pseudo_random_grid(spatial, kernel, out, u, sequence):
     window off it, so every plane is checked. Ratio 0.5 of an even length with k 2 is
     such a case, and building and reading its tables took a fifth of the forward."""
     # Graham's overlapping regions end one past the next start, but the last: never one grid
-    if sequence != "pseudo_random" or "overlapping" in kernel:
+    if sequence != "pseudo_random" or "overlapping" in kernel or u.shape[0] == 0:
         return None
     ndim = len(spatial)
     axes = geometry.KERNEL_AXES
@@ -136,6 +136,8 @@ def pseudo_random_grid(spatial, kernel, out, u, sequence):
         if steps == 0 or not float(alpha).is_integer() or alpha < 1:
             return None
         step = int(alpha)
+        if span != steps * step:  # alpha rounded to a whole number (a span from 2^24 in
+            return None           # float32): the last window, at span, is off the grid
         if not pseudo_random_on_grid(u[:, sample_axis(ndim, axis)], alpha, index, step):
             return None
         starts[axes - ndim + axis, :o] = np.arange(o) * step
