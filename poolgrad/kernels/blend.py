@@ -21,9 +21,12 @@ count.
 The forwards compute in the dtype of ``y`` (the compute dtype: x's, float16's in
 float32), as the core's average pooling does: ``M``, the sum, the logit, the gate's
 sigmoid ``s`` and ``1 - s`` in it (float32's ``exp`` within an ulp), mixed pooling's
-``s`` and ``1 - s`` taken in float64 and each rounded to it once. The backwards run in
-float64 whatever the dtype, so that the weights' gradient, a sum over every window,
-keeps its digits. Sums run in row-major tap order from the first real tap.
+``s`` and ``1 - s`` taken in float64 and each rounded to it once. They take ``M`` by
+:func:`~poolgrad.kernels.larger`, with no test for NaN: a NaN tap makes the sum, and
+with it ``y``, NaN (``(1 - s) A`` is NaN even where ``s`` is 1, and a NaN logit makes
+``s`` NaN), and the plain compare saves two compares and two mask steps per tap. The
+backwards run in float64 whatever the dtype, so that the weights' gradient, a sum over
+every window, keeps its digits. Sums run in row-major tap order from the first real tap.
 
 ``blend_window_*`` take 5-d ``(N, C, D, H, W)`` arrays of any strides and the plan's
 window ``table``; the backward walks each ``(n, c)`` plane's windows in increasing
@@ -36,7 +39,7 @@ padding, all four taps in one loop: the same bits as the window kernels.
 import numpy as np
 from numba import prange, uint64
 
-from . import elementary, parallel_kernel
+from . import elementary, larger, parallel_kernel
 from .walk import gather_tap, inlined, quad_rows, row_index, row_windows, rows_task, scatter_tap
 
 MIXED, GATED = 0, 1
@@ -80,15 +83,6 @@ def _fold(largest, winner, v, t):
 
 
 @inlined
-def _larger(largest, v):
-    """``M`` for a forward, which needs no winner: the first largest, with no test for
-    NaN. A NaN tap makes the window's sum NaN, and with it ``y`` (``(1 - s) A`` is NaN
-    even where ``s`` is 1, and a NaN logit makes ``s`` NaN), so the plain compare gives
-    :func:`_fold`'s ``y`` without its two compares and two mask steps per tap."""
-    return v if v > largest else largest
-
-
-@inlined
 def _coefficients(largest, total, logit, dy, count, weights, kind):
     """``(route, spread, dz, term)``: what the winner gets, what every real tap gets,
     the gate's gradient ``dz`` (0 mixed) and the window's term of ``dalpha`` (0
@@ -121,7 +115,7 @@ def blend_window_forward(x, table, extent, count, kind, weights, y):
                 for jh in range(first_h, end_h):
                     for jw in range(first_w, end_w):
                         v = real(x[n, c, start_d + jd, start_h + jh, start_w + jw])
-                        largest = _larger(largest, v)
+                        largest = larger(v, largest)
                         total += v
                         if kind == GATED:
                             logit += real(weights[(jd * extent[1] + jh) * extent[2] + jw]) * v
@@ -225,7 +219,7 @@ def _window_stats(x, plane, od, oh, inner, window, steps, weights, kind, record,
                         if record:
                             largest[at], winner[at] = _fold(largest[at], winner[at], v, here)
                         else:
-                            largest[at] = _larger(largest[at], v)
+                            largest[at] = larger(v, largest[at])
                         total[at] += v
                         if kind == GATED:
                             logit[at] += g * v
@@ -259,7 +253,7 @@ def _quad(top, bottom, i, j, gate, mixed, divisor, gated, real):
     (row-major order) in the dtype ``real``, as :func:`_blend` gives it: ``gate`` the
     gate's weights and ``mixed`` ``(s, 1 - s)`` of mixed pooling, both in it."""
     v0, v1, v2, v3 = real(top[i]), real(top[j]), real(bottom[i]), real(bottom[j])
-    largest = _larger(_larger(_larger(v0, v1), v2), v3)
+    largest = larger(v3, larger(v2, larger(v1, v0)))
     share, rest = mixed
     if gated:
         logit = ((gate[0] * v0 + gate[1] * v1) + gate[2] * v2) + gate[3] * v3

@@ -148,6 +148,21 @@ def pseudo_random_grid(spatial, kernel, out, u, sequence):
     return plan, np.broadcast_to(starts, (u.shape[0],) + starts.shape)
 
 
+def plane_windows(spatial, kernel, out, u, sequence, generator, search=True):
+    """``(tables, grid, starts)``: every plane's windows, the max pooling plan of the
+    grid they lie on (None if none, or without ``search``) and their starts, as
+    :func:`region_tables` lays them out. Windows that :func:`pseudo_random_grid` finds
+    on a grid come without tables (None): the engines read none for a grid. Arguments
+    as :func:`region_tables` takes them."""
+    if search:
+        on_grid = pseudo_random_grid(spatial, kernel, out, u, sequence)
+        if on_grid is not None:
+            return None, *on_grid
+    tables = region_tables(spatial, kernel, out, u, sequence, generator)
+    grid = windows.regular_grid(tables, spatial, out) if search else None
+    return tables, grid, tables[0]
+
+
 def _output_sizes(spatial, ndim, output_size, output_ratio):
     if (output_size is None) == (output_ratio is None):
         raise ValueError("fractional_max_pool needs exactly one of output_size and "
@@ -243,13 +258,8 @@ def _fractional_max_pool(x, kernel_size, output_size=None, output_ratio=None,
         u = check_samples(samples, layout.lead, ndim, sequence)
 
     planes = int(np.prod(layout.lead))
-    on_grid = pseudo_random_grid(layout.spatial, kernel, out, u.reshape(planes, ndim), sequence)
-    if on_grid is None:
-        tables = region_tables(layout.spatial, kernel, out, u.reshape(planes, ndim),
-                               sequence, generator)
-        grid, starts = windows.regular_grid(tables, layout.spatial, out), tables[0]
-    else:  # the engines read no tables for windows on a grid
-        (grid, starts), tables = on_grid, None
+    tables, grid, starts = plane_windows(layout.spatial, kernel, out,
+                                         u.reshape(planes, ndim), sequence, generator)
     view = inputs.compute_view(x, layout)
     # y and the winners stored as x is (channels-last in, channels-last out)
     y, winners, forward = windows.fractional_forward_stored(view, tables, out, grid)

@@ -417,23 +417,16 @@ def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
     # writable, as the NumPy operator's (a read-only array is another kernel signature)
     u = numpy_fractional.in_sample_precision(
         sample_values.reshape(key[1][0] * key[1][1], len(out)).copy())
-    on_grid = numpy_fractional.pseudo_random_grid(key[1][2:], kernel, out, u, sequence)
-    if on_grid is not None:
-        grid = _grids[key] = on_grid[0]
-        _forget_old_grids()
-        return None, grid
-    tables = numpy_fractional.region_tables(key[1][2:], kernel, out, u, sequence,
-                                            _Columns(order_values))
+    # a grid once searched for and not found is not searched for again
+    tables, grid, _ = numpy_fractional.plane_windows(key[1][2:], kernel, out, u, sequence,
+                                                     _Columns(order_values),
+                                                     search=seen is _UNSEEN)
     if seen is not _UNSEEN:
         return tables, None
-    grid = _grids[key] = engines.fractional.regular_grid(tables, key[1][2:], out)
-    _forget_old_grids()
-    return (tables if grid is None else None), grid
-
-
-def _forget_old_grids() -> None:
+    _grids[key] = grid
     while len(_grids) > _GRIDS_KEPT:
         _grids.popitem(last=False)
+    return (tables if grid is None else None), grid
 
 
 @_ops.implement(_kind_ops.fractional_max_pool, "cpu")
