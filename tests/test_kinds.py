@@ -358,6 +358,38 @@ def test_power_means_of_subnormal_windows_are_lifted_before_their_scale(layout, 
     np.testing.assert_allclose(y, lifted, rtol=1e-12, atol=1e-323)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "channels-last"])
+@pytest.mark.parametrize("op, args", [
+    (pg.lp_pool, (2, 2)), (pg.lp_pool, (2, 3)), (pg.lp_pool, (2, 3, 1)),
+    (pg.lp_pool, (2, 2, None, 0, 2)), (pg.lp_pool, (2, 2, None, 1)),
+    (pg.gem_pool, (2.0,)), (pg.gem_pool, (2.0, 2)), (pg.gem_pool, (2.0, 3)),
+    (pg.gem_pool, (2.0, 3, 1))],
+    ids=["lp 2x2", "lp rows", "lp overlapping", "lp dilated", "lp padded", "gem global",
+         "gem 2x2", "gem rows", "gem overlapping"])
+def test_power_mean_gradients_of_subnormal_outputs_are_finite(layout, op, args):
+    """The backwards took ``r = z * (1 / y)``, and a float64 ``y`` below about 5.6e-309
+    made ``1 / y`` inf: every gradient of such a window was inf (GeM's ``dp`` NaN). ``dx``
+    is homogeneous of degree 0 and ``dp`` of degree 1, so the lifted input gives them
+    again. The plane of the smallest subnormal only has to be finite: there ``y`` itself
+    keeps no digits (a padded window's ``sqrt(2) 5e-324`` rounds to ``5e-324``)."""
+    rng = np.random.default_rng(19)
+    x = rng.random((2, 3, 6, 6)) * 1e-310
+    x[0, 0] = 5e-324
+    if layout == "channels-last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    kwargs = {"eps": 5e-324} if op is pg.gem_pool else {}
+    y, pullback = pg.vjp(op, x, *args, **kwargs)
+    dy = rng.random(y.shape)
+    lifted_y, lifted_pullback = pg.vjp(op, x * 2.0**600, *args, **kwargs)
+    grads, lifted = pullback(dy), lifted_pullback(dy)
+    if op is pg.gem_pool:
+        (grads, dp), (lifted, lifted_dp) = grads, lifted
+        np.testing.assert_allclose(dp, lifted_dp / 2.0**600, rtol=1e-10)
+    assert np.isfinite(grads).all()
+    np.testing.assert_allclose(grads[1:], lifted[1:], rtol=1e-12)
+    np.testing.assert_allclose(grads[0, 1:], lifted[0, 1:], rtol=1e-12)
+
+
 @pytest.mark.parametrize("kernel, stride", [(None, None), (2, None), (3, 1)],
                          ids=["global", "2x2", "3x3 stride 1"])
 def test_gem_pool_of_an_infinite_input_is_infinite(monkeypatch, kernel, stride):

@@ -30,7 +30,8 @@ Three families:
   Where that sum overflows or falls below :data:`.powers.TINY` (terms may have underflowed),
   the plane is summed again as ``m^p sum (z/m)^p``, ``m`` its largest ``z``, so a large
   ``p`` neither overflows nor underflows. The backward multiplies by ``1/y`` rather
-  than dividing, and writes ``dx`` and, with ``with_dp``, each plane's ``p`` term in
+  than dividing (a plane whose ``1/y`` may overflow is redone lifted,
+  :func:`.powers.lifts`), and writes ``dx`` and, with ``with_dp``, each plane's ``p`` term in
   the same pass.
 * ``gem_window_*`` pool sliding windows on 5-d ``(N, C, D, H, W)`` views of any strides,
   through the plan's window ``table`` (forward, ``p`` terms) and ``cover`` tables (the
@@ -56,19 +57,23 @@ from .powers import (
     clamped,
     divisor,
     in_range,
+    lifts,
     natural_log,
     p_term,
     passes,
+    plane_relifted,
     raised,
     raised_less_one,
-    raised_tap,
+    raised_row,
     real_power,
     relative_mean,
     relative_scale,
     root,
+    rows_relifted,
     rows_rescaled,
     scaled,
     sign_of,
+    tap_dx,
     write_terms,
 )
 from .walk import (
@@ -232,8 +237,10 @@ def gem_global_backward_planes(x, y, dy, eps, p, whole, with_dp, dx, terms):
     n_batch, n_chan, length = x.shape
     for plane in prange(n_batch * n_chan):
         n, c = plane // n_chan, plane % n_chan
-        terms[n, c] = _plane_backward(x[n, c], dx[n, c], np.float64(dy[n, c]),
-                                      np.float64(y[n, c]), length, eps, p, whole, with_dp)
+        mean, grad = np.float64(y[n, c]), np.float64(dy[n, c])
+        terms[n, c] = (plane_relifted(x[n, c], dx[n, c], grad, mean, eps, p, whole, with_dp)
+                       if lifts(y[n, c]) else _plane_backward(x[n, c], dx[n, c], grad, mean,
+                                                           length, eps, p, whole, with_dp))
 
 
 @parallel_kernel
@@ -269,8 +276,10 @@ def gem_global_backward_channels_last(x, y, dy, eps, p, whole, with_dp, dx, term
                 at = uint64(c)
                 out[at] = _plane_dx(np.float64(row[at]), eps, scale[at], shares[at], zero)
         for c in range(n_chan):
-            terms[n, c] = (p_term(np.float64(dy[n, c]), np.float64(y[n, c]), p, s0[c],
-                                  s1[c]) if with_dp else 0.0)
+            mean, grad = np.float64(y[n, c]), np.float64(dy[n, c])
+            terms[n, c] = (plane_relifted(x[n, :, c], dx[n, :, c], grad, mean, eps, p, whole,
+                                          with_dp) if lifts(y[n, c])
+                           else p_term(grad, mean, p, s0[c], s1[c]) if with_dp else 0.0)
 
 
 # ------------------------------------------------------------------- sliding windows
@@ -328,12 +337,12 @@ def gem_window_p_terms(x, y, dy, table, eps, p, whole, terms):
         for ow in range(out_w):
             d0, d1, h0, h1, w0, w1 = window_range(table, od, oh, ow)
             mean = np.float64(y[n, c, od, oh, ow])
-            inverse = 1.0 / mean
+            relative = relative_scale(mean)
             s0, s1 = 0.0, 0.0
             for xd in range(d0, d1):
                 for xh in range(h0, h1):
                     for xw in range(w0, w1):
-                        r = clamped(np.float64(x[n, c, xd, xh, xw]), eps) * inverse
+                        r = scaled(clamped(np.float64(x[n, c, xd, xh, xw]), eps), relative)
                         power = raised_less_one(r, p, whole) * r  # add_terms' r^p
                         s0 += power
                         s1 += power * natural_log(r, whole)
@@ -362,23 +371,14 @@ def gem_window_backward(x, y, dy, table, eps, p, whole, cover_ptr, cover_out, dx
                     for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
                         ow = cover_out[2, e]
                         count = count_h * (table[2, 2, ow] - table[2, 1, ow])
-                        r = clamped(v, eps) * (1.0 / np.float64(y[n, c, od, oh, ow]))
+                        r = scaled(clamped(v, eps),
+                                   relative_scale(np.float64(y[n, c, od, oh, ow])))
                         total += np.float64(dy[n, c, od, oh, ow]) / divisor(
                             count, eps) * raised_less_one(r, p, whole)
             dx[n, c, i_d, ih, iw] = total * sign_of(v, eps)
 
 
 # ------------------------------------------------------------- sliding windows, rows
-
-
-@inlined
-def raised_row(src, eps, p, whole, powered):
-    """``powered[i] = max(src[i], eps)^p`` along a contiguous row, in float64 (the rows
-    kernels here and the NCHW rows of :mod:`.power_quads`): a loop that vectorizes
-    fully."""
-    for i in range(src.shape[0]):
-        at = uint64(i)
-        powered[at] = raised_tap(np.float64(src[at]), p, whole, eps)
 
 
 @inlined
@@ -441,17 +441,28 @@ def gem_rows_forward(x, inner, window, steps, chunks, tasks, eps, p, whole, y):
 
 @inlined
 def _row_factors(y, dy, count, inverse, scale):
-    """Per window of an output row: ``1/y`` and ``dy / count``."""
+    """Per window of an output row: ``1/y`` and, unless ``scale`` is None, ``dy /
+    count``; whether any window :func:`.powers.lifts` (:func:`_relift_row`)."""
+    lifted = False
     for o in range(y.shape[0]):
         at = uint64(o)
         inverse[at] = 1.0 / np.float64(y[at])
-        scale[at] = np.float64(dy[at]) / count
+        if scale is not None:
+            scale[at] = np.float64(dy[at]) / count
+        lifted |= lifts(y[at])
+    return lifted
 
 
 @inlined
-def _tap_dx(v, eps, scale, share):
-    """A window tap's ``dx`` from ``dy / count`` and ``r^(p-1)``; 0 under the clamp."""
-    return (0.0 + scale * share) * sign_of(v, eps) if passes(v, eps) else 0.0
+def _relift_row(x, y, dy, dx, plane, od, oh, inner, window, steps, count, eps, p, whole,
+                s0, s1):
+    """The windows of a row whose ``y`` lifts, redone (:func:`.powers.rows_relifted`)."""
+    means, grads = y[plane, od, oh], dy[plane, od, oh]
+    for o in range(means.shape[0]):
+        if lifts(means[o]):
+            s0[o], s1[o] = rows_relifted(x, dx, plane, o % inner, inner, od, oh, o // inner,
+                                         window, steps, np.float64(means[o]),
+                                         np.float64(grads[o]), count, eps, p, whole)
 
 
 @inlined
@@ -477,10 +488,10 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
             if real:
                 shares[at] = share
             else:
-                gathered[at] = _tap_dx(v, eps, scale[at], share)
+                gathered[at] = tap_dx(v, eps, scale[at], share)
         for o in range(gathered.shape[0] if real else 0):
             at = uint64(o)
-            gathered[at] = _tap_dx(gathered[at], eps, scale[at], shares[at])
+            gathered[at] = tap_dx(gathered[at], eps, scale[at], shares[at])
         scatter_tap(gathered, start, step, inner, out)
         return
     for ow in range(inverse.shape[0] // inner):  # channels innermost: contiguous already
@@ -495,10 +506,10 @@ def _tap_gradients(src, out, start, step, inner, eps, p, whole, inverse, scale, 
             if real:
                 shares[o] = share
             else:
-                out[at] = _tap_dx(v, eps, scale[o], share)
+                out[at] = tap_dx(v, eps, scale[o], share)
         for c in range(inner if real else 0):
             at, o = uint64(base + c), uint64(first + c)
-            out[at] = _tap_dx(np.float64(src[at]), eps, scale[o], shares[o])
+            out[at] = tap_dx(np.float64(src[at]), eps, scale[o], shares[o])
 
 
 @inlined
@@ -529,8 +540,8 @@ def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, who
         s0, s1 = np.zeros(out_l, np.float64), np.zeros(out_l, np.float64)
         for row in range(first, end):
             od, oh = row // out_h, row % out_h
-            _row_factors(y[plane, od, oh], dy[plane, od, oh], divisor(count, eps), inverse,
-                         scale)
+            lifted = _row_factors(y[plane, od, oh], dy[plane, od, oh], divisor(count, eps),
+                                  inverse, scale)
             for a in range(window[0]):
                 for b in range(window[1]):
                     src = x[plane, od * steps[0] + a, oh * steps[1] + b]
@@ -538,6 +549,9 @@ def gem_rows_backward(x, y, dy, inner, window, steps, chunks, tasks, eps, p, who
                     for t in range(window[2]):
                         _tap_gradients(src, out, t, steps[2], inner, eps, p, whole, inverse,
                                        scale, gathered, shares, s0, s1, terms)
+            if lifted:
+                _relift_row(x, y, dy, dx, plane, od, oh, inner, window, steps, count, eps, p,
+                            whole, s0, s1)
             if terms is not None:
                 write_terms(y[plane, od, oh], dy[plane, od, oh], p, s0, s1,
                             terms[plane, od, oh])
@@ -548,6 +562,7 @@ def gem_rows_p_terms(x, y, dy, inner, window, steps, chunks, tasks, eps, p, whol
     """Each window's term of ``dp``, with :func:`gem_window_p_terms`' bits, rows laid out
     as :func:`gem_rows_forward`'s."""
     out_d, out_h, out_l = y.shape[1], y.shape[2], y.shape[3]
+    count = window[0] * window[1] * window[2]
     for task in prange(tasks):
         plane, first, end = rows_task(task, chunks, out_d * out_h)
         inverse, gathered = np.empty(out_l, np.float64), np.empty(out_l, np.float64)
@@ -555,14 +570,16 @@ def gem_rows_p_terms(x, y, dy, inner, window, steps, chunks, tasks, eps, p, whol
         for row in range(first, end):
             od, oh = row // out_h, row % out_h
             means, grads = y[plane, od, oh], dy[plane, od, oh]
-            for o in range(out_l):
-                inverse[o] = 1.0 / np.float64(means[o])
+            lifted = _row_factors(means, grads, 1.0, inverse, None)
             for a in range(window[0]):
                 for b in range(window[1]):
                     src = x[plane, od * steps[0] + a, oh * steps[1] + b]
                     for t in range(window[2]):
                         _tap_terms(src, t, steps[2], inner, eps, p, whole, inverse, s0, s1,
                                    gathered)
+            if lifted:
+                _relift_row(x, y, dy, None, plane, od, oh, inner, window, steps, count, eps,
+                            p, whole, s0, s1)
             write_terms(means, grads, p, s0, s1, terms[plane, od, oh])
 
 

@@ -14,11 +14,11 @@ import numpy as np
 from numba import prange, uint64
 
 from . import parallel_kernel
-from .power_mean import raised_row
 from .powers import (
     divisor,
     in_range,
     may_leave_range,
+    raised_row,
     raised_tap,
     real_power,
     root,

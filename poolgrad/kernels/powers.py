@@ -14,7 +14,7 @@ the sum is not divided by the count (:func:`divisor`), and a tap's gradient is
 ``sign(x)`` times GeM's, 0 at ``x = 0`` (:func:`passes`, :func:`sign_of`)."""
 
 import numpy as np
-from numba import types
+from numba import types, uint64
 from numba.extending import overload
 
 from . import JIT_OPTIONS, constant, elementary, jit
@@ -238,6 +238,24 @@ def relative_scale(largest):
     return up, 1.0 / (largest * up)
 
 
+def lifts(y):
+    """Whether a backward takes ``r = z / y`` lifted (:func:`relative_scale`) for the
+    power mean ``y`` (in its own dtype): a positive ``y`` below ``2^-600``, for which
+    ``1 / y`` may overflow (every ``r`` was then inf or NaN). Never for a float32 or
+    float16 ``y`` (at least ``2^-149``): a compile-time False, so that their kernels
+    keep none of it. The vectorized backwards multiply by ``1 / y`` and redo such
+    windows after (:func:`rows_relifted`, :func:`plane_relifted`), as a second factor
+    per tap cost them up to a third of their time (compiled code only)."""
+    raise NotImplementedError("only for Numba-compiled kernels")
+
+
+@overload(lifts, inline="always", jit_options=JIT_OPTIONS)
+def _lifts(y):
+    if isinstance(y, types.Float) and y.bitwidth < 64:
+        return lambda y: False
+    return lambda y: (y > 0.0) & (y < _LIFT_BELOW)  # no branch: the loops vectorize
+
+
 @helper
 def scaled(z, scale):
     """``z`` relative to a window's largest term: ``z * up * inverse`` for ``scale``
@@ -324,6 +342,12 @@ def add_terms(r, share, whole, s0, s1, at):
 
 
 @inlined
+def tap_dx(v, eps, scale, share):
+    """A window tap's ``dx`` from ``dy / count`` and ``r^(p-1)``; 0 under the clamp."""
+    return (0.0 + scale * share) * sign_of(v, eps) if passes(v, eps) else 0.0
+
+
+@inlined
 def write_terms(means, grads, p, s0, s1, out):
     """Each window's term of ``dp`` from its ``S0`` and ``S1``, which start again at 0."""
     for o in range(out.shape[0]):
@@ -332,6 +356,16 @@ def write_terms(means, grads, p, s0, s1, out):
 
 
 # ------------------------------------------------------------------- rows
+
+
+@inlined
+def raised_row(src, eps, p, whole, powered):
+    """``powered[i] = max(src[i], eps)^p`` along a contiguous row, in float64 (the rows
+    kernels of :mod:`.power_mean` and the NCHW rows of :mod:`.power_quads`): a loop that vectorizes
+    fully."""
+    for i in range(src.shape[0]):
+        at = uint64(i)
+        powered[at] = raised_tap(np.float64(src[at]), p, whole, eps)
 
 
 @jit()  # a call: the rare path, kept out of the kernels that inline the common one
@@ -355,3 +389,45 @@ def rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, 
                                           (ow * steps[2] + t) * inner + c]), eps)
                 total += raised(scaled(z, scale), p, whole)
     return relative_mean(largest, total, divisor(count, eps), p, whole, precise)
+
+
+@jit()  # the rare path, as rows_rescaled
+def rows_relifted(x, dx, plane, c, inner, od, oh, ow, window, steps, mean, grad, count,
+                  eps, p, whole):
+    """The backward of the window ``ow`` (channel ``c``) of a row, laid out as for
+    :func:`rows_rescaled`, whose ``y`` (``mean``) :func:`lifts`: each tap's ``dx``, into
+    ``dx`` unless it is None, with ``r`` lifted as :func:`relative_scale` lifts it, and
+    the window's ``(S0, S1)`` (:func:`add_terms`' sums), taps in the rows kernels'
+    order."""
+    relative, scale = relative_scale(mean), grad / divisor(count, eps)
+    s0, s1 = 0.0, 0.0
+    for a in range(window[0]):
+        for b in range(window[1]):
+            for t in range(window[2]):
+                d, h, at = od * steps[0] + a, oh * steps[1] + b, (ow * steps[2] + t) * inner + c
+                v = np.float64(x[plane, d, h, at])
+                r = scaled(clamped(v, eps), relative)
+                share = raised_less_one(r, p, whole)
+                s0 += share * r
+                s1 += share * r * natural_log(r, whole)
+                if dx is not None:
+                    dx[plane, d, h, at] = tap_dx(v, eps, scale, share)
+    return s0, s1
+
+
+@jit()  # the rare path, as rows_rescaled
+def plane_relifted(row, dx, grad, mean, eps, p, whole, with_dp):
+    """The backward of GeM over a whole plane (1-d views of any strides) whose ``y``
+    (``mean``) :func:`lifts`: ``dx`` with ``r`` lifted as :func:`relative_scale` lifts
+    it, and, with ``with_dp``, the plane's term of ``dp`` (0 without), its sums taken in
+    order."""
+    relative, scale = relative_scale(mean), grad / row.shape[0]
+    s0, s1 = 0.0, 0.0
+    for i in range(row.shape[0]):
+        v = np.float64(row[i])
+        r = scaled(clamped(v, eps), relative)
+        share = raised_less_one(r, p, whole)
+        s0 += share * r
+        s1 += share * r * natural_log(r, whole)
+        dx[i] = tap_dx(v, eps, scale, share)
+    return p_term(grad, mean, p, s0, s1) if with_dp else 0.0

@@ -153,7 +153,8 @@ def _lp_backward_row(x, y, dy, p, whole, cover_ptr, cover_out, dx, row):
                 oh = cover_out[1, b]
                 for e in range(cover_ptr[2, iw], cover_ptr[2, iw + 1]):
                     ow = cover_out[2, e]
-                    r = clamped(v, None) * (1.0 / np.float64(y[n, c, od, oh, ow]))
+                    r = scaled(clamped(v, None),
+                               relative_scale(np.float64(y[n, c, od, oh, ow])))
                     total += np.float64(dy[n, c, od, oh, ow]) * raised_less_one(r, p, whole)
         dx[n, c, i_d, ih, iw] = total * sign_of(v, None)
 
