@@ -330,6 +330,7 @@ def test_dispatch_lists_its_rules_and_refuses_what_it_has_no_kernel_for():
     """Every rule list ends in its general kernel; an unknown op or pass is a ValueError
     that names what exists."""
     assert dispatch.names("avg", "backward") == [
+        "sum_pool.global_avg_backward", "channels_last.global_avg_backward",
         "channels_last.avg_pool_backward", "gather_rows.avg_pool_backward_rows",
         "sum_pool.avg_pool_backward"]
     for op, direction in (("max", "forward"), ("max", "backward"), ("avg", "forward"),
@@ -1274,7 +1275,7 @@ def test_lane_dot_is_the_loop_of_lanes_it_replaces(length, dtype):
 
     from poolgrad.kernels import JIT_OPTIONS
     from poolgrad.kernels.attention import _LANES_WITNESS, LANES
-    from poolgrad.kernels.simd import lane_dot
+    from poolgrad.kernels.lanes import lane_dot
     rng = np.random.default_rng(length)
     a = rng.standard_normal(length) * 10.0 ** rng.integers(-8, 8, length)
     b = rng.standard_normal(length).astype(dtype)
@@ -1338,3 +1339,61 @@ def test_tiled_max_forwards_take_short_rows_in_blocks():
     assert tiled.row_form(2, 32, 4) is tiled.TILE_LOOPS  # long rows vectorize as they are
     assert tiled.row_form(4, 7, 4) is tiled.TILE_LOOPS
     assert tiled.IN_BLOCKS.ndim != tiled.TILE_LOOPS.ndim  # two compiled loops
+
+
+@pytest.mark.parametrize("spatial", [(1,), (15,), (17,), (7, 7), (2, 5, 9), (56, 56)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_global_max_keeps_the_general_kernels_winners(spatial, dtype, monkeypatch):
+    """A window over each whole NCHW plane (global, adaptive to ones, or a sliding
+    window the size of the input) runs ``lane_max``'s vector of running maxima: the
+    general kernel's values and winners bit for bit, so its gradient and indices too.
+    Planes of ties, signed zeros, infinities, NaNs of different payloads (the first
+    wins), a NaN in the part past the last whole group, and lengths below, at and past
+    one group of 16."""
+    rng = np.random.default_rng(len(spatial) * 100 + spatial[-1])
+    x = np.round(rng.standard_normal((2, 8, *spatial)) * 2).astype(dtype)  # many ties
+    planes = x.reshape(16, -1)
+    planes[1] = 0.0
+    planes[2, ::2] = -0.0
+    planes[3, -1] = np.inf
+    planes[4] = -np.inf
+    put_nan_payloads(planes[5], every=5)
+    planes[6, -1] = np.nan
+    planes[7, planes.shape[1] // 2:] = 7.0
+    dy = rng.standard_normal((2, 8) + (1,) * len(spatial)).astype(dtype)
+
+    def passes():
+        names = chosen_kernels(monkeypatch)
+        y, pullback = pg.vjp(pg.global_max_pool, x)
+        results = [y, pullback(dy)]
+        results += list(pg.adaptive_max_pool(x, 1, return_indices=True))
+        results.append(pg.max_pool(x, spatial))
+        return results, names
+
+    (fast, names), (slow, _) = both_paths(passes, monkeypatch)
+    assert names[0] == "max_pool.global_max_forward"
+    assert names.count("max_pool.global_max_forward") == 3
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "channels-last"])
+def test_whole_plane_averages_run_the_global_kernels(layout, monkeypatch):
+    """An adaptive average to ones and an average over a window the size of the input
+    are global averages: they run the global kernels, with global_avg_pool's bits."""
+    x = np.random.default_rng(5).standard_normal((2, 3, 7, 9)).astype(np.float32)
+    if layout == "channels-last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    dy = np.random.default_rng(6).standard_normal((2, 3, 1, 1)).astype(np.float32)
+    y, pullback = pg.vjp(pg.global_avg_pool, x)
+    expected = (y, pullback(dy))
+    for op, args, kwargs in ((pg.adaptive_avg_pool, (1,), {}), (pg.avg_pool, ((7, 9),), {}),
+                             (pg.avg_pool, ((7, 9),), {"count_include_pad": False})):
+        names = chosen_kernels(monkeypatch)
+        y, pullback = pg.vjp(op, x, *args, **kwargs)
+        assert names[-1] == ("sum_pool.global_avg_backward" if layout == "NCHW" else
+                             "channels_last.global_avg_backward")
+        if layout == "NCHW":
+            assert names[0] == "sum_pool.global_avg_forward"
+        for a, b in zip((y, pullback(dy)), expected, strict=True):
+            np.testing.assert_array_equal(a, b)

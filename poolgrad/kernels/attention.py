@@ -25,7 +25,7 @@ Arithmetic runs in float64; ``attn`` is float64, ``y`` and ``dx`` take their arr
 dtypes. Every sum over positions, and over channels (the scores and ``da``), runs in
 :data:`LANES` lanes: lane ``k`` adds the terms ``k (mod LANES)`` in increasing order
 from +0, and the lanes are then added by halving (lane ``k`` += lane ``k + h`` for
-``h = LANES/2, ..., 1``), the order of :func:`~.simd.lane_dot`. ``attention_planes_*``
+``h = LANES/2, ..., 1``), the order of :func:`~.lanes.lane_dot`. ``attention_planes_*``
 take ``(N, C, L)`` arrays, positions contiguous (NCHW; any strides work), and sum
 channels for blocks of :data:`BLOCK` positions at once, the lanes as rows;
 ``attention_pixels_*`` take ``(N, L, C)`` ones, channels contiguous (channels-last),
@@ -39,7 +39,8 @@ import numpy as np
 from numba import prange, uint64
 
 from . import elementary, parallel_kernel
-from .simd import lane_dot, prefetch
+from .lanes import lane_dot
+from .simd import prefetch
 from .walk import inlined
 
 LANES = 16  # the partial sums over positions (a power of 2)
@@ -75,7 +76,7 @@ def _halved_rows(terms, count):
 @inlined
 def _lane_dot(a, b):
     """``sum_l a[l] b[l]`` in the module docstring's lanes, as one vector of lanes
-    (:func:`~.simd.lane_dot`: a loop over an array of lanes stayed scalar)."""
+    (:func:`~.lanes.lane_dot`: a loop over an array of lanes stayed scalar)."""
     return lane_dot(a, np.ascontiguousarray(b), _LANES_WITNESS)
 
 

@@ -51,14 +51,11 @@ Run signatures (one per op and direction)::
     ("gem", "backward")    run(x, y, dy, eps, p, whole, dx, terms=None)  terms (dp's, y's
                                                shape) only where kernel.records
     ("gem", "p_terms")     run(x, y, dy, eps, p, whole, terms)  each window's dp term
-    ("gem", "p_total")     run(terms, totals)  5-d terms (any layout); totals (N, C) per
-                                               plane; plan None
+    ("gem", "p_total")     run(terms, totals)  5-d terms (any layout); totals (N, C); plan None
     ("gem_global", "forward")   run(x, eps, p, whole, y, copy=None)  (N, C, L) views;
                                                y (N, C); copy as for "gem";
-    ("gem_global", "backward")  run(x, y, dy, eps, p, whole, with_dp, dx, terms)  plan
-                                               None
-    ("circular", "pad")    run(x, before, padded)  5-d, stored alike; before: per axis;
-                                               plan None
+    ("gem_global", "backward")  run(x, y, dy, eps, p, whole, with_dp, dx, terms); plan None
+    ("circular", "pad")    run(x, before, padded)  5-d, stored alike; before per axis; plan None
 
 This is the NumPy (CPU) backend's dispatch. The CUDA backend's, for torch tensors, is
 :mod:`poolgrad.torch.triton.dispatch`, beside the code that uses it, with the same
@@ -171,6 +168,13 @@ def _tiled_forward(plan) -> bool:
     return plan.tiles and plan.extent[2] in (2, 4)
 
 
+def _whole_planes(plan) -> bool:
+    """One window per plane, the plane itself (a global pooling, however asked for), of
+    fewer than 2^31 taps (:func:`~.lanes.lane_max` numbers them in int32)."""
+    return (all(a.count == 1 and a.extent == a.length and a.tiles for a in plan.axes)
+            and math.prod(plan.in_spatial) < 2**31)
+
+
 def _stride2_blocks(plan) -> bool:
     """3 taps at stride 2 along W (a row pass geometry) and rows of at least one
     :data:`~poolgrad.kernels.simd.BLOCK`."""
@@ -196,29 +200,25 @@ def _cl(a):
 
 
 def _contiguous(a):
-    """``a`` as the fast kernels take it: C-contiguous and writeable (a read-only array
-    would need a compile of its own)."""
+    """``a`` C-contiguous and writeable (a read-only array: a compile of its own)."""
     if a.flags.c_contiguous and a.flags.writeable:
         return a
     return np.array(a, order="C")
 
 
 def _zero(dtype):
-    """A 1-element array holding +0, the ``plus_zero`` of the kernels that must add +0
-    (see :mod:`poolgrad.kernels`: runtime values the compiler must not fold)."""
+    """+0 in a 1-element array: a runtime value the compiler must not fold (kernels)."""
     return np.zeros(1, dtype)
 
 
 def _tap_like(dtype):
-    """Taps (window positions) as wide as the values, for the channels-last max
-    kernels: an empty array whose dtype is the constant."""
+    """The dtype of taps as wide as the values (channels-last max), as an empty array."""
     return np.empty(0, np.int32 if dtype == np.float32 else np.int64)
 
 
 @functools.cache
 def _float_bits(dtype: np.dtype) -> np.ndarray:
-    """The bits of -0, of the exponent field and of the quiet-NaN flag of ``dtype``, as
-    its same-width signed integers (read-only: shared by every call)."""
+    """The bits of -0, the exponent field and the quiet-NaN flag, as signed ints (shared)."""
     bits = np.dtype(f"i{dtype.itemsize}")
     info = np.finfo(dtype)
     exponent = ((1 << info.iexp) - 1) << info.nmant
@@ -450,6 +450,10 @@ def _is_cl(plan, operand, record):
     return operand.layout == "channels_last"
 
 
+def _on(layout, geometry):
+    return lambda plan, operand, record: operand.layout == layout and geometry(plan)
+
+
 def _cl_tiling(*extents):
     """Channels-last windows that tile the input, of one of these ``(D, H, W)`` extents."""
     return lambda plan, operand, record: (_is_cl(plan, operand, record) and plan.tiles
@@ -466,6 +470,7 @@ def _rows_serve(plan):
 
 
 _AVG_FORWARD = [
+    _Rule("sum_pool.global_avg_forward", _on("nchw", _whole_planes), _global_avg),
     _Rule("channels_last_tiles.avg_pool_forward_quads", _cl_tiling((1, 2, 2)), lambda plan:
           lambda x, y, d: cl_tiles.avg_pool_forward_quads(_cl(x), plan.extent, d,
                                                           _zero(x.dtype), _cl(y))),
@@ -476,6 +481,9 @@ _AVG_FORWARD = [
     _Rule("sum_pool.avg_pool_forward", _always, _avg_general),
 ]
 _AVG_BACKWARD = [
+    _Rule("sum_pool.global_avg_backward", _on("nchw", _whole_planes), _global_avg_back),
+    _Rule("channels_last.global_avg_backward", _on("channels_last", _whole_planes),
+          _global_avg_back_cl),
     _Rule("channels_last.avg_pool_backward", _is_cl, _avg_back_cl),
     _Rule("gather_rows.avg_pool_backward_rows", _fast(_rows_serve), _avg_back_rows),
     _Rule("sum_pool.avg_pool_backward", _always, _avg_back_general),
@@ -483,6 +491,9 @@ _AVG_BACKWARD = [
 
 _RULES = {
     ("max", "forward"): [
+        _Rule("max_pool.global_max_forward", _fast(_whole_planes), lambda plan: lambda x, y,
+              pos: general_max.global_max_forward(_planes(x), y.reshape(-1), None if pos is
+                                                  None else pos.reshape(-1)), records=True),
         _Rule("channels_last_tiles.max_values_forward", _values(_cl_tiling(
             *cl_tiles.MAX_EXTENTS)), lambda plan: lambda x, y, pos:
             cl_tiles.max_values_forward(_cl(x), plan.extent, _cl(y))),
@@ -515,17 +526,8 @@ _RULES = {
     ("max", "split"): [_Rule("max_pool.max_pool_backward_split", _always, _split)],
     ("avg", "forward"): _AVG_FORWARD,
     ("avg", "backward"): _AVG_BACKWARD,
-    # contiguous planes: one window per plane, summed in one pass; a channels-last
-    # backward spreads each image's shares along its rows; any other layout takes the
-    # average's kernels with the same plan
-    ("global_avg", "forward"): [
-        _Rule("sum_pool.global_avg_forward", lambda plan, operand, record:
-              operand.layout == "nchw", _global_avg)] + _AVG_FORWARD,
-    ("global_avg", "backward"): [
-        _Rule("sum_pool.global_avg_backward", lambda plan, operand, record:
-              operand.layout == "nchw", _global_avg_back),
-        _Rule("channels_last.global_avg_backward", _is_cl, _global_avg_back_cl),
-    ] + _AVG_BACKWARD,
+    ("global_avg", "forward"): _AVG_FORWARD,  # the same rules: the plan says it is global
+    ("global_avg", "backward"): _AVG_BACKWARD,
     # windows inside x without dilation: GeM's rows kernels, with the general ones' bits
     ("lp", "forward"): [
         _Rule("power_quads.gem_quads_forward", paired_quads,

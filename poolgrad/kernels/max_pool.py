@@ -4,6 +4,7 @@ import numpy as np
 from numba import prange
 
 from . import beats, jit, parallel_kernel
+from .lanes import lane_max
 from .walk import row_index, row_windows
 
 
@@ -150,3 +151,26 @@ def window_positions_to_indices(pos, table, dilation, extent, in_h, in_w, indice
             xh = table[1, 0, oh] + jh * dilation[1]
             xw = table[2, 0, ow] + jw * dilation[2]
             indices[n, c, od, oh, ow] = (xd * in_h + xh) * in_w + xw
+
+
+@parallel_kernel
+def global_max_forward(x, y, pos):
+    """``y[p]`` = the maximum of the plane ``x[p, :]`` (C-contiguous ``(planes, L)``
+    views, float32 or float64) and, unless ``pos`` is None, ``pos[p]`` its position:
+    :func:`max_pool_forward`'s answer for one window over the whole plane (its tap
+    number is the position), the first maximum, a NaN beating everything and the first
+    NaN winning. A vector of running maxima and their positions
+    (:func:`~.lanes.lane_max`), where the general kernel folds tap by tap. (Asking for
+    the input 8 KB ahead, as the global average does, made it slower.)"""
+    planes, length = x.shape
+    xf = x.ravel()
+    for p in prange(planes):
+        start = p * length
+        offset, nan = lane_max(xf, start, length)
+        if nan:  # rare: the first NaN wins
+            offset = 0
+            while xf[start + offset] == xf[start + offset]:
+                offset += 1
+        y[p] = xf[start + offset]
+        if pos is not None:
+            pos[p] = offset

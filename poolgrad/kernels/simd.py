@@ -1,9 +1,8 @@
 """Vector blocks written as LLVM IR, for loops that LLVM's vectorizer compiles badly:
 the 3-tap stride-2 average and max forwards (:func:`sum3_stride2_block`,
 :func:`max3_stride2_block`), and the short rows of
-the tiled max backward (:func:`route2_block`) and forwards (:func:`max2_block`), and
-sums in a fixed number of lanes (:func:`lane_dot`, :func:`lane_sum`), at the end of this
-module.
+the tiled max backward (:func:`route2_block`) and forwards (:func:`max2_block`).
+Reductions of a whole row in a fixed number of lanes are :mod:`.lanes`'.
 
 A window of 3 taps at stride 2 along W reads ``x[r + 2*ow + j]`` for ``j`` in 0, 1, 2.
 Taps 0 and 2 both fall on even offsets, so the vectorizer puts them in one interleaved
@@ -493,100 +492,5 @@ def prefetch(typingctx, xf, begin, count):
             # a read, kept in every cache level, of data (not instructions)
             builder.call(hint, [pointer, i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def lane_dot(typingctx, a, b, lanes):
-    """``sum_l a[l] * b[l]`` over the whole of ``a`` (float64) and ``b`` (float32,
-    widened, or float64), in ``lanes.ndim`` lanes (a compile-time constant, a power of
-    2): lane ``k`` adds the products ``l = k mod lanes`` in increasing ``l`` from +0,
-    then the lanes are added by halving (lane ``k`` += lane ``k + h`` for ``h =
-    lanes/2, ..., 1``). The sum that a loop of the same order gives, which LLVM left
-    scalar: one vector of lanes, no fast-math, so the same roundings. The products past
-    the last whole group go to lanes 0, 1, ... one by one."""
-    count = lanes.ndim if isinstance(lanes, types.Array) else 0
-    if not (contiguous_1d(a, types.float64) and contiguous_1d(b)
-            and b.dtype in (types.float32, types.float64) and count & (count - 1) == 0):
-        return None
-    sig = types.float64(a, b, lanes)
-
-    def codegen(context, builder, signature, args):
-        a_data, b_data, _ = arguments(context, builder, signature, args)
-        length = builder.extract_value(context.make_array(a)(context, builder, args[0]).shape, 0)
-        f64, i64, i32 = ir.DoubleType(), ir.IntType(64), ir.IntType(32)
-        b_type = context.get_value_type(b.dtype)
-
-        def products(index, width):
-            pa = vector_load(context, builder, a_data, index, f64, width)
-            pb = vector_load(context, builder, b_data, index, b_type, width)
-            return builder.fmul(pa, pb if b_type == f64 else builder.fpext(pb, pa.type))
-
-        full = builder.sub(length, builder.srem(length, i64(count)))
-        acc = cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(f64, count),
-                                                             [0.0] * count))
-        with cgutils.for_range_slice(builder, i64(0), full, i64(count), inc=True) as (at, _):
-            builder.store(builder.fadd(builder.load(acc), products(at, count)), acc)
-        with cgutils.for_range_slice(builder, full, length, i64(1), inc=True) as (at, _):
-            lane, total = builder.trunc(builder.sub(at, full), i32), builder.load(acc)
-            added = builder.fadd(builder.extract_element(total, lane),
-                                 builder.extract_element(products(at, 1), i32(0)))
-            builder.store(builder.insert_element(total, added, lane), acc)
-        total, half = builder.load(acc), count // 2
-        while half >= 1:
-            total = builder.fadd(builder.shuffle_vector(total, total, lane_numbers(range(half))),
-                                 builder.shuffle_vector(total, total,
-                                                        lane_numbers(range(half, 2 * half))))
-            half //= 2
-        return builder.extract_element(total, i32(0))
-
-    return sig, codegen
-
-
-SUM_LANES = 8  # running sums of lane_sum: one vector of float32 or float64
-
-
-@intrinsic
-def lane_sum(typingctx, xf, begin, length, zero):
-    """``sum(xf[begin:begin + length])`` in ``zero``'s dtype, in :data:`SUM_LANES`
-    running sums: lane ``k`` adds elements ``8j + k`` in increasing ``j`` from +0, the
-    lanes are added in adjacent pairs (``((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 +
-    s7))``), then the elements past the last whole group one by one. The sum that eight
-    scalar running sums give, which LLVM left scalar: no fast-math, so the same
-    roundings."""
-    if not (contiguous_1d(xf) and xf.dtype in (types.float32, types.float64)
-            and zero in (types.float32, types.float64)
-            and isinstance(begin, types.Integer) and isinstance(length, types.Integer)):
-        return None
-    sig = zero(xf, begin, length, zero)
-
-    def codegen(context, builder, signature, args):
-        x_data, begin_v, length_v, _ = arguments(context, builder, signature, args)
-        i64, i32 = ir.IntType(64), ir.IntType(32)
-        element, total_type = context.get_value_type(xf.dtype), context.get_value_type(zero)
-
-        def widened(at, count):  # x's elements at begin + at, in the sum's dtype
-            v = vector_load(context, builder, x_data, builder.add(begin_v, at), element, count)
-            wide = ir.VectorType(total_type, count)
-            return (v if element == total_type else builder.fpext(v, wide)
-                    if zero == types.float64 else builder.fptrunc(v, wide))
-
-        full = builder.sub(length_v, builder.srem(length_v, i64(SUM_LANES)))
-        sums = cgutils.alloca_once_value(
-            builder, ir.Constant(ir.VectorType(total_type, SUM_LANES), [0.0] * SUM_LANES))
-        with cgutils.for_range_slice(builder, i64(0), full, i64(SUM_LANES), inc=True) as (at, _):
-            builder.store(builder.fadd(builder.load(sums), widened(at, SUM_LANES)), sums)
-        paired = builder.load(sums)
-        while paired.type.count > 1:
-            count = paired.type.count
-            paired = builder.fadd(
-                builder.shuffle_vector(paired, paired, lane_numbers(range(0, count, 2))),
-                builder.shuffle_vector(paired, paired, lane_numbers(range(1, count, 2))))
-        total = cgutils.alloca_once_value(builder, builder.extract_element(paired, i32(0)))
-        with cgutils.for_range_slice(builder, full, length_v, i64(1), inc=True) as (at, _):
-            builder.store(builder.fadd(builder.load(total),
-                                       builder.extract_element(widened(at, 1), i32(0))), total)
-        return builder.load(total)
 
     return sig, codegen

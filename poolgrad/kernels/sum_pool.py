@@ -10,6 +10,7 @@ import numpy as np
 from numba import prange
 
 from . import jit, parallel_kernel
+from .lanes import lane_sum
 from .powers import (
     UNSCALED,
     clamped,
@@ -23,7 +24,7 @@ from .powers import (
     scaled,
     sign_of,
 )
-from .simd import PREFETCH_BYTES, lane_sum, prefetch
+from .simd import PREFETCH_BYTES, prefetch
 from .walk import inlined, row_index, row_windows
 
 
@@ -164,17 +165,19 @@ def global_avg_forward(x, divisor, y):
     """``y[p] = sum(x[p, :]) / divisor`` for C-contiguous ``(planes, L)`` views.
 
     Eight running sums (elements 8k to 8k+7: one vector of float32 or float64, then the
-    tail; :func:`~.simd.lane_sum`, since LLVM left eight scalar sums scalar) hide the
+    tail; :func:`~.lanes.lane_sum`, since LLVM left eight scalar sums scalar) hide the
     latency of the additions; the order is fixed, so the result is the same at any
-    thread count. Each plane asks for the input 8 KB further on (see :mod:`.simd`),
-    which measured faster than leaving it to the hardware prefetcher.
+    thread count. Planes shorter than 8 KB ask for the input 8 KB further on (see
+    :mod:`.simd`), which measured faster than leaving it to the hardware prefetcher;
+    longer ones, which it follows, ran slower for the asking.
     """
     planes, length = x.shape
     zero = np.zeros(1, y.dtype)[0]
     xf = x.ravel()
     ahead = PREFETCH_BYTES // xf.itemsize
     for p in prange(planes):
-        prefetch(xf, p * length + ahead, length)
+        if length < ahead:
+            prefetch(xf, p * length + ahead, length)
         y[p] = lane_sum(xf, p * length, length, zero) / divisor
 
 
