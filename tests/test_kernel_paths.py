@@ -30,6 +30,7 @@ BLOCKS_UNRECORDED = BLOCKS[:1] + ROWS[1:2] + BLOCKS[2:]
 TILED_BACKWARD = ("max_pool.max_pool_forward", "max_pool.max_pool_forward",
                   "tiled.max_pool_backward_tiled", "sum_pool.avg_pool_forward",
                   "sum_pool.avg_pool_backward")
+WIDE_TILED = ("max_pool.max_pool_forward_wide",) * 2 + TILED_BACKWARD[2:]
 
 # (spatial, kernel, stride, padding, kernels): every (kernel, stride) with a vectorized W
 # pass, in 1, 2 and 3 dims, with and without padding (windows cut by W padding take the
@@ -44,8 +45,9 @@ CASES = [
     # that no window reads
     ((5, 6, 9), 2, 2, 0, TILED), ((4, 8), 2, 2, 0, TILED), ((16,), 4, 4, 0, TILED),
     ((7, 10), 3, 3, 0, TILED_BACKWARD),
-    # tiling windows wider than the tiled kernels' constant widths, and one tap wide
-    ((6, 17), (2, 5), (2, 5), 0, TILED_BACKWARD), ((7, 6), (3, 1), (3, 1), 0, TILED_BACKWARD),
+    # tiling windows wider than the tiled kernels' constant widths (2 rows of 5: the
+    # wide max forward), and one tap wide
+    ((6, 17), (2, 5), (2, 5), 0, WIDE_TILED), ((7, 6), (3, 1), (3, 1), 0, TILED_BACKWARD),
     # 3-tap stride-2 rows long enough for the vector blocks of the average: exactly one
     # block ending at the last element of x, blocks that overlap, W padding on both
     # sides (one block reaching into both; windows with a single real tap), and 3-d
@@ -1397,3 +1399,40 @@ def test_whole_plane_averages_run_the_global_kernels(layout, monkeypatch):
             assert names[0] == "sum_pool.global_avg_forward"
         for a, b in zip((y, pullback(dy)), expected, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: pg.adaptive_max_pool(x, 3, return_indices=True),
+    lambda x: pg.adaptive_max_pool(x, (2, 1), return_indices=True),
+    lambda x: pg.max_pool(x, 9, 4, padding=4, return_indices=True),
+    lambda x: pg.max_pool(x, 5, 1, return_indices=True),
+    lambda x: pg.max_pool(x, (3, 8), (2, 5), dilation=(2, 1), ceil_mode=True,
+                          return_indices=True),
+    lambda x: pg.max_pool(x[:, :, :18, :20].reshape(2, 8, 3, 6, 20), (2, 3, 9), (1, 2, 5),
+                          return_indices=True)],
+    ids=["adaptive 3", "adaptive (2, 1)", "k9 s4 p4", "k5 s1", "dilated rows", "3-d"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_wide_max_windows_keep_the_general_kernels_winners(call, dtype, monkeypatch):
+    """Windows of 2 or more rows of 5 or more taps on NCHW arrays (adaptive bins, wide
+    sliding windows) fold in ``window_max``: the general kernel's values and winners, so
+    its indices and gradient, on ties, signed zeros, infinities and NaNs of different
+    payloads (the first in row-major order wins), rows cut by the padding."""
+    rng = np.random.default_rng(11)
+    x = np.round(rng.standard_normal((2, 8, 19, 23)) * 2).astype(dtype)
+    planes = x.reshape(16, -1)
+    planes[1] = 0.0
+    planes[2, ::3] = -0.0
+    planes[3, 200] = np.inf
+    put_nan_payloads(planes[4], every=37)
+    planes[5, -3:] = np.nan
+    x = np.ascontiguousarray(x)
+
+    def passes():
+        names = chosen_kernels(monkeypatch)
+        y, indices = call(x)
+        return [y, indices], names
+
+    (fast, names), (slow, _) = both_paths(passes, monkeypatch)
+    assert names[0] == "max_pool.max_pool_forward_wide"
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))

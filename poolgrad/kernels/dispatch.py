@@ -85,7 +85,7 @@ from . import channels_last as cl
 from . import channels_last_tiles as cl_tiles
 from . import max_pool as general_max
 from . import unpool as unpool_kernels
-from .rule import Kernel, apart, full_windows, paired_quads, rules_of
+from .rule import Kernel, apart, full_windows, paired_quads, rules_of, whole_planes, wide_rows
 from .rule import Rule as _Rule
 from .rule import always as _always
 from .rule import values_only as _values
@@ -166,13 +166,6 @@ def _tiled_forward(plan) -> bool:
     """Windows that tile the input, with a W kernel of 2 or 4: the widths of
     ``ROW_PASS_W`` whose stride is the kernel (each width a compile of its own)."""
     return plan.tiles and plan.extent[2] in (2, 4)
-
-
-def _whole_planes(plan) -> bool:
-    """One window per plane, the plane itself (a global pooling, however asked for), of
-    fewer than 2^31 taps (:func:`~.lanes.lane_max` numbers them in int32)."""
-    return (all(a.count == 1 and a.extent == a.length and a.tiles for a in plan.axes)
-            and math.prod(plan.in_spatial) < 2**31)
 
 
 def _stride2_blocks(plan) -> bool:
@@ -470,7 +463,7 @@ def _rows_serve(plan):
 
 
 _AVG_FORWARD = [
-    _Rule("sum_pool.global_avg_forward", _on("nchw", _whole_planes), _global_avg),
+    _Rule("sum_pool.global_avg_forward", _on("nchw", whole_planes), _global_avg),
     _Rule("channels_last_tiles.avg_pool_forward_quads", _cl_tiling((1, 2, 2)), lambda plan:
           lambda x, y, d: cl_tiles.avg_pool_forward_quads(_cl(x), plan.extent, d,
                                                           _zero(x.dtype), _cl(y))),
@@ -481,8 +474,8 @@ _AVG_FORWARD = [
     _Rule("sum_pool.avg_pool_forward", _always, _avg_general),
 ]
 _AVG_BACKWARD = [
-    _Rule("sum_pool.global_avg_backward", _on("nchw", _whole_planes), _global_avg_back),
-    _Rule("channels_last.global_avg_backward", _on("channels_last", _whole_planes),
+    _Rule("sum_pool.global_avg_backward", _on("nchw", whole_planes), _global_avg_back),
+    _Rule("channels_last.global_avg_backward", _on("channels_last", whole_planes),
           _global_avg_back_cl),
     _Rule("channels_last.avg_pool_backward", _is_cl, _avg_back_cl),
     _Rule("gather_rows.avg_pool_backward_rows", _fast(_rows_serve), _avg_back_rows),
@@ -491,7 +484,7 @@ _AVG_BACKWARD = [
 
 _RULES = {
     ("max", "forward"): [
-        _Rule("max_pool.global_max_forward", _fast(_whole_planes), lambda plan: lambda x, y,
+        _Rule("max_pool.global_max_forward", _fast(whole_planes), lambda plan: lambda x, y,
               pos: general_max.global_max_forward(_planes(x), y.reshape(-1), None if pos is
                                                   None else pos.reshape(-1)), records=True),
         _Rule("channels_last_tiles.max_values_forward", _values(_cl_tiling(
@@ -510,6 +503,9 @@ _RULES = {
         _Rule("blocks.max_pool_forward_blocks", _fast(_recorded_stride2_blocks), _max_blocks,
               records=True),
         _Rule("row_passes.max_pool_forward_rows", _fast(_rows_serve), _max_rows, records=True),
+        _Rule("max_pool.max_pool_forward_wide", _fast(wide_rows), lambda plan: lambda x, y,
+              pos: general_max.max_pool_forward_wide(x, plan.table, plan.dilation,
+                                                     plan.extent, y, pos), records=True),
         _Rule("max_pool.max_pool_forward", _always, _max_general, records=True),
     ],
     ("max", "indices"): [

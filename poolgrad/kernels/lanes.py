@@ -2,7 +2,8 @@
 vector of lanes, no fast-math, so the same roundings (and the same winner) as a loop
 in that order would give, which LLVM left scalar or vectorized badly. Sums
 (:func:`lane_dot`, :func:`lane_sum`: attention pooling, the global average) and the
-first maximum with its position (:func:`lane_max`: the global max)."""
+first maximum with its position (:func:`lane_max`, :func:`window_max`: the global max
+and wide windows)."""
 
 from llvmlite import ir
 from numba.core import cgutils, types
@@ -106,77 +107,128 @@ def lane_sum(typingctx, xf, begin, length, zero):
     return sig, codegen
 
 
-MAX_LANES = 16  # the running maxima of lane_max
+MAX_LANES = 16  # the running maxima of lane_max and window_max
+
+
+def _fold_max(context, builder, xf_type, x_data, begin, rows, width):
+    """The LLVM IR of :func:`window_max`: ``rows`` is ``[(count, step, number), ...]``,
+    the loops over tap rows, outermost first (a row's first element at ``begin`` plus
+    each loop's ``index * step``, its first number ``sum index * number``); ``width`` the
+    taps of each row. Returns ``(number, nan)`` values."""
+    i64, i32, i1 = ir.IntType(64), ir.IntType(32), ir.IntType(1)
+    element = context.get_value_type(xf_type.dtype)
+    vector = ir.VectorType(element, MAX_LANES)
+    first = builder.load(builder.gep(x_data, [begin]))
+    best = cgutils.alloca_once_value(builder, splat(builder, first, MAX_LANES))
+    where = cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(i32, MAX_LANES),
+                                                           [0] * MAX_LANES))
+    nans = cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(i1, MAX_LANES),
+                                                          [0] * MAX_LANES))
+    offsets = ir.Constant(ir.VectorType(i32, MAX_LANES), list(range(MAX_LANES)))
+    full = builder.sub(width, builder.srem(width, i64(MAX_LANES)))
+    load_masked = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vector, [vector.as_pointer(), i32,
+                                                 ir.VectorType(i1, MAX_LANES), vector]),
+        f"llvm.masked.load.v{MAX_LANES}{'f32' if xf_type.dtype == types.float32 else 'f64'}.p0")
+
+    def fold(values, number):  # the lanes' numbers: int32, half the width of int64's
+        kept = builder.load(best)
+        wins = builder.fcmp_ordered(">", values, kept)
+        builder.store(builder.select(wins, values, kept), best)
+        numbers = builder.add(splat(builder, builder.trunc(number, i32), MAX_LANES), offsets)
+        builder.store(builder.select(wins, numbers, builder.load(where)), where)
+        builder.store(builder.or_(builder.load(nans),
+                                  builder.fcmp_unordered("uno", values, values)), nans)
+
+    def row(start, number):
+        with cgutils.for_range_slice(builder, i64(0), full, i64(MAX_LANES), inc=True) as (
+                at, _):
+            fold(vector_load(context, builder, x_data, builder.add(start, at), element,
+                             MAX_LANES), builder.add(number, at))
+        # the rest as one group, its missing lanes filled with the first element (which
+        # never wins: every lane starts from it) and never read
+        with builder.if_then(builder.icmp_signed("<", full, width)):
+            rest = splat(builder, builder.trunc(builder.sub(width, full), i32), MAX_LANES)
+            pointer = builder.bitcast(builder.gep(x_data, [builder.add(start, full)]),
+                                      vector.as_pointer())
+            fold(builder.call(load_masked, [
+                pointer, i32(context.get_abi_sizeof(element)),
+                builder.icmp_signed("<", offsets, rest), splat(builder, first, MAX_LANES)]),
+                builder.add(number, full))
+
+    def loops(level, start, number):
+        if level == len(rows):
+            row(start, number)
+            return
+        count, step, numbers = rows[level]
+        with cgutils.for_range(builder, count) as loop:
+            loops(level + 1, builder.add(start, builder.mul(loop.index, step)),
+                  builder.add(number, builder.mul(loop.index, numbers)))
+
+    loops(0, begin, i64(0))
+    kept, numbers, half = builder.load(best), builder.load(where), MAX_LANES // 2
+    while half >= 1:  # by halving: the larger, or the equal of smaller number
+        low, high = lane_numbers(range(half)), lane_numbers(range(half, 2 * half))
+        value, top = (builder.shuffle_vector(kept, kept, high),
+                      builder.shuffle_vector(kept, kept, low))
+        number, top_at = (builder.shuffle_vector(numbers, numbers, high),
+                          builder.shuffle_vector(numbers, numbers, low))
+        takes = builder.or_(builder.fcmp_ordered(">", value, top),
+                            builder.and_(builder.fcmp_ordered("==", value, top),
+                                         builder.icmp_signed("<", number, top_at)))
+        kept, numbers = builder.select(takes, value, top), builder.select(takes, number, top_at)
+        half //= 2
+    any_nan = builder.icmp_unsigned("!=", builder.bitcast(builder.load(nans),
+                                                          ir.IntType(MAX_LANES)),
+                                    ir.IntType(MAX_LANES)(0))
+    return builder.sext(builder.extract_element(numbers, i64(0)), i64), any_nan
+
+
+def _float_row(xf):
+    return contiguous_1d(xf) and xf.dtype in (types.float32, types.float64)
 
 
 @intrinsic
 def lane_max(typingctx, xf, begin, length):
-    """``(offset, nan)`` for ``xf[begin:begin + length]`` (``1 <= length < 2^31``): the offset
-    of its first largest element, NaNs left out, and whether it holds a NaN (where the
-    caller's rule, the first NaN wins, needs a scan of its own). Lane ``k`` of
-    :data:`MAX_LANES` keeps the first largest of the elements ``k (mod MAX_LANES)``,
-    the lanes are then compared by halving (the larger, or the equal of smaller offset,
-    wins: the first maximum in any order, ``-0`` and ``+0`` as one), then the elements
-    past the last whole group one by one. (A loop over an array of lanes kept them in
-    memory.)"""
-    if not (contiguous_1d(xf) and xf.dtype in (types.float32, types.float64)
-            and isinstance(begin, types.Integer) and isinstance(length, types.Integer)):
+    """``(offset, nan)`` for ``xf[begin:begin + length]`` (``1 <= length < 2^31``): the
+    offset of its first largest element, NaNs left out, and whether it holds a NaN
+    (where the caller's rule, the first NaN wins, needs a scan of its own):
+    :func:`window_max` of one row."""
+    if not (_float_row(xf) and isinstance(begin, types.Integer)
+            and isinstance(length, types.Integer)):
         return None
     sig = types.Tuple((types.int64, types.boolean))(xf, begin, length)
 
     def codegen(context, builder, signature, args):
         x_data, begin_v, length_v = arguments(context, builder, signature, args)
-        i64, i1 = ir.IntType(64), ir.IntType(1)
-        element = context.get_value_type(xf.dtype)
+        return context.make_tuple(builder, signature.return_type, _fold_max(
+            context, builder, xf, x_data, begin_v, [], length_v))
 
-        def at(offset, count):
-            return vector_load(context, builder, x_data, builder.add(begin_v, offset), element,
-                               count)
+    return sig, codegen
 
-        first = builder.extract_element(at(i64(0), 1), ir.IntType(32)(0))
-        best = cgutils.alloca_once_value(builder, splat(builder, first, MAX_LANES))
-        i32 = ir.IntType(32)  # offsets in the lanes: half the width of int64's
-        where = cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(i32, MAX_LANES),
-                                                               [0] * MAX_LANES))
-        nans = cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(i1, MAX_LANES),
-                                                              [0] * MAX_LANES))
-        offsets = ir.Constant(ir.VectorType(i32, MAX_LANES), list(range(MAX_LANES)))
-        full = builder.sub(length_v, builder.srem(length_v, i64(MAX_LANES)))
-        with cgutils.for_range_slice(builder, i64(0), full, i64(MAX_LANES), inc=True) as (
-                start, _):
-            values, kept = at(start, MAX_LANES), builder.load(best)
-            wins = builder.fcmp_ordered(">", values, kept)
-            builder.store(builder.select(wins, values, kept), best)
-            numbers = builder.add(splat(builder, builder.trunc(start, i32), MAX_LANES), offsets)
-            builder.store(builder.select(wins, numbers, builder.load(where)), where)
-            builder.store(builder.or_(builder.load(nans),
-                                      builder.fcmp_unordered("uno", values, values)), nans)
-        kept, numbers, half = builder.load(best), builder.load(where), MAX_LANES // 2
-        while half >= 1:  # by halving: the larger, or the equal of smaller offset
-            low, high = lane_numbers(range(half)), lane_numbers(range(half, 2 * half))
-            value, top = (builder.shuffle_vector(kept, kept, high),
-                          builder.shuffle_vector(kept, kept, low))
-            number, top_at = (builder.shuffle_vector(numbers, numbers, high),
-                              builder.shuffle_vector(numbers, numbers, low))
-            takes = builder.or_(builder.fcmp_ordered(">", value, top),
-                                builder.and_(builder.fcmp_ordered("==", value, top),
-                                             builder.icmp_signed("<", number, top_at)))
-            kept, numbers = builder.select(takes, value, top), builder.select(takes, number, top_at)
-            half //= 2
-        top, top_at = (builder.extract_element(kept, i64(0)),
-                       builder.sext(builder.extract_element(numbers, i64(0)), i64))
-        any_nan = builder.icmp_unsigned("!=", builder.bitcast(builder.load(nans),
-                                                              ir.IntType(MAX_LANES)),
-                                        ir.IntType(MAX_LANES)(0))
-        state = [cgutils.alloca_once_value(builder, value) for value in (top, top_at, any_nan)]
-        with cgutils.for_range_slice(builder, full, length_v, i64(1), inc=True) as (offset, _):
-            value = builder.extract_element(at(offset, 1), ir.IntType(32)(0))
-            wins = builder.fcmp_ordered(">", value, builder.load(state[0]))
-            builder.store(builder.select(wins, value, builder.load(state[0])), state[0])
-            builder.store(builder.select(wins, offset, builder.load(state[1])), state[1])
-            builder.store(builder.or_(builder.load(state[2]),
-                                      builder.fcmp_unordered("uno", value, value)), state[2])
-        return context.make_tuple(builder, signature.return_type,
-                                  (builder.load(state[1]), builder.load(state[2])))
+
+@intrinsic
+def window_max(typingctx, xf, begin, count_d, step_d, count_h, step_h, width, taps_h):
+    """``(number, nan)`` for a window of ``count_d * count_h`` rows of ``width`` taps in
+    ``xf``: row ``(jd, jh)`` starts at ``begin + jd step_d + jh step_h``, and its tap
+    ``jw`` is numbered ``(jd count_h + jh) taps_h + jw`` (row-major: ``taps_h >=
+    width``, numbers under 2^31). ``number`` is the first largest tap's, NaNs left out,
+    and ``nan`` whether the window holds one (the caller's rule, the first NaN wins,
+    needs a scan of its own). Lane ``k`` of :data:`MAX_LANES` keeps the first largest
+    of the taps ``k (mod MAX_LANES)`` of each row, a row's taps past its last whole
+    group taken as one more group under a mask; the lanes are then compared by halving
+    (the larger, or the equal of smaller number, wins: the first maximum in any order,
+    ``-0`` and ``+0`` as one). (A loop over an array of lanes kept them in memory.)"""
+    integers = (begin, count_d, step_d, count_h, step_h, width, taps_h)
+    if not (_float_row(xf) and all(isinstance(t, types.Integer) for t in integers)):
+        return None
+    sig = types.Tuple((types.int64, types.boolean))(xf, *integers)
+
+    def codegen(context, builder, signature, args):
+        x_data, begin_v, n_d, s_d, n_h, s_h, width_v, t_h = arguments(
+            context, builder, signature, args)
+        return context.make_tuple(builder, signature.return_type, _fold_max(
+            context, builder, xf, x_data, begin_v,
+            [(n_d, s_d, builder.mul(n_h, t_h)), (n_h, s_h, t_h)], width_v))
 
     return sig, codegen

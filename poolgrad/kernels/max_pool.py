@@ -4,7 +4,7 @@ import numpy as np
 from numba import prange
 
 from . import beats, jit, parallel_kernel
-from .lanes import lane_max
+from .lanes import lane_max, window_max
 from .walk import row_index, row_windows
 
 
@@ -174,3 +174,45 @@ def global_max_forward(x, y, pos):
         y[p] = xf[start + offset]
         if pos is not None:
             pos[p] = offset
+
+
+@parallel_kernel
+def max_pool_forward_wide(x, table, dilation, extent, y, pos):
+    """:func:`max_pool_forward` for a C-contiguous ``x`` whose windows are not dilated
+    along W, with its values and winners: each window's real taps in one
+    :func:`~.lanes.window_max` (a window holding a NaN scanned for its first). For
+    windows too wide or too irregular for the row passes (adaptive bins, sliding
+    windows wider than 4), which the general kernel folds tap by tap."""
+    n_batch, n_chan, out_d, out_h = y.shape[0], y.shape[1], y.shape[2], y.shape[3]
+    for row in prange(n_batch * n_chan * out_d * out_h):
+        n, c, od, oh = row_index(row, n_chan, out_d, out_h)
+        _wide_row(x, table, dilation, extent, y[n, c, od, oh], pos[n, c, od, oh], n, c, od,
+                  oh)
+
+
+@jit()  # a call, as max_pool_row
+def _wide_row(x, table, dilation, extent, y_row, pos_row, n, c, od, oh):
+    """Output row ``(n, c, od, oh)`` of :func:`max_pool_forward_wide`."""
+    in_h, in_w = x.shape[3], x.shape[4]
+    xf, ext_h, ext_w = x.ravel(), extent[1], extent[2]
+    step_d, step_h = dilation[0] * in_h * in_w, dilation[1] * in_w
+    start_d, first_d, end_d, start_h, first_h, end_h = row_windows(table, od, oh)
+    rows_d, rows_h = end_d - first_d, end_h - first_h
+    corner = ((n * x.shape[1] + c) * x.shape[2] + start_d + first_d * dilation[0]) * in_h
+    corner = (corner + start_h + first_h * dilation[1]) * in_w
+    for ow in range(len(y_row)):
+        start_w, first_w, end_w = table[2, 0, ow], table[2, 1, ow], table[2, 2, ow]
+        begin = corner + start_w + first_w
+        number, nan = window_max(xf, begin, rows_d, step_d, rows_h, step_h, end_w - first_w,
+                                 ext_w)
+        if nan:  # rare: the first NaN in row-major order wins
+            number = -1
+            for at in range(rows_d * rows_h * ext_w):
+                jw = at % ext_w
+                if number < 0 and jw < end_w - first_w:
+                    v = xf[begin + at // ext_w // rows_h * step_d
+                           + at // ext_w % rows_h * step_h + jw]
+                    number = at if v != v else -1
+        jw, jh, jd = number % ext_w, number // ext_w % rows_h, number // ext_w // rows_h
+        y_row[ow] = xf[begin + jd * step_d + jh * step_h + jw]
+        pos_row[ow] = ((first_d + jd) * ext_h + first_h + jh) * ext_w + first_w + jw

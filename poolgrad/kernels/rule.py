@@ -5,6 +5,7 @@ share them, each trying a ``(op, direction)``'s rules in order."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -93,3 +94,19 @@ def apart(plan, operand, record) -> bool:
     """Full windows that do not overlap (stride >= kernel on every axis)."""
     return full_windows(plan, operand, record) and all(
         a.rule[1] >= a.extent for a in plan.kernel_axes)
+
+
+def whole_planes(plan) -> bool:
+    """One window per plane, the plane itself (a global pooling, however asked for), of
+    fewer than 2^31 taps (:func:`~.lanes.lane_max` numbers them in int32)."""
+    return (all(a.count == 1 and a.extent == a.length and a.tiles for a in plan.axes)
+            and math.prod(plan.in_spatial) < 2**31)
+
+
+def wide_rows(plan) -> bool:
+    """Windows of two or more tap rows of 5 or more taps, undilated along W, under 2^31
+    taps (:func:`~.lanes.window_max`). One row alone ran slower than the general
+    kernel's fold."""
+    d, h, w = plan.kernel_axes
+    return (w.dilation == 1 and w.extent >= 5 and d.extent * h.extent >= 2
+            and math.prod(plan.in_spatial) < 2**31)
