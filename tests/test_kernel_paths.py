@@ -1436,3 +1436,15 @@ def test_wide_max_windows_keep_the_general_kernels_winners(call, dtype, monkeypa
     assert names[0] == "max_pool.max_pool_forward_wide"
     for a, b in zip(fast, slow, strict=True):
         np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def test_wide_windows_numbered_past_int32_take_the_general_kernel(monkeypatch):
+    """``window_max`` numbers a window's taps in int32, padding included: a window of
+    2^30 taps a row (almost all padding) over 3 rows would wrap them (a review found
+    the wide kernel returning 2.0 here). Such plans take the general kernel."""
+    width = 2**30
+    x = np.array([1.0, 2.0, 3.0], np.float32).reshape(1, 1, 3, 1)
+    names = chosen_kernels(monkeypatch)
+    y = pg.max_pool(x, (3, width), (1, width), ((0, 0), (width // 2, width // 2)))
+    assert names == ["max_pool.max_pool_forward"]
+    np.testing.assert_array_equal(y, [[[[3.0]]]])

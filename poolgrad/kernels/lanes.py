@@ -192,8 +192,8 @@ def _float_row(xf):
 def lane_max(typingctx, xf, begin, length):
     """``(offset, nan)`` for ``xf[begin:begin + length]`` (``1 <= length < 2^31``): the
     offset of its first largest element, NaNs left out, and whether it holds a NaN
-    (where the caller's rule, the first NaN wins, needs a scan of its own):
-    :func:`window_max` of one row."""
+    (where the caller's rule, the first NaN wins, needs a scan of its own; the offset
+    is then 0 if the first element is the NaN): :func:`window_max` of one row."""
     if not (_float_row(xf) and isinstance(begin, types.Integer)
             and isinstance(length, types.Integer)):
         return None
@@ -214,7 +214,8 @@ def window_max(typingctx, xf, begin, count_d, step_d, count_h, step_h, width, ta
     ``jw`` is numbered ``(jd count_h + jh) taps_h + jw`` (row-major: ``taps_h >=
     width``, numbers under 2^31). ``number`` is the first largest tap's, NaNs left out,
     and ``nan`` whether the window holds one (the caller's rule, the first NaN wins,
-    needs a scan of its own). Lane ``k`` of :data:`MAX_LANES` keeps the first largest
+    needs a scan of its own; ``number`` is then 0 if the first tap is the NaN, every
+    lane having started from it). Lane ``k`` of :data:`MAX_LANES` keeps the first largest
     of the taps ``k (mod MAX_LANES)`` of each row, a row's taps past its last whole
     group taken as one more group under a mask; the lanes are then compared by halving
     (the larger, or the equal of smaller number, wins: the first maximum in any order,

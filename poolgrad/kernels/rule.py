@@ -104,9 +104,9 @@ def whole_planes(plan) -> bool:
 
 
 def wide_rows(plan) -> bool:
-    """Windows of two or more tap rows of 5 or more taps, undilated along W, under 2^31
-    taps (:func:`~.lanes.window_max`). One row alone ran slower than the general
-    kernel's fold."""
+    """Windows of two or more tap rows of 5 or more taps, undilated along W, numbered
+    under 2^31 (:func:`~.lanes.window_max` numbers taps in int32, padding included).
+    One row alone ran slower than the general kernel's fold."""
     d, h, w = plan.kernel_axes
     return (w.dilation == 1 and w.extent >= 5 and d.extent * h.extent >= 2
-            and math.prod(plan.in_spatial) < 2**31)
+            and math.prod(plan.extent) < 2**31 and math.prod(plan.in_spatial) < 2**31)
