@@ -485,8 +485,8 @@ _AVG_BACKWARD = [
 _RULES = {
     ("max", "forward"): [
         _Rule("max_pool.global_max_forward", _fast(whole_planes), lambda plan: lambda x, y,
-              pos: general_max.global_max_forward(_planes(x), y.reshape(-1), None if pos is
-                                                  None else pos.reshape(-1)), records=True),
+              pos: general_max.global_max_forward(_planes(x), y.reshape(-1), pos.reshape(-1)),
+              records=True),
         _Rule("channels_last_tiles.max_values_forward", _values(_cl_tiling(
             *cl_tiles.MAX_EXTENTS)), lambda plan: lambda x, y, pos:
             cl_tiles.max_values_forward(_cl(x), plan.extent, _cl(y))),

@@ -153,10 +153,23 @@ def window_positions_to_indices(pos, table, dilation, extent, in_h, in_w, indice
             indices[n, c, od, oh, ow] = (xd * in_h + xh) * in_w + xw
 
 
+@jit()  # a call: the rare path
+def _first_nan(xf, begin, count_d, step_d, count_h, step_h, width, taps_h):
+    """The number of the first NaN, in row-major order, of the window that
+    :func:`~.lanes.window_max` takes with the same arguments (it saw one)."""
+    for jd in range(count_d):
+        for jh in range(count_h):
+            row = begin + jd * step_d + jh * step_h
+            for jw in range(width):
+                if xf[row + jw] != xf[row + jw]:
+                    return (jd * count_h + jh) * taps_h + jw
+    return 0
+
+
 @parallel_kernel
 def global_max_forward(x, y, pos):
     """``y[p]`` = the maximum of the plane ``x[p, :]`` (C-contiguous ``(planes, L)``
-    views, float32 or float64) and, unless ``pos`` is None, ``pos[p]`` its position:
+    views, float32 or float64) and ``pos[p]`` its position:
     :func:`max_pool_forward`'s answer for one window over the whole plane (its tap
     number is the position), the first maximum, a NaN beating everything and the first
     NaN winning. A vector of running maxima and their positions
@@ -167,13 +180,10 @@ def global_max_forward(x, y, pos):
     for p in prange(planes):
         start = p * length
         offset, nan = lane_max(xf, start, length)
-        if nan:  # rare: the first NaN wins
-            offset = 0
-            while xf[start + offset] == xf[start + offset]:
-                offset += 1
+        if nan:  # the first NaN wins
+            offset = _first_nan(xf, start, 1, 0, 1, 0, length, length)
         y[p] = xf[start + offset]
-        if pos is not None:
-            pos[p] = offset
+        pos[p] = offset
 
 
 @parallel_kernel
@@ -205,14 +215,10 @@ def _wide_row(x, table, dilation, extent, y_row, pos_row, n, c, od, oh):
         begin = corner + start_w + first_w
         number, nan = window_max(xf, begin, rows_d, step_d, rows_h, step_h, end_w - first_w,
                                  ext_w)
-        if nan:  # rare: the first NaN in row-major order wins
-            number = -1
-            for at in range(rows_d * rows_h * ext_w):
-                jw = at % ext_w
-                if number < 0 and jw < end_w - first_w:
-                    v = xf[begin + at // ext_w // rows_h * step_d
-                           + at // ext_w % rows_h * step_h + jw]
-                    number = at if v != v else -1
-        jw, jh, jd = number % ext_w, number // ext_w % rows_h, number // ext_w // rows_h
+        if nan:  # the first NaN in row-major order wins
+            number = _first_nan(xf, begin, rows_d, step_d, rows_h, step_h, end_w - first_w,
+                                ext_w)
+        row, jw = divmod(number, ext_w)
+        jd, jh = divmod(row, rows_h)
         y_row[ow] = xf[begin + jd * step_d + jh * step_h + jw]
         pos_row[ow] = ((first_d + jd) * ext_h + first_h + jh) * ext_w + first_w + jw

@@ -368,6 +368,13 @@ def raised_row(src, eps, p, whole, powered):
         powered[at] = raised_tap(np.float64(src[at]), p, whole, eps)
 
 
+@inlined
+def _row_tap(od, oh, ow, a, b, t, steps, inner, c):
+    """``(d, h, w)``: where tap ``(a, b, t)`` of the window ``ow`` (channel ``c``) of
+    the row ``(od, oh)`` lies in a plane of the rows kernels' layout."""
+    return od * steps[0] + a, oh * steps[1] + b, (ow * steps[2] + t) * inner + c
+
+
 @jit()  # a call: the rare path, kept out of the kernels that inline the common one
 def rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, whole,
                   precise):
@@ -378,17 +385,27 @@ def rows_rescaled(x, plane, c, inner, od, oh, ow, window, steps, count, eps, p, 
     for a in range(window[0]):
         for b in range(window[1]):
             for t in range(window[2]):
-                z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
-                                         (ow * steps[2] + t) * inner + c]), eps)
+                d, h, w = _row_tap(od, oh, ow, a, b, t, steps, inner, c)
+                z = clamped(np.float64(x[plane, d, h, w]), eps)
                 largest = z if z > largest else largest
     scale, total = relative_scale(largest), 0.0
     for a in range(window[0]):
         for b in range(window[1]):
             for t in range(window[2]):
-                z = clamped(np.float64(x[plane, od * steps[0] + a, oh * steps[1] + b,
-                                          (ow * steps[2] + t) * inner + c]), eps)
-                total += raised(scaled(z, scale), p, whole)
+                d, h, w = _row_tap(od, oh, ow, a, b, t, steps, inner, c)
+                total += raised(scaled(clamped(np.float64(x[plane, d, h, w]), eps), scale),
+                                p, whole)
     return relative_mean(largest, total, divisor(count, eps), p, whole, precise)
+
+
+@inlined
+def _lifted_tap(v, eps, relative, scale, p, whole):
+    """A tap's ``dx`` and its terms of ``S0`` and ``S1`` (:func:`add_terms`'), ``r``
+    lifted by ``relative`` (:func:`relative_scale`)."""
+    r = scaled(clamped(v, eps), relative)
+    share = raised_less_one(r, p, whole)
+    power = share * r
+    return tap_dx(v, eps, scale, share), power, power * natural_log(r, whole)
 
 
 @jit()  # the rare path, as rows_rescaled
@@ -404,14 +421,13 @@ def rows_relifted(x, dx, plane, c, inner, od, oh, ow, window, steps, mean, grad,
     for a in range(window[0]):
         for b in range(window[1]):
             for t in range(window[2]):
-                d, h, at = od * steps[0] + a, oh * steps[1] + b, (ow * steps[2] + t) * inner + c
-                v = np.float64(x[plane, d, h, at])
-                r = scaled(clamped(v, eps), relative)
-                share = raised_less_one(r, p, whole)
-                s0 += share * r
-                s1 += share * r * natural_log(r, whole)
+                d, h, w = _row_tap(od, oh, ow, a, b, t, steps, inner, c)
+                dx_tap, power, term = _lifted_tap(np.float64(x[plane, d, h, w]), eps,
+                                                  relative, scale, p, whole)
+                s0 += power
+                s1 += term
                 if dx is not None:
-                    dx[plane, d, h, at] = tap_dx(v, eps, scale, share)
+                    dx[plane, d, h, w] = dx_tap
     return s0, s1
 
 
@@ -424,10 +440,7 @@ def plane_relifted(row, dx, grad, mean, eps, p, whole, with_dp):
     relative, scale = relative_scale(mean), grad / row.shape[0]
     s0, s1 = 0.0, 0.0
     for i in range(row.shape[0]):
-        v = np.float64(row[i])
-        r = scaled(clamped(v, eps), relative)
-        share = raised_less_one(r, p, whole)
-        s0 += share * r
-        s1 += share * r * natural_log(r, whole)
-        dx[i] = tap_dx(v, eps, scale, share)
+        dx[i], power, term = _lifted_tap(np.float64(row[i]), eps, relative, scale, p, whole)
+        s0 += power
+        s1 += term
     return p_term(grad, mean, p, s0, s1) if with_dp else 0.0

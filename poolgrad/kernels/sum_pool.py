@@ -175,8 +175,9 @@ def global_avg_forward(x, divisor, y):
     zero = np.zeros(1, y.dtype)[0]
     xf = x.ravel()
     ahead = PREFETCH_BYTES // xf.itemsize
+    asks = length < ahead
     for p in prange(planes):
-        if length < ahead:
+        if asks:
             prefetch(xf, p * length + ahead, length)
         y[p] = lane_sum(xf, p * length, length, zero) / divisor
 

@@ -421,12 +421,11 @@ def _fractional_tables(fractional, x_size, samples: Tensor, orders: Tensor):
     tables, grid, _ = numpy_fractional.plane_windows(key[1][2:], kernel, out, u, sequence,
                                                      _Columns(order_values),
                                                      search=seen is _UNSEEN)
-    if seen is not _UNSEEN:
-        return tables, None
-    _grids[key] = grid
-    while len(_grids) > _GRIDS_KEPT:
-        _grids.popitem(last=False)
-    return (tables if grid is None else None), grid
+    if seen is _UNSEEN:
+        _grids[key] = grid
+        while len(_grids) > _GRIDS_KEPT:
+            _grids.popitem(last=False)
+    return tables, grid
 
 
 @_ops.implement(_kind_ops.fractional_max_pool, "cpu")
